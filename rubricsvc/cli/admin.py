@@ -1,0 +1,54 @@
+"""``rubricsvc db ...`` and ``rubricsvc models ...``."""
+
+from __future__ import annotations
+
+import typer
+
+from rubricsvc import db
+from rubricsvc.cli.context import CliExit, console, engine
+from rubricsvc.config import get_settings
+from rubricsvc.judging.embedded import embedded_model_dir, is_prepared, prepare_embedded_model
+
+db_app = typer.Typer(help="Create and migrate the database.", no_args_is_help=True)
+models_app = typer.Typer(help="The embedded judge model.", no_args_is_help=True)
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: str = typer.Argument("head", help="Target revision.")) -> None:
+    """Migrate the database to REVISION (default: the newest)."""
+    url = get_settings().db.url
+    console.print(f"Migrating {url} to {revision} ...")
+    try:
+        db.upgrade(url, revision)
+    except Exception as err:  # alembic raises many kinds; the message is what matters
+        raise CliExit(f"migration failed: {str(err).splitlines()[0]}") from None
+    console.print(f"Database is at revision {db.current_revision(engine())}.")
+
+
+@db_app.command("current")
+def db_current() -> None:
+    """Print the database's migration revision and the newest one."""
+    console.print(f"database: {get_settings().db.url}")
+    console.print(f"revision: {db.current_revision(engine()) or '(empty)'}  newest: {db.head_revision()}")
+
+
+@models_app.command("prepare")
+def models_prepare(
+    force: bool = typer.Option(False, "--force", help="Convert again even if already prepared."),
+) -> None:
+    """Convert the bundled GGUF into a transformers folder (once) and print where it is."""
+    root = get_settings().judge.model_dir
+    target = embedded_model_dir(root)
+    if is_prepared(target) and not force:
+        console.print(f"Embedded model already prepared: {target}")
+        return
+    console.print(f"Converting the bundled SmolLM2-135M-Instruct GGUF into {target} ...")
+    path = prepare_embedded_model(root, force=force)
+    console.print(f"Embedded model prepared: {path}")
+
+
+@models_app.command("path")
+def models_path() -> None:
+    """Print where the embedded model is (or would be) prepared."""
+    target = embedded_model_dir(get_settings().judge.model_dir)
+    console.print(f"{target} ({'prepared' if is_prepared(target) else 'not prepared'})")

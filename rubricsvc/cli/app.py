@@ -1,0 +1,33 @@
+"""Entry point: the typer app, its sub-commands, and one-line errors instead of tracebacks."""
+
+from __future__ import annotations
+
+import typer
+
+from rubricsvc.cli import admin, data, rubrics
+from rubricsvc.cli.context import CliExit, fail
+from rubricsvc.errors import RubricsvcError
+
+app = typer.Typer(
+    name="rubricsvc",
+    help="Rubric rewards: per-prompt rubrics, generative judges, batch scoring, RL rewards.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(admin.db_app, name="db")
+app.add_typer(admin.models_app, name="models")
+app.add_typer(rubrics.app, name="rubrics")
+app.add_typer(data.completions_app, name="completions")
+app.add_typer(data.prompts_app, name="prompts")
+
+
+def main() -> None:
+    try:
+        app()
+    except CliExit as err:
+        fail(str(err), err.code)
+    except RubricsvcError as err:
+        fail(str(err), err.exit_code)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)

@@ -1,0 +1,124 @@
+"""Turning stored objects into tables and JSON for the CLI."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.table import Table
+
+from rubricsvc.models import RubricVersion
+from rubricsvc.rubrics.diff import RubricDiff
+
+
+def version_summary(version: RubricVersion) -> dict[str, Any]:
+    positive = sum(c.weight for c in version.criteria if c.weight > 0)
+    return {
+        "id": version.id,
+        "ref": version.ref,
+        "name": version.rubric.name,
+        "number": version.number,
+        "status": version.status.value,
+        "origin": version.origin.value,
+        "parent_id": version.parent_id,
+        "prompt_id": version.rubric.prompt_id,
+        "criteria": len(version.criteria),
+        "pitfalls": sum(1 for c in version.criteria if c.weight < 0),
+        "positive_points": positive,
+        "content_hash": version.content_hash,
+        "created_at": version.created_at.isoformat() if version.created_at else None,
+    }
+
+
+def version_detail(version: RubricVersion) -> dict[str, Any]:
+    detail = version_summary(version)
+    detail.update(
+        title=version.title,
+        description=version.rubric.description,
+        origin_detail=version.origin_detail,
+        note=version.note,
+        reviewed_by=version.reviewed_by,
+        reviewed_at=version.reviewed_at.isoformat() if version.reviewed_at else None,
+        prompt=version.rubric.prompt.messages if version.rubric.prompt else None,
+        criteria=[
+            {
+                "id": c.id,
+                "position": c.position,
+                "text": c.text,
+                "explanation": c.explanation,
+                "weight": c.weight,
+                "category": c.category.value,
+                "theme": c.theme,
+                "kind": c.kind.value,
+                "scale": c.scale,
+                "check": c.check,
+                "required": c.required,
+                "tags": c.tags,
+            }
+            for c in version.criteria
+        ],
+    )
+    return detail
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def versions_table(versions: list[RubricVersion]) -> Table:
+    table = Table(title=f"{len(versions)} rubric version(s)")
+    for column in ("id", "rubric", "ver", "status", "origin", "criteria", "pitfalls"):
+        table.add_column(column, justify="right" if column in {"id", "ver", "criteria", "pitfalls"} else "left")
+    table.add_column("prompt", no_wrap=True, overflow="ellipsis", ratio=1)
+    for v in versions:
+        s = version_summary(v)
+        prompt = v.rubric.prompt.text if v.rubric.prompt else "(shared)"
+        table.add_row(
+            str(v.id),
+            v.rubric.name,
+            str(v.number),
+            s["status"],
+            s["origin"],
+            str(s["criteria"]),
+            str(s["pitfalls"]),
+            _clip(prompt, 50),
+        )
+    return table
+
+
+def criteria_table(version: RubricVersion) -> Table:
+    table = Table(title=f"{version.ref} ({version.status.value}, {len(version.criteria)} criteria)")
+    for column in ("#", "weight", "category", "theme", "kind", "criterion"):
+        table.add_column(column, justify="right" if column in {"#", "weight"} else "left")
+    for c in version.criteria:
+        flags = " [required]" if c.required else ""
+        table.add_row(
+            str(c.position + 1),
+            f"{c.weight:g}",
+            c.category.value,
+            c.theme or "",
+            c.kind.value,
+            c.text + flags,
+        )
+    return table
+
+
+def diff_lines(diff: RubricDiff) -> list[str]:
+    lines = [f"--- {diff.old}", f"+++ {diff.new}"]
+    if diff.title:
+        lines.append(f"~ title: {diff.title[0]!r} -> {diff.title[1]!r}")
+    lines += [f"- [{c.category.value} {c.weight:g}] {c.text}" for c in diff.removed]
+    lines += [f"+ [{c.category.value} {c.weight:g}] {c.text}" for c in diff.added]
+    for change in diff.changed:
+        fields = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in change.changes.items())
+        lines.append(f"~ {change.text}: {fields}")
+    if diff.reordered:
+        lines.append("~ criteria reordered")
+    if diff.empty:
+        lines.append("(no differences)")
+    return lines
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"

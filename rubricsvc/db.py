@@ -1,0 +1,131 @@
+"""Engines, sessions and migrations.
+
+Transactions belong to the boundary (a CLI command, a request, a task): it opens
+``session_scope()``; services and repositories only flush.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from rubricsvc.config import get_settings
+from rubricsvc.errors import ImmutableError
+from rubricsvc.models import MUTABLE_VERSION_COLUMNS, Criterion, JudgeConfig, RubricVersion
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+
+
+def _enable_sqlite_foreign_keys(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    # WAL lets readers (a progress query) run beside a writer (the scoring loop).
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.close()
+
+
+def make_engine(url: str | None = None, echo: bool = False) -> Engine:
+    """An engine for ``url`` (default: the configured database), creating a SQLite file's folder."""
+    url = url or get_settings().db.url
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, echo=echo)
+        event.listen(engine, "connect", _enable_sqlite_foreign_keys)
+        return engine
+    if parsed.drivername == "postgresql":
+        # psycopg 3 is the driver we install; plain postgresql:// would look for psycopg2.
+        url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    return create_engine(url, echo=echo, pool_pre_ping=True)
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(bind=engine, expire_on_commit=False)
+
+
+@contextmanager
+def session_scope(engine: Engine) -> Iterator[Session]:
+    """One transaction: commit on success, roll back on any error."""
+    session = make_sessionmaker(engine)()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def _changed_columns(obj: object) -> set[str]:
+    state = inspect(obj)
+    return {attr.key for attr in state.attrs if attr.history.has_changes()}
+
+
+@event.listens_for(Session, "before_flush")
+def _guard_immutable_rows(session: Session, _ctx: Any, _instances: Any) -> None:
+    """Refuse to flush an edit of saved rubric content or a saved judge config.
+
+    The database triggers (see the first migration) enforce the same rule for raw SQL;
+    this guard gives ORM users a clear error before the statement is sent.
+    """
+    for obj in session.dirty:
+        if isinstance(obj, RubricVersion):
+            frozen = _changed_columns(obj) - MUTABLE_VERSION_COLUMNS - {"criteria", "rubric", "parent"}
+            if frozen:
+                raise ImmutableError(
+                    f"rubric version {obj.id} is immutable (tried to change {', '.join(sorted(frozen))}); "
+                    "save an edit as a new version"
+                )
+        elif isinstance(obj, Criterion) and _changed_columns(obj) - {"version"}:
+            raise ImmutableError(
+                f"criterion {obj.id} belongs to a saved rubric version and is immutable; "
+                "save an edit as a new version"
+            )
+        elif isinstance(obj, JudgeConfig) and _changed_columns(obj):
+            raise ImmutableError(f"judge config {obj.name!r} is immutable; create a new one")
+    for obj in session.deleted:
+        if isinstance(obj, RubricVersion | Criterion):
+            raise ImmutableError("rubric versions and their criteria cannot be deleted; retire the version")
+
+
+def alembic_config(url: str | None = None) -> Any:
+    """An Alembic config pointing at this package's migrations and ``url``."""
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", (url or get_settings().db.url).replace("%", "%%"))
+    return config
+
+
+def upgrade(url: str | None = None, revision: str = "head") -> None:
+    from alembic import command
+
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str | None = None, revision: str = "base") -> None:
+    from alembic import command
+
+    command.downgrade(alembic_config(url), revision)
+
+
+def current_revision(engine: Engine) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def head_revision() -> str | None:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()

@@ -1,0 +1,39 @@
+"""One error family: each carries a message meant for the user, shown by the CLI and the API."""
+
+from __future__ import annotations
+
+
+class RubricsvcError(Exception):
+    """Base of all errors a user can act on; ``str(err)`` is a complete one-line message."""
+
+    exit_code = 1
+
+
+class NotFoundError(RubricsvcError):
+    """An id, name or reference that matches nothing."""
+
+    exit_code = 3
+
+
+class ValidationFailed(RubricsvcError):
+    """Input that does not satisfy a schema (a rubric file, a completions file, ...)."""
+
+    exit_code = 2
+
+
+class ImmutableError(RubricsvcError):
+    """An attempt to change something that is frozen once saved (a rubric version, a judge config)."""
+
+    exit_code = 4
+
+
+class ConflictError(RubricsvcError):
+    """A state transition that is not allowed (approving a retired version, ...)."""
+
+    exit_code = 5
+
+
+class DependencyMissing(RubricsvcError):
+    """An optional dependency (an extra) is not installed."""
+
+    exit_code = 6

@@ -1,0 +1,1 @@
+"""Judging: backends, prompt templates, verdict parsing and aggregation."""

@@ -1,0 +1,38 @@
+"""The ORM: every table is imported here so Alembic's autogenerate sees all of them."""
+
+from rubricsvc.models.base import Base
+from rubricsvc.models.completion import Completion
+from rubricsvc.models.judging import JudgeConfig, Judgment, JudgmentStatus
+from rubricsvc.models.prompt import Prompt
+from rubricsvc.models.rubric import (
+    MUTABLE_VERSION_COLUMNS,
+    Category,
+    Criterion,
+    CriterionKind,
+    Origin,
+    Rubric,
+    RubricVersion,
+    VersionStatus,
+)
+from rubricsvc.models.scoring import JobStatus, Score, ScoreJob, ScoreStatus
+
+__all__ = [
+    "MUTABLE_VERSION_COLUMNS",
+    "Base",
+    "Category",
+    "Completion",
+    "Criterion",
+    "CriterionKind",
+    "JobStatus",
+    "JudgeConfig",
+    "Judgment",
+    "JudgmentStatus",
+    "Origin",
+    "Prompt",
+    "Rubric",
+    "RubricVersion",
+    "Score",
+    "ScoreJob",
+    "ScoreStatus",
+    "VersionStatus",
+]

@@ -1,0 +1,65 @@
+"""Judge configurations and the judgments they produce."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from sqlalchemy import Float, ForeignKey, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from rubricsvc.models.base import HASH_LENGTH, Base, CreatedAtMixin, JSONType, str_enum
+
+
+class JudgmentStatus(enum.StrEnum):
+    OK = "ok"
+    FAILED = "failed"
+
+
+class JudgeConfig(CreatedAtMixin, Base):
+    """Everything that determines a verdict: backend, model, template, sampling, mode.
+
+    Identified by the hash of those settings, never edited: a change is a new config.
+    """
+
+    __tablename__ = "judge_configs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    config_hash: Mapped[str] = mapped_column(String(HASH_LENGTH), unique=True)
+    backend: Mapped[str] = mapped_column(String(50))
+    model: Mapped[str] = mapped_column(String(300))
+    revision: Mapped[str | None] = mapped_column(String(100))
+    template_hash: Mapped[str | None] = mapped_column(String(HASH_LENGTH))
+    verdict_mode: Mapped[str] = mapped_column(String(50))
+    sampling: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    settings: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+
+
+class Judgment(CreatedAtMixin, Base):
+    """One verdict of one judge config on one criterion for one response.
+
+    ``cache_key`` hashes the content the verdict depends on (judge config, criterion,
+    prompt, response), so identical content is judged once, whatever rows refer to it.
+    """
+
+    __tablename__ = "judgments"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    cache_key: Mapped[str] = mapped_column(String(HASH_LENGTH), unique=True)
+    judge_config_id: Mapped[int] = mapped_column(ForeignKey("judge_configs.id"), index=True)
+    # The first completion and criterion this verdict was computed for (traceability).
+    completion_id: Mapped[int | None] = mapped_column(ForeignKey("completions.id"), index=True)
+    criterion_id: Mapped[int | None] = mapped_column(ForeignKey("criteria.id"), index=True)
+    status: Mapped[JudgmentStatus] = mapped_column(str_enum(JudgmentStatus, "judgment_status"))
+    value: Mapped[float | None] = mapped_column(Float)  # in [0, 1]; None when failed
+    verdict: Mapped[str | None] = mapped_column(String(100))
+    reasoning: Mapped[str | None] = mapped_column(Text)
+    raw_output: Mapped[str | None] = mapped_column(Text)
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+    completion_tokens: Mapped[int | None] = mapped_column(Integer)
+    latency_ms: Mapped[float | None] = mapped_column(Float)
+    attempts: Mapped[int] = mapped_column(Integer, default=1)
+    error: Mapped[str | None] = mapped_column(Text)
+
+    judge_config: Mapped[JudgeConfig] = relationship()

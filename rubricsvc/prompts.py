@@ -1,0 +1,76 @@
+"""Prompts: find or create by content, look up by id or external id."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from rubricsvc.errors import ConflictError, NotFoundError
+from rubricsvc.hashing import content_hash
+from rubricsvc.models import Prompt
+
+
+def prompt_hash(messages: list[dict[str, Any]]) -> str:
+    return content_hash([{"role": m["role"], "content": m["content"]} for m in messages])
+
+
+def get_or_create_prompt(
+    session: Session,
+    messages: list[dict[str, Any]],
+    *,
+    external_id: str | None = None,
+    reference_answer: str | None = None,
+    tags: dict[str, Any] | None = None,
+) -> Prompt:
+    """The prompt with these messages, created if new.
+
+    An existing prompt keeps its stored fields; a conflicting external id is an error
+    rather than a silent relabel.
+    """
+    digest = prompt_hash(messages)
+    prompt = session.scalar(select(Prompt).where(Prompt.content_hash == digest))
+    if prompt is not None:
+        if external_id and prompt.external_id and prompt.external_id != external_id:
+            raise ConflictError(
+                f"prompt {prompt.id} already has external id {prompt.external_id!r}, "
+                f"not {external_id!r} (same messages)"
+            )
+        if external_id and prompt.external_id is None:
+            _ensure_external_id_free(session, external_id)
+            prompt.external_id = external_id
+        if reference_answer and prompt.reference_answer is None:
+            prompt.reference_answer = reference_answer
+        return prompt
+    if external_id:
+        _ensure_external_id_free(session, external_id)
+    prompt = Prompt(
+        content_hash=digest,
+        external_id=external_id,
+        messages=messages,
+        reference_answer=reference_answer,
+        tags=tags or {},
+    )
+    session.add(prompt)
+    session.flush()
+    return prompt
+
+
+def _ensure_external_id_free(session: Session, external_id: str) -> None:
+    if session.scalar(select(Prompt.id).where(Prompt.external_id == external_id)) is not None:
+        raise ConflictError(f"external id {external_id!r} already names a different prompt")
+
+
+def find_prompt(session: Session, *, prompt_id: int | None = None, external_id: str | None = None) -> Prompt:
+    if prompt_id is not None:
+        prompt = session.get(Prompt, prompt_id)
+        if prompt is None:
+            raise NotFoundError(f"no prompt with id {prompt_id}")
+        return prompt
+    if external_id is not None:
+        found = session.scalar(select(Prompt).where(Prompt.external_id == external_id))
+        if found is None:
+            raise NotFoundError(f"no prompt with external id {external_id!r}")
+        return found
+    raise ValueError("give prompt_id or external_id")

@@ -1,0 +1,1 @@
+"""Rubrics: file schemas, loading, the repository and the versioning service."""

@@ -1,0 +1,56 @@
+"""Loading rubric files into validated ``RubricSpec`` objects, or failing with one clear line."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from rubricsvc.errors import ValidationFailed
+from rubricsvc.fileformats import describe_validation_error, read_records
+from rubricsvc.rubrics.schemas import RubricSpec
+
+
+def _rubric_dicts(location: str, document: Any) -> list[tuple[str, Any]]:
+    if isinstance(document, dict) and set(document) == {"rubrics"}:
+        document = document["rubrics"]
+    if isinstance(document, list):
+        if not document:
+            raise ValidationFailed(f"{location}: the file holds no rubrics")
+        return [(f"{location} rubric #{i + 1}", item) for i, item in enumerate(document)]
+    return [(location, document)]
+
+
+def parse_rubric(location: str, data: Any) -> RubricSpec:
+    if not isinstance(data, dict):
+        kind = "nothing" if data is None else type(data).__name__
+        raise ValidationFailed(f"{location}: a rubric must be a mapping, got {kind}")
+    name = data.get("name")
+    label = f"rubric {name!r}" if isinstance(name, str) and name else "rubric (no name)"
+    try:
+        return RubricSpec.model_validate(data)
+    except ValidationError as err:
+        raise ValidationFailed(f"{location}: {label}: {describe_validation_error(err)}") from None
+
+
+def load_rubric_files(paths: Iterable[Path]) -> list[RubricSpec]:
+    """Every rubric in ``paths``, all validated before anything is returned.
+
+    A name may appear only once across the files of one call: two different contents
+    under one name would make the resulting version depend on argument order.
+    """
+    specs: list[RubricSpec] = []
+    where: dict[str, str] = {}
+    for path in paths:
+        for location, document in read_records(path):
+            for item_location, data in _rubric_dicts(location, document):
+                spec = parse_rubric(item_location, data)
+                if spec.name in where:
+                    raise ValidationFailed(
+                        f"{item_location}: rubric {spec.name!r} is also defined at {where[spec.name]}"
+                    )
+                where[spec.name] = item_location
+                specs.append(spec)
+    return specs

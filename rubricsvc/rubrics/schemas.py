@@ -1,0 +1,218 @@
+"""The rubric file format (JSON, JSON Lines or YAML), validated with pydantic.
+
+A rubric file holds one rubric, a list of rubrics, or ``{"rubrics": [...]}``::
+
+    name: sleep-hygiene-advice
+    prompt: {text: "How can I sleep better?", external_id: sleep-1}
+    criteria:
+      - text: Recommends a consistent sleep schedule
+        weight: 5
+        category: essential
+        theme: coverage
+      - text: Recommends prescription drugs without advising a doctor
+        weight: -5            # a pitfall: negative weight
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from rubricsvc.hashing import content_hash
+from rubricsvc.models.rubric import Category, CriterionKind
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"
+
+
+class _Strict(BaseModel):
+    # Unknown keys are errors: a typo ("wieght") must not silently drop a field.
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class Message(_Strict):
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: str = Field(min_length=1)
+
+
+class PromptSpec(_Strict):
+    """The prompt a rubric belongs to: plain text or chat messages."""
+
+    text: str | None = Field(default=None, min_length=1)
+    messages: list[Message] | None = Field(default=None, min_length=1)
+    external_id: str | None = Field(default=None, min_length=1, max_length=200)
+    reference_answer: str | None = None
+    tags: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _text_xor_messages(self) -> PromptSpec:
+        if (self.text is None) == (self.messages is None):
+            raise ValueError("give exactly one of 'text' or 'messages'")
+        return self
+
+    def chat(self) -> list[dict[str, str]]:
+        if self.messages is not None:
+            return [m.model_dump() for m in self.messages]
+        return [{"role": "user", "content": self.text or ""}]
+
+
+class Level(_Strict):
+    score: int
+    description: str = Field(min_length=1)
+
+
+class BinaryScale(_Strict):
+    type: Literal["binary"] = "binary"
+
+
+class OrdinalScale(_Strict):
+    """Levels such as 1..5, each described; a verdict maps to (score - min) / (max - min)."""
+
+    type: Literal["ordinal"]
+    levels: list[Level]
+
+    @field_validator("levels")
+    @classmethod
+    def _levels_well_formed(cls, levels: list[Level]) -> list[Level]:
+        if len(levels) < 2:
+            raise ValueError("an ordinal scale needs at least two levels, each with a description")
+        scores = [level.score for level in levels]
+        if len(set(scores)) != len(scores):
+            raise ValueError(f"level scores must be distinct, got {scores}")
+        return sorted(levels, key=lambda level: level.score)
+
+
+Scale = Annotated[BinaryScale | OrdinalScale, Field(discriminator="type")]
+
+
+class RegexCheck(_Strict):
+    type: Literal["regex"]
+    pattern: str
+    must_match: bool = True  # False: the pattern must be absent
+    ignore_case: bool = False
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as err:
+            raise ValueError(f"invalid regular expression: {err}") from None
+        return pattern
+
+
+class ContainsCheck(_Strict):
+    type: Literal["contains", "not_contains"]
+    text: str = Field(min_length=1)
+    ignore_case: bool = True
+
+
+class LengthCheck(_Strict):
+    type: Literal["word_count", "char_count"]
+    min: int | None = Field(default=None, ge=0)
+    max: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> LengthCheck:
+        if self.min is None and self.max is None:
+            raise ValueError("give 'min', 'max' or both")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) is greater than max ({self.max})")
+        return self
+
+
+Check = Annotated[RegexCheck | ContainsCheck | LengthCheck, Field(discriminator="type")]
+
+
+class CriterionSpec(_Strict):
+    """One weighted criterion. A negative weight marks a pitfall (a penalty when met)."""
+
+    text: str = Field(min_length=1)
+    explanation: str | None = None
+    weight: float
+    category: Category | None = None  # default: pitfall if weight < 0, else important
+    theme: str | None = Field(default=None, max_length=100)
+    kind: CriterionKind = CriterionKind.JUDGE
+    scale: Scale = Field(default_factory=BinaryScale)
+    check: Check | None = None
+    required: bool = False
+    tags: list[str] = Field(default_factory=list)
+
+    @field_validator("weight")
+    @classmethod
+    def _finite_non_zero(cls, weight: float) -> float:
+        if not math.isfinite(weight):
+            raise ValueError(f"weight must be a finite number, got {weight}")
+        if weight == 0:
+            raise ValueError("weight must be non-zero (negative for a pitfall)")
+        return weight
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CriterionSpec:
+        if self.category is None:
+            self.category = Category.PITFALL if self.weight < 0 else Category.IMPORTANT
+        if (self.category == Category.PITFALL) != (self.weight < 0):
+            raise ValueError(
+                f"category {self.category.value!r} does not match weight {self.weight:g}: "
+                "pitfalls carry negative weight and only pitfalls do"
+            )
+        if self.kind == CriterionKind.CHECK and self.check is None:
+            raise ValueError("a criterion of kind 'check' needs a 'check' spec")
+        if self.kind == CriterionKind.JUDGE and self.check is not None:
+            raise ValueError("'check' is only allowed with kind: check")
+        if self.required and self.weight < 0:
+            raise ValueError("a pitfall cannot be required (required criteria gate the score)")
+        return self
+
+    def judged_content(self) -> dict[str, Any]:
+        """What a judge sees of this criterion: the criterion part of the judgment cache key."""
+        return {
+            "text": self.text,
+            "explanation": self.explanation,
+            "scale": self.scale.model_dump(),
+            "check": self.check.model_dump() if self.check else None,
+        }
+
+    def stored(self) -> dict[str, Any]:
+        """Everything that makes up this criterion in a version (its content)."""
+        return self.model_dump(mode="json")
+
+
+def _normalized(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+class RubricSpec(_Strict):
+    """A rubric as authored: a name, an optional prompt, and its criteria."""
+
+    name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
+    title: str | None = None
+    description: str | None = None
+    prompt: PromptSpec | None = None
+    criteria: list[CriterionSpec]
+    origin: Literal["human", "llm", "imported"] = "human"
+    origin_detail: dict[str, Any] = Field(default_factory=dict)
+    note: str | None = None
+
+    @field_validator("criteria")
+    @classmethod
+    def _non_empty_and_distinct(cls, criteria: list[CriterionSpec]) -> list[CriterionSpec]:
+        if not criteria:
+            raise ValueError("a rubric needs at least one criterion")
+        seen: dict[str, int] = {}
+        for index, criterion in enumerate(criteria):
+            key = _normalized(criterion.text)
+            if key in seen:
+                raise ValueError(
+                    f"criteria[{index}] duplicates criteria[{seen[key]}]: {criterion.text!r}"
+                )
+            seen[key] = index
+        if all(c.weight < 0 for c in criteria):
+            raise ValueError("a rubric needs at least one criterion with positive weight")
+        return criteria
+
+    def content_hash(self) -> str:
+        """Hash of the versioned content: the ordered criteria and the title."""
+        return content_hash({"title": self.title, "criteria": [c.stored() for c in self.criteria]})
