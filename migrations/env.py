@@ -5,6 +5,7 @@ from __future__ import annotations
 from logging.config import fileConfig
 
 from alembic import context
+from sqlalchemy.engine import Connection
 
 from rubricsvc.config import get_settings
 from rubricsvc.db import make_engine
@@ -37,16 +38,24 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
-    connectable = config.attributes.get("connection")
-    if connectable is None:
-        connectable = make_engine(_database_url())
-    with connectable.connect() if hasattr(connectable, "connect") else connectable as connection:
-        # Batch mode lets ALTER-style migrations run on SQLite (copy-and-move).
-        context.configure(
-            connection=connection, target_metadata=target_metadata, render_as_batch=True
-        )
-        with context.begin_transaction():
-            context.run_migrations()
+    connection = config.attributes.get("connection")
+    if connection is not None:  # a caller that already holds a connection
+        _run_with(connection)
+        return
+    engine = make_engine(_database_url())
+    try:
+        with engine.connect() as conn:
+            _run_with(conn)
+    finally:
+        # Closing every pooled connection lets SQLite fold its WAL back into the file.
+        engine.dispose()
+
+
+def _run_with(connection: Connection) -> None:
+    # Batch mode lets ALTER-style migrations run on SQLite (copy-and-move).
+    context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
+    with context.begin_transaction():
+        context.run_migrations()
 
 
 if context.is_offline_mode():

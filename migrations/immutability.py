@@ -32,10 +32,11 @@ _SQLITE_TRIGGERS = {
     ),
 }
 
+# exec_driver_sql passes the text through psycopg, so a literal % is written %%.
 _PG_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION rubricsvc_refuse_change() RETURNS trigger AS $$
 BEGIN
-    RAISE EXCEPTION '{MESSAGE} (table %)', TG_TABLE_NAME USING ERRCODE = 'integrity_constraint_violation';
+    RAISE EXCEPTION '{MESSAGE} (table %%)', TG_TABLE_NAME USING ERRCODE = 'integrity_constraint_violation';
 END;
 $$ LANGUAGE plpgsql
 """

@@ -29,7 +29,9 @@ def _default_database_url() -> str:
 class DatabaseSettings(BaseSettings):
     """Where rubrics, completions, judgments and scores live."""
 
-    model_config = SettingsConfigDict(env_prefix="RUBRICSVC_DATABASE_", env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="RUBRICSVC_DATABASE_", env_file=".env", extra="ignore"
+    )
 
     url: str = Field(default_factory=_default_database_url)
     echo: bool = False
@@ -38,7 +40,9 @@ class DatabaseSettings(BaseSettings):
 class BrokerSettings(BaseSettings):
     """The Celery broker; unset means scoring runs in-process."""
 
-    model_config = SettingsConfigDict(env_prefix="RUBRICSVC_BROKER_", env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="RUBRICSVC_BROKER_", env_file=".env", extra="ignore"
+    )
 
     url: str | None = None
 
@@ -46,7 +50,9 @@ class BrokerSettings(BaseSettings):
 class JudgeSettings(BaseSettings):
     """Defaults for the embedded judge model."""
 
-    model_config = SettingsConfigDict(env_prefix="RUBRICSVC_JUDGE_", env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="RUBRICSVC_JUDGE_", env_file=".env", extra="ignore"
+    )
 
     # Where `rubricsvc models prepare` writes the converted embedded model.
     model_dir: Path = Field(default_factory=lambda: default_cache_dir() / "models")

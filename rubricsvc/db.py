@@ -78,7 +78,9 @@ def _guard_immutable_rows(session: Session, _ctx: Any, _instances: Any) -> None:
     """
     for obj in session.dirty:
         if isinstance(obj, RubricVersion):
-            frozen = _changed_columns(obj) - MUTABLE_VERSION_COLUMNS - {"criteria", "rubric", "parent"}
+            frozen = (
+                _changed_columns(obj) - MUTABLE_VERSION_COLUMNS - {"criteria", "rubric", "parent"}
+            )
             if frozen:
                 raise ImmutableError(
                     f"rubric version {obj.id} is immutable (tried to change {', '.join(sorted(frozen))}); "
@@ -93,7 +95,9 @@ def _guard_immutable_rows(session: Session, _ctx: Any, _instances: Any) -> None:
             raise ImmutableError(f"judge config {obj.name!r} is immutable; create a new one")
     for obj in session.deleted:
         if isinstance(obj, RubricVersion | Criterion):
-            raise ImmutableError("rubric versions and their criteria cannot be deleted; retire the version")
+            raise ImmutableError(
+                "rubric versions and their criteria cannot be deleted; retire the version"
+            )
 
 
 def alembic_config(url: str | None = None) -> Any:
@@ -129,3 +133,8 @@ def head_revision() -> str | None:
     from alembic.script import ScriptDirectory
 
     return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
+
+def display_url(url: str) -> str:
+    """``url`` with any password masked, for messages and logs."""
+    return make_url(url).render_as_string(hide_password=True)

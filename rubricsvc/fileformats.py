@@ -30,7 +30,7 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) 
 
 _UniqueKeyLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_unique_mapping,  # type: ignore[arg-type]
+    _construct_unique_mapping,
 )
 
 
@@ -65,17 +65,15 @@ def read_records(path: Path) -> list[tuple[str, Any]]:
             raise ValidationFailed(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
     if suffix in {".yaml", ".yml"}:
         try:
-            return [(str(path), yaml.load(text, Loader=_UniqueKeyLoader))]  # noqa: S506 - safe loader subclass
+            return [(str(path), yaml.load(text, Loader=_UniqueKeyLoader))]
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             where = f":{mark.line + 1}" if mark is not None else ""
             problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-            return _raise(f"{path}{where}: invalid YAML: {problem}")
-    raise ValidationFailed(f"{path}: unknown file type {suffix!r} (use .json, .jsonl, .yaml or .yml)")
-
-
-def _raise(message: str) -> Any:
-    raise ValidationFailed(message)
+            raise ValidationFailed(f"{path}{where}: invalid YAML: {problem}") from None
+    raise ValidationFailed(
+        f"{path}: unknown file type {suffix!r} (use .json, .jsonl, .yaml or .yml)"
+    )
 
 
 def _format_loc(loc: tuple[int | str, ...]) -> str:

@@ -62,7 +62,9 @@ def _ensure_external_id_free(session: Session, external_id: str) -> None:
         raise ConflictError(f"external id {external_id!r} already names a different prompt")
 
 
-def find_prompt(session: Session, *, prompt_id: int | None = None, external_id: str | None = None) -> Prompt:
+def find_prompt(
+    session: Session, *, prompt_id: int | None = None, external_id: str | None = None
+) -> Prompt:
     if prompt_id is not None:
         prompt = session.get(Prompt, prompt_id)
         if prompt is None:

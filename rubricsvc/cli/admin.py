@@ -17,7 +17,7 @@ models_app = typer.Typer(help="The embedded judge model.", no_args_is_help=True)
 def db_upgrade(revision: str = typer.Argument("head", help="Target revision.")) -> None:
     """Migrate the database to REVISION (default: the newest)."""
     url = get_settings().db.url
-    console.print(f"Migrating {url} to {revision} ...")
+    console.print(f"Migrating {db.display_url(url)} to {revision} ...")
     try:
         db.upgrade(url, revision)
     except Exception as err:  # alembic raises many kinds; the message is what matters
@@ -28,8 +28,10 @@ def db_upgrade(revision: str = typer.Argument("head", help="Target revision.")) 
 @db_app.command("current")
 def db_current() -> None:
     """Print the database's migration revision and the newest one."""
-    console.print(f"database: {get_settings().db.url}")
-    console.print(f"revision: {db.current_revision(engine()) or '(empty)'}  newest: {db.head_revision()}")
+    console.print(f"database: {db.display_url(get_settings().db.url)}")
+    console.print(
+        f"revision: {db.current_revision(engine()) or '(empty)'}  newest: {db.head_revision()}"
+    )
 
 
 @models_app.command("prepare")

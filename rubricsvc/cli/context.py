@@ -34,14 +34,15 @@ def engine() -> Engine:
 
 
 def require_migrated(db: Engine) -> None:
+    where = db.url.render_as_string(hide_password=True)
     try:
         current = current_revision(db)
     except OperationalError as err:
-        raise CliExit(f"cannot open database {db.url!r}: {_first_line(err)}") from None
+        raise CliExit(f"cannot open database {where}: {_first_line(err)}") from None
     head = head_revision()
     if current != head:
         state = "is empty" if current is None else f"is at revision {current}, not {head}"
-        raise CliExit(f"database {db.url!r} {state}: run `rubricsvc db upgrade`")
+        raise CliExit(f"database {where} {state}: run `rubricsvc db upgrade`")
 
 
 @contextmanager

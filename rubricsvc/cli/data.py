@@ -108,6 +108,9 @@ def prompts_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.
         table.add_column("prompt", no_wrap=True, overflow="ellipsis", ratio=1)
         for p in prompts:
             table.add_row(
-                str(p.id), p.external_id or "", str(counts.get(p.id, 0)), " ".join(p.text.split())[:70]
+                str(p.id),
+                p.external_id or "",
+                str(counts.get(p.id, 0)),
+                " ".join(p.text.split())[:70],
             )
         console.print(table)

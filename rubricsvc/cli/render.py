@@ -68,7 +68,9 @@ def dumps(value: Any) -> str:
 def versions_table(versions: list[RubricVersion]) -> Table:
     table = Table(title=f"{len(versions)} rubric version(s)")
     for column in ("id", "rubric", "ver", "status", "origin", "criteria", "pitfalls"):
-        table.add_column(column, justify="right" if column in {"id", "ver", "criteria", "pitfalls"} else "left")
+        table.add_column(
+            column, justify="right" if column in {"id", "ver", "criteria", "pitfalls"} else "left"
+        )
     table.add_column("prompt", no_wrap=True, overflow="ellipsis", ratio=1)
     for v in versions:
         s = version_summary(v)

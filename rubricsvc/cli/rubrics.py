@@ -40,7 +40,9 @@ def add(
         results = [service.save_rubric(session, spec) for spec in specs]
         for result in results:
             console.print(f"{result.outcome:>11}  {result.version.ref}  (id {result.version.id})")
-    counts = {o: sum(r.outcome == o for r in results) for o in ("created", "new version", "unchanged")}
+    counts = {
+        o: sum(r.outcome == o for r in results) for o in ("created", "new version", "unchanged")
+    }
     console.print(
         f"{len(results)} rubric(s): {counts['created']} created, "
         f"{counts['new version']} new version(s), {counts['unchanged']} unchanged"
@@ -104,7 +106,9 @@ def approve(
 ) -> None:
     """Approve a draft version for scoring and training."""
     with db_session() as session:
-        version = service.approve(session, resolve_version(session, ref), reviewer or getpass.getuser())
+        version = service.approve(
+            session, resolve_version(session, ref), reviewer or getpass.getuser()
+        )
         console.print(f"approved {version.ref} (id {version.id})")
 
 
@@ -115,7 +119,9 @@ def retire(
 ) -> None:
     """Retire a version: kept for traceability, no longer used."""
     with db_session() as session:
-        version = service.retire(session, resolve_version(session, ref), reviewer or getpass.getuser())
+        version = service.retire(
+            session, resolve_version(session, ref), reviewer or getpass.getuser()
+        )
         console.print(f"retired {version.ref} (id {version.id})")
 
 

@@ -31,7 +31,9 @@ def locate_gguf() -> Path:
         candidate = Path(location) / GGUF_FILE
         if candidate.is_file():
             return candidate
-    raise DependencyMissing(f"{GGUF_FILE} is missing from {GGUF_PACKAGE}; reinstall with `{INSTALL_HINT}`")
+    raise DependencyMissing(
+        f"{GGUF_FILE} is missing from {GGUF_PACKAGE}; reinstall with `{INSTALL_HINT}`"
+    )
 
 
 def embedded_model_dir(model_root: Path) -> Path:
@@ -70,7 +72,7 @@ def prepare_embedded_model(model_root: Path, force: bool = False) -> Path:
         )
         # The weights are dequantized on load; drop the GGUF quantizer so the folder is
         # saved (and later loaded) as a plain float32 checkpoint.
-        model.hf_quantizer = None
+        setattr(model, "hf_quantizer", None)  # noqa: B010 - typed as a module attribute
         if hasattr(model.config, "quantization_config"):
             delattr(model.config, "quantization_config")
         model.save_pretrained(staging)

@@ -59,7 +59,9 @@ class Rubric(CreatedAtMixin, Base):
 
     prompt: Mapped[Prompt | None] = relationship()
     versions: Mapped[list[RubricVersion]] = relationship(
-        back_populates="rubric", order_by="RubricVersion.number", foreign_keys="RubricVersion.rubric_id"
+        back_populates="rubric",
+        order_by="RubricVersion.number",
+        foreign_keys="RubricVersion.rubric_id",
     )
 
 

@@ -11,7 +11,17 @@ from typing import Any
 
 from rubricsvc.models import Criterion, RubricVersion
 
-COMPARED_FIELDS = ("weight", "category", "theme", "kind", "scale", "check", "required", "explanation", "tags")
+COMPARED_FIELDS = (
+    "weight",
+    "category",
+    "theme",
+    "kind",
+    "scale",
+    "check",
+    "required",
+    "explanation",
+    "tags",
+)
 
 
 @dataclass
@@ -41,7 +51,10 @@ class RubricDiff:
             "added": [_brief(c) for c in self.added],
             "removed": [_brief(c) for c in self.removed],
             "changed": [
-                {"text": c.text, "changes": {k: {"old": o, "new": n} for k, (o, n) in c.changes.items()}}
+                {
+                    "text": c.text,
+                    "changes": {k: {"old": o, "new": n} for k, (o, n) in c.changes.items()},
+                }
                 for c in self.changed
             ],
             "reordered": self.reordered,
@@ -54,7 +67,11 @@ def _key(criterion: Criterion) -> str:
 
 
 def _brief(criterion: Criterion) -> dict[str, Any]:
-    return {"text": criterion.text, "weight": criterion.weight, "category": criterion.category.value}
+    return {
+        "text": criterion.text,
+        "weight": criterion.weight,
+        "category": criterion.category.value,
+    }
 
 
 def _value(criterion: Criterion, name: str) -> Any:

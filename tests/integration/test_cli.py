@@ -1,0 +1,129 @@
+"""The `rubricsvc` command end to end, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from tests.cli_runner import run_cli
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+
+
+def test_example_set_round_trip(database_url: str, tmp_path: Path) -> None:
+    def cli(*args: str) -> object:
+        result = run_cli(*args, database_url=database_url)
+        assert result.code == 0, result.stderr
+        return result
+
+    added = cli("rubrics", "add", str(EXAMPLES / "rubrics.yaml"))
+    assert "3 rubric(s): 3 created" in added.stdout  # type: ignore[attr-defined]
+    again = cli("rubrics", "add", str(EXAMPLES / "rubrics.yaml"))
+    assert "0 created, 0 new version(s), 3 unchanged" in again.stdout  # type: ignore[attr-defined]
+
+    listed = run_cli("rubrics", "list", "--json", database_url=database_url).json()
+    assert sorted(item["ref"] for item in listed) == [
+        "demo/explain-recursion@1",
+        "demo/haiku-autumn@1",
+        "demo/sleep-advice@1",
+    ]
+    assert {item["status"] for item in listed} == {"draft"}
+
+    shown = run_cli(
+        "rubrics", "show", "demo/sleep-advice", "--json", database_url=database_url
+    ).json()
+    assert [c["weight"] for c in shown["criteria"]] == [5, 3, 4, 2, -5, 1]
+    assert shown["criteria"][5]["check"] == {"type": "word_count", "min": None, "max": 300}
+
+    # Edit through the export format: the new version records its parent, the old one is unchanged.
+    exported = json.loads(cli("rubrics", "export", "demo/sleep-advice").stdout)  # type: ignore[attr-defined]
+    exported["criteria"][1]["weight"] = 4
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(yaml.safe_dump(exported))
+    assert "new version  demo/sleep-advice@2" in cli("rubrics", "add", str(edited)).stdout  # type: ignore[attr-defined]
+    v2 = run_cli(
+        "rubrics", "show", "demo/sleep-advice@2", "--json", database_url=database_url
+    ).json()
+    assert v2["parent_id"] == shown["id"]
+    v1 = run_cli(
+        "rubrics", "show", "demo/sleep-advice@1", "--json", database_url=database_url
+    ).json()
+    assert v1["criteria"] == shown["criteria"]
+
+    diff = cli("rubrics", "diff", "demo/sleep-advice@1", "demo/sleep-advice@2").stdout  # type: ignore[attr-defined]
+    assert "weight: 3.0 -> 4.0" in diff
+
+    cli("rubrics", "approve", "demo/sleep-advice@2", "--reviewer", "ann")
+    approved = run_cli(
+        "rubrics", "list", "--status", "approved", "--json", database_url=database_url
+    )
+    assert [item["ref"] for item in approved.json()] == ["demo/sleep-advice@2"]
+    twice = run_cli("rubrics", "approve", "demo/sleep-advice@2", database_url=database_url)
+    assert twice.code != 0
+    assert twice.stderr.strip() == "error: demo/sleep-advice@2 is already approved"
+
+    assert (
+        "9 completion(s) added"
+        in cli("completions", "add", str(EXAMPLES / "completions.jsonl")).stdout
+    )  # type: ignore[attr-defined]
+    assert (
+        "0 completion(s) added, 9 already stored"
+        in cli(  # type: ignore[attr-defined]
+            "completions", "add", str(EXAMPLES / "completions.jsonl")
+        ).stdout
+    )
+    completions = run_cli(
+        "completions", "list", "--json", "--prompt", "demo-haiku", database_url=database_url
+    )
+    assert [c["external_id"] for c in completions.json()] == [
+        "demo-haiku/a",
+        "demo-haiku/b",
+        "demo-haiku/c",
+    ]
+
+
+def test_unknown_reference_is_one_line(sqlite_url: str) -> None:
+    for args, message in [
+        (("rubrics", "show", "nope"), "error: no rubric named 'nope'"),
+        (("rubrics", "show", "424242"), "error: no rubric version with id 424242"),
+        (("rubrics", "diff", "nope", "nope@2"), "error: no rubric named 'nope'"),
+        (("rubrics", "approve", "nope@1"), "error: no rubric named 'nope'"),
+    ]:
+        result = run_cli(*args, database_url=sqlite_url)
+        assert result.code != 0
+        assert result.stderr.strip() == message
+
+
+def test_unmigrated_database_says_what_to_do(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'fresh.sqlite'}"
+    result = run_cli("rubrics", "list", database_url=url)
+    assert result.code != 0
+    assert result.stderr.strip() == f"error: database {url} is empty: run `rubricsvc db upgrade`"
+    assert run_cli("db", "upgrade", database_url=url).code == 0
+    assert run_cli("rubrics", "list", database_url=url).code == 0
+
+
+def test_bad_completions_store_nothing(sqlite_url: str, tmp_path: Path) -> None:
+    assert (
+        run_cli("rubrics", "add", str(EXAMPLES / "rubrics.yaml"), database_url=sqlite_url).code == 0
+    )
+    path = tmp_path / "c.jsonl"
+    path.write_text(
+        '{"prompt_external_id": "demo-haiku", "text": "fine"}\n'
+        '{"prompt_external_id": "no-such-prompt", "text": "orphan"}\n'
+    )
+    result = run_cli("completions", "add", str(path), database_url=sqlite_url)
+    assert result.code != 0
+    assert result.stderr.strip() == f"error: {path}:2: no prompt with external id 'no-such-prompt'"
+    listed = run_cli("completions", "list", "--json", database_url=sqlite_url).json()
+    assert listed == []
+
+    path.write_text('{"text": "which prompt?"}\n')
+    result = run_cli("completions", "add", str(path), database_url=sqlite_url)
+    assert (
+        "give exactly one of prompt_id, prompt_external_id, prompt, prompt_messages"
+        in result.stderr
+    )

@@ -1,0 +1,57 @@
+"""The embedded judge model: the bundled GGUF converts into a working float32 transformers folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from rubricsvc.config import get_settings
+from rubricsvc.judging.embedded import (
+    embedded_model_dir,
+    is_prepared,
+    locate_gguf,
+    prepare_embedded_model,
+)
+
+torch = pytest.importorskip("torch", reason="needs the transformers extra (make test installs it)")
+transformers = pytest.importorskip("transformers")
+
+
+def test_gguf_is_found_without_importing_its_package() -> None:
+    path = locate_gguf()
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert path.stat().st_size > 50_000_000
+
+
+@pytest.mark.slow
+def test_prepare_converts_once(tmp_path: Path) -> None:
+    target = prepare_embedded_model(tmp_path)
+    assert target == embedded_model_dir(tmp_path)
+    assert is_prepared(target)
+    stamp = (target / "model.safetensors").stat().st_mtime_ns
+    assert prepare_embedded_model(tmp_path) == target  # second call: nothing converted again
+    assert (target / "model.safetensors").stat().st_mtime_ns == stamp
+    config = transformers.AutoConfig.from_pretrained(target)
+    assert getattr(config, "quantization_config", None) is None
+
+
+def test_prepared_model_answers() -> None:
+    """The folder `make test` prepared loads in float32 and answers a question sensibly."""
+    target = embedded_model_dir(get_settings().judge.model_dir)
+    if not is_prepared(target):
+        message = f"embedded model not prepared at {target}: run `rubricsvc models prepare`"
+        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(target)
+    model = transformers.AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
+    assert model.dtype == torch.float32
+    chat = [{"role": "user", "content": "What is the capital of France?"}]
+    inputs = tokenizer.apply_chat_template(
+        chat, add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
+    output = model.generate(**inputs, max_new_tokens=12, do_sample=False)
+    answer = tokenizer.decode(output[0][inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+    assert "Paris" in answer
