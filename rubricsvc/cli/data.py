@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
 from sqlalchemy import func, select
 
 from rubricsvc.cli.context import console, db_session
-from rubricsvc.cli.render import dumps
+from rubricsvc.cli.render import build_table, dumps
 from rubricsvc.completions import add_completions, load_completion_file
 from rubricsvc.models import Completion, Prompt
 
@@ -60,19 +59,21 @@ def completions_list(
                 )
             )
             return
-        table = Table(title=f"{len(rows)} completion(s)")
-        for column in ("id", "external id", "prompt", "source", "chars"):
-            table.add_column(column)
-        table.add_column("text", no_wrap=True, overflow="ellipsis", ratio=1)
-        for c, p in rows:
-            table.add_row(
+        cells = [
+            [
                 str(c.id),
                 c.external_id or "",
                 p.external_id or str(p.id),
                 c.source or "",
                 str(len(c.text)),
-                " ".join(c.text.split())[:60],
-            )
+                " ".join(c.text.split()),
+            ]
+            for c, p in rows
+        ]
+        headers = ["id", "external id", "prompt", "source", "chars", "text"]
+        table = build_table(
+            f"{len(rows)} completion(s)", headers, cells, flexible="text", width=console.width
+        )
         console.print(table)
 
 
@@ -102,15 +103,12 @@ def prompts_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.
                 )
             )
             return
-        table = Table(title=f"{len(prompts)} prompt(s)")
-        for column in ("id", "external id", "completions"):
-            table.add_column(column)
-        table.add_column("prompt", no_wrap=True, overflow="ellipsis", ratio=1)
-        for p in prompts:
-            table.add_row(
-                str(p.id),
-                p.external_id or "",
-                str(counts.get(p.id, 0)),
-                " ".join(p.text.split())[:70],
-            )
+        cells = [
+            [str(p.id), p.external_id or "", str(counts.get(p.id, 0)), " ".join(p.text.split())]
+            for p in prompts
+        ]
+        headers = ["id", "external id", "completions", "prompt"]
+        table = build_table(
+            f"{len(prompts)} prompt(s)", headers, cells, flexible="prompt", width=console.width
+        )
         console.print(table)

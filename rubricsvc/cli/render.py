@@ -65,27 +65,44 @@ def dumps(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
-def versions_table(versions: list[RubricVersion]) -> Table:
-    table = Table(title=f"{len(versions)} rubric version(s)")
-    for column in ("id", "rubric", "ver", "status", "origin", "criteria", "pitfalls"):
-        table.add_column(
-            column, justify="right" if column in {"id", "ver", "criteria", "pitfalls"} else "left"
-        )
-    table.add_column("prompt", no_wrap=True, overflow="ellipsis", ratio=1)
+def build_table(
+    title: str, headers: list[str], rows: list[list[str]], flexible: str, width: int = 80
+) -> Table:
+    """A table whose short columns keep their full width; ``flexible`` is clipped to fit ``width``."""
+    table = Table(title=title)
+    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
+    fixed = sum(w for h, w in zip(headers, widths, strict=True) if h != flexible)
+    # Each column costs its padding and a border: 3 characters, plus the closing border.
+    room = max(10, width - fixed - 3 * len(headers) - 1)
+    for header, column_width in zip(headers, widths, strict=True):
+        if header == flexible:
+            table.add_column(header, no_wrap=True, overflow="ellipsis", max_width=room)
+        else:
+            table.add_column(header, no_wrap=True, min_width=column_width)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def versions_table(versions: list[RubricVersion], width: int = 80) -> Table:
+    rows = []
     for v in versions:
         s = version_summary(v)
         prompt = v.rubric.prompt.text if v.rubric.prompt else "(shared)"
-        table.add_row(
-            str(v.id),
-            v.rubric.name,
-            str(v.number),
-            s["status"],
-            s["origin"],
-            str(s["criteria"]),
-            str(s["pitfalls"]),
-            _clip(prompt, 50),
+        rows.append(
+            [
+                str(v.id),
+                v.rubric.name,
+                str(v.number),
+                s["status"],
+                str(s["criteria"]),
+                " ".join(prompt.split()),
+            ]
         )
-    return table
+    headers = ["id", "rubric", "ver", "status", "criteria", "prompt"]
+    return build_table(
+        f"{len(versions)} rubric version(s)", headers, rows, flexible="prompt", width=width
+    )
 
 
 def criteria_table(version: RubricVersion) -> Table:
@@ -119,8 +136,3 @@ def diff_lines(diff: RubricDiff) -> list[str]:
     if diff.empty:
         lines.append("(no differences)")
     return lines
-
-
-def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"

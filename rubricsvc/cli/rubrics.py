@@ -61,7 +61,7 @@ def list_(
         if as_json:
             console.print_json(dumps([version_summary(v) for v in versions]))
         else:
-            console.print(versions_table(versions))
+            console.print(versions_table(versions, width=console.width))
 
 
 @app.command("show")

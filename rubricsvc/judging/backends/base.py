@@ -1,0 +1,53 @@
+"""The judge-backend contract: two batch primitives, and errors that say whether to retry."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from rubricsvc.errors import RubricsvcError
+from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
+
+
+class BackendError(RubricsvcError):
+    """A backend call failed. ``retryable`` tells the caller whether trying again may help."""
+
+    def __init__(self, message: str, *, retryable: bool, status: int | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status  # the provider's HTTP status, when there is one
+
+
+class ContextLengthError(BackendError):
+    """The request does not fit the model's context; never silently truncated, never retried."""
+
+    def __init__(self, tokens: int, limit: int) -> None:
+        super().__init__(
+            f"prompt of {tokens} tokens exceeds the model's context of {limit} tokens",
+            retryable=False,
+        )
+        self.tokens = tokens
+        self.limit = limit
+
+
+@runtime_checkable
+class JudgeBackend(Protocol):
+    """A model that judges. Both primitives take a batch and return one item per request,
+    in order: the result, or the ``BackendError`` that request met (so one bad request does
+    not fail its neighbours). An error that affects the whole call may also be raised.
+    """
+
+    name: str  # registry name: "transformers", "vllm", "openai", ...
+    model: str  # what the judge config records as the model
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation | BackendError]:
+        """Decode a reply for each chat."""
+        ...
+
+    def choice_probs(self, requests: Sequence[ChoiceRequest]) -> list[ChoiceResult | BackendError]:
+        """The probability of each choice as the first reply token, from one forward pass."""
+        ...
+
+    def close(self) -> None:
+        """Release the model, connections, threads."""
+        ...

@@ -1,0 +1,1 @@
+"""Celery workers that batch-score completions (thin shells around ``rubricsvc`` services)."""
