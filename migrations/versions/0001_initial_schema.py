@@ -176,6 +176,11 @@ def upgrade() -> None:
         sa.Column("content_hash", sa.String(length=64), nullable=False),
         sa.Column("title", sa.Text(), nullable=True),
         sa.Column(
+            "dimension_weights",
+            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
+            nullable=True,
+        ),
+        sa.Column(
             "origin",
             sa.Enum(
                 "human",
@@ -390,6 +395,11 @@ def upgrade() -> None:
         sa.Column("latency_ms", sa.Float(), nullable=True),
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("error", sa.Text(), nullable=True),
+        sa.Column(
+            "detail",
+            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
+            nullable=True,
+        ),
         sa.Column(
             "created_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
         ),

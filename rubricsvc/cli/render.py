@@ -34,6 +34,7 @@ def version_detail(version: RubricVersion) -> dict[str, Any]:
     detail = version_summary(version)
     detail.update(
         title=version.title,
+        dimension_weights=version.dimension_weights,
         description=version.rubric.description,
         origin_detail=version.origin_detail,
         note=version.note,

@@ -36,6 +36,9 @@ class ChoiceRequest:
 
     chat: Chat
     choices: tuple[str, ...]
+    # Requests with the same group share a long prefix (the judged prompt and response);
+    # a backend that can reuse the prefix's key/value cache does so within a group.
+    group: str | None = None
 
 
 @dataclass(frozen=True)

@@ -61,5 +61,7 @@ class Judgment(CreatedAtMixin, Base):
     latency_ms: Mapped[float | None] = mapped_column(Float)
     attempts: Mapped[int] = mapped_column(Integer, default=1)
     error: Mapped[str | None] = mapped_column(Text)
+    # Mode-specific extras: choice probabilities, ordinal level, reference-relative scores.
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
 
     judge_config: Mapped[JudgeConfig] = relationship()

@@ -83,6 +83,8 @@ class RubricVersion(CreatedAtMixin, Base):
     # sha256 of the canonical criteria list: equal content, equal hash.
     content_hash: Mapped[str] = mapped_column(String(HASH_LENGTH), index=True)
     title: Mapped[str | None] = mapped_column(Text)
+    # Weight of each theme (dimension) for dimension-weighted aggregation (RACE); None = equal.
+    dimension_weights: Mapped[dict[str, float] | None] = mapped_column(JSONType)
     origin: Mapped[Origin] = mapped_column(str_enum(Origin, "origin"))
     # generator model, template hash and sampling (llm); source and path (imported); author (human)
     origin_detail: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)

@@ -43,8 +43,8 @@ class Score(CreatedAtMixin, Base):
     value: Mapped[float | None] = mapped_column(Float)  # None when masked
     coverage: Mapped[float] = mapped_column(Float)  # share of |weight| judged ok
     status: Mapped[ScoreStatus] = mapped_column(str_enum(ScoreStatus, "score_status"))
-    # Per-criterion breakdown: [{criterion_id, weight, value, status}].
-    details: Mapped[list[dict[str, Any]]] = mapped_column(JSONType, default=list)
+    # {"criteria": [{criterion_id, weight, value, status}], "reason": why masked or capped}
+    details: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
 
     judge_config: Mapped[JudgeConfig] = relationship()
 

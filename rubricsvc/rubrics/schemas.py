@@ -192,6 +192,9 @@ class RubricSpec(_Strict):
     description: str | None = None
     prompt: PromptSpec | None = None
     criteria: list[CriterionSpec]
+    # Weight of each theme for dimension-weighted aggregation (RACE); every theme used by a
+    # criterion must be listed. Omitted: themes are not weighted.
+    dimension_weights: dict[str, float] | None = None
     origin: Literal["human", "llm", "imported"] = "human"
     origin_detail: dict[str, Any] = Field(default_factory=dict)
     note: str | None = None
@@ -213,6 +216,24 @@ class RubricSpec(_Strict):
             raise ValueError("a rubric needs at least one criterion with positive weight")
         return criteria
 
+    @model_validator(mode="after")
+    def _dimensions_cover_themes(self) -> RubricSpec:
+        if self.dimension_weights is None:
+            return self
+        for theme, weight in self.dimension_weights.items():
+            if not math.isfinite(weight) or weight <= 0:
+                raise ValueError(f"dimension_weights.{theme}: must be a positive finite number")
+        missing = sorted({str(c.theme) for c in self.criteria} - set(self.dimension_weights))
+        if missing:
+            raise ValueError(f"dimension_weights has no weight for theme(s): {', '.join(missing)}")
+        return self
+
     def content_hash(self) -> str:
-        """Hash of the versioned content: the ordered criteria and the title."""
-        return content_hash({"title": self.title, "criteria": [c.stored() for c in self.criteria]})
+        """Hash of the versioned content: title, dimension weights and the ordered criteria."""
+        content: dict[str, Any] = {
+            "title": self.title,
+            "criteria": [c.stored() for c in self.criteria],
+        }
+        if self.dimension_weights is not None:
+            content["dimension_weights"] = self.dimension_weights
+        return content_hash(content)

@@ -86,6 +86,7 @@ def _append_version(
         parent_id=parent.id if parent else None,
         content_hash=spec.content_hash(),
         title=spec.title,
+        dimension_weights=spec.dimension_weights,
         origin=Origin(spec.origin),
         origin_detail=spec.origin_detail,
         note=spec.note,
@@ -127,6 +128,7 @@ def spec_of(version: RubricVersion) -> RubricSpec:
     data: dict[str, object] = {
         "name": rubric.name,
         "title": version.title,
+        "dimension_weights": version.dimension_weights,
         "description": rubric.description,
         "origin": version.origin.value,
         "origin_detail": version.origin_detail,

@@ -1,0 +1,32 @@
+"""Judge backends, chosen by name; each module imports its heavy dependencies only when used."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from rubricsvc.errors import ValidationFailed
+from rubricsvc.judging.backends.base import BackendError, ContextLengthError, JudgeBackend
+
+# name -> (module, class). Modules are imported on first use.
+BACKENDS: dict[str, tuple[str, str]] = {
+    "transformers": ("rubricsvc.judging.backends.transformers", "TransformersBackend"),
+    "vllm": ("rubricsvc.judging.backends.vllm", "VLLMBackend"),
+    "openai": ("rubricsvc.judging.backends.openai", "OpenAIBackend"),
+}
+
+
+def create_backend(name: str, **options: Any) -> JudgeBackend:
+    """An instance of backend ``name`` configured with ``options`` (see each backend's class)."""
+    try:
+        module_name, class_name = BACKENDS[name]
+    except KeyError:
+        raise ValidationFailed(
+            f"unknown judge backend {name!r}; choose one of {', '.join(sorted(BACKENDS))}"
+        ) from None
+    backend_class = getattr(importlib.import_module(module_name), class_name)
+    backend: JudgeBackend = backend_class(**options)
+    return backend
+
+
+__all__ = ["BACKENDS", "BackendError", "ContextLengthError", "JudgeBackend", "create_backend"]

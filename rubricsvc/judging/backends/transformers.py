@@ -1,0 +1,280 @@
+"""In-process judging with transformers: the embedded default (CPU, float32).
+
+Choice probabilities come from one forward pass. Requests that share a ``group`` share
+their long prefix (the judged prompt and response, then one criterion each): the prefix's
+key/value cache is computed once and reused for every criterion of the group.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rubricsvc.errors import DependencyMissing
+from rubricsvc.judging.backends.base import BackendError, ContextLengthError
+from rubricsvc.judging.types import (
+    Chat,
+    ChoiceRequest,
+    ChoiceResult,
+    Generation,
+    GenerationRequest,
+)
+
+# A shared prefix shorter than this is not worth a separate forward pass.
+MIN_REUSED_PREFIX = 16
+
+
+def _import_torch() -> tuple[Any, Any]:
+    try:
+        import torch
+        import transformers
+    except ImportError as err:
+        raise DependencyMissing(
+            f"the transformers backend needs the transformers extra ({err.name} is missing): "
+            "pip install 'rubricsvc[transformers]'"
+        ) from None
+    return torch, transformers
+
+
+def _default_model_path() -> Path:
+    from rubricsvc.config import get_settings
+    from rubricsvc.judging.embedded import prepare_embedded_model
+
+    return prepare_embedded_model(get_settings().judge.model_dir)
+
+
+class TransformersBackend:
+    """A causal LM loaded in this process."""
+
+    name = "transformers"
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        *,
+        batch_size: int = 16,
+        prefix_reuse: bool = True,
+        max_context: int | None = None,
+        threads: int | None = None,
+    ) -> None:
+        torch, transformers = _import_torch()
+        self._torch = torch
+        path = Path(model) if model else _default_model_path()
+        self.model = str(model) if model else path.name
+        if threads:
+            torch.set_num_threads(threads)
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+        # float32: bfloat16 output of small models degenerates on CPU.
+        self.lm = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        self.lm.eval()
+        self.batch_size = batch_size
+        self.prefix_reuse = prefix_reuse
+        self.context_limit = max_context or int(
+            getattr(self.lm.config, "max_position_embeddings", 2048)
+        )
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else self.tokenizer.eos_token_id)
+
+    # -- encoding ---------------------------------------------------------------------
+
+    def encode(self, chat: Chat) -> list[int]:
+        """Token ids of ``chat`` rendered with the model's template, ready for the reply."""
+        ids = self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return [int(i) for i in ids]
+
+    def choice_token(self, choice: str) -> int:
+        ids = self.tokenizer.encode(choice, add_special_tokens=False)
+        if len(ids) != 1:
+            raise BackendError(
+                f"verdict choice {choice!r} is {len(ids)} tokens for {self.model}; "
+                "choices must be single tokens",
+                retryable=False,
+            )
+        return int(ids[0])
+
+    # -- choice probabilities ---------------------------------------------------------
+
+    def choice_probs(self, requests: Sequence[ChoiceRequest]) -> list[ChoiceResult | BackendError]:
+        results: list[ChoiceResult | BackendError | None] = [None] * len(requests)
+        encoded: dict[int, list[int]] = {}
+        for index, request in enumerate(requests):
+            try:
+                for choice in request.choices:
+                    self.choice_token(choice)
+                ids = self.encode(request.chat)
+                if len(ids) > self.context_limit:
+                    raise ContextLengthError(len(ids), self.context_limit)
+                encoded[index] = ids
+            except BackendError as err:
+                results[index] = err
+
+        groups: dict[object, list[int]] = defaultdict(list)
+        for index in encoded:
+            group = requests[index].group
+            key = group if (self.prefix_reuse and group is not None) else ("single", index)
+            groups[key].append(index)
+
+        with self._torch.inference_mode():
+            singles = [members[0] for members in groups.values() if len(members) == 1]
+            for start in range(0, len(singles), self.batch_size):
+                chunk = singles[start : start + self.batch_size]
+                rows = self._last_logits_padded([encoded[i] for i in chunk])
+                for index, logits in zip(chunk, rows, strict=True):
+                    results[index] = self._result(requests[index], logits, len(encoded[index]))
+            for members in groups.values():
+                if len(members) > 1:
+                    rows = self._last_logits_shared([encoded[i] for i in members])
+                    for index, logits in zip(members, rows, strict=True):
+                        results[index] = self._result(requests[index], logits, len(encoded[index]))
+        return [r for r in results if r is not None]
+
+    def _result(self, request: ChoiceRequest, logits: Any, prompt_tokens: int) -> ChoiceResult:
+        probs = self._torch.softmax(logits.float(), dim=-1)
+        top = self._torch.topk(probs, 5)
+        return ChoiceResult(
+            probs={c: float(probs[self.choice_token(c)]) for c in request.choices},
+            prompt_tokens=prompt_tokens,
+            detail={
+                "top": [
+                    (self.tokenizer.decode([int(t)]), round(float(p), 6))
+                    for p, t in zip(top.values, top.indices, strict=True)
+                ]
+            },
+        )
+
+    def _last_logits_padded(self, sequences: list[list[int]]) -> list[Any]:
+        """Next-token logits after each sequence: one left-padded batch, no reuse."""
+        torch = self._torch
+        width = max(len(s) for s in sequences)
+        ids = torch.full((len(sequences), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(sequences), width), dtype=torch.long)
+        for row, seq in enumerate(sequences):
+            ids[row, width - len(seq) :] = torch.tensor(seq)
+            mask[row, width - len(seq) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits = self.lm(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+        return [logits[row, -1] for row in range(len(sequences))]
+
+    def _last_logits_shared(self, sequences: list[list[int]]) -> list[Any]:
+        """Next-token logits after each sequence, computing their common prefix once."""
+        prefix_len = _common_prefix_length(sequences)
+        # Every suffix keeps at least one token: its last position gives the logits.
+        prefix_len = min(prefix_len, min(len(s) for s in sequences) - 1)
+        if prefix_len < MIN_REUSED_PREFIX:
+            return [
+                row
+                for start in range(0, len(sequences), self.batch_size)
+                for row in self._last_logits_padded(sequences[start : start + self.batch_size])
+            ]
+        torch = self._torch
+        prefix = torch.tensor([sequences[0][:prefix_len]])
+        cache = self.lm(input_ids=prefix, use_cache=True).past_key_values
+        out: list[Any] = []
+        for start in range(0, len(sequences), self.batch_size):
+            chunk = [s[prefix_len:] for s in sequences[start : start + self.batch_size]]
+            width = max(len(s) for s in chunk)
+            # Right padding: under causal attention a pad after a token cannot change it.
+            ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
+            mask = torch.ones((len(chunk), prefix_len + width), dtype=torch.long)
+            for row, seq in enumerate(chunk):
+                ids[row, : len(seq)] = torch.tensor(seq)
+                mask[row, prefix_len + len(seq) :] = 0
+            positions = torch.arange(prefix_len, prefix_len + width).expand(len(chunk), -1)
+            # The forward pass appends to the cache: each chunk works on its own copy.
+            chunk_cache = copy.deepcopy(cache)
+            chunk_cache.batch_repeat_interleave(len(chunk))
+            logits = self.lm(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=chunk_cache,
+                use_cache=True,
+            ).logits
+            out.extend(logits[row, len(seq) - 1] for row, seq in enumerate(chunk))
+        return out
+
+    # -- generation -------------------------------------------------------------------
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation | BackendError]:
+        results: list[Generation | BackendError | None] = [None] * len(requests)
+        batches: dict[tuple[int, float, int | None], list[tuple[int, list[int]]]] = defaultdict(
+            list
+        )
+        for index, request in enumerate(requests):
+            ids = self.encode(request.chat)
+            if len(ids) + request.max_tokens > self.context_limit:
+                results[index] = ContextLengthError(
+                    len(ids) + request.max_tokens, self.context_limit
+                )
+                continue
+            key = (request.max_tokens, request.temperature, request.seed)
+            batches[key].append((index, ids))
+        for (max_tokens, temperature, seed), items in batches.items():
+            for start in range(0, len(items), self.batch_size):
+                chunk = items[start : start + self.batch_size]
+                outputs = self._generate_batch(
+                    [ids for _, ids in chunk], max_tokens, temperature, seed
+                )
+                for (index, _), generation in zip(chunk, outputs, strict=True):
+                    results[index] = generation
+        return [r for r in results if r is not None]
+
+    def _generate_batch(
+        self, sequences: list[list[int]], max_tokens: int, temperature: float, seed: int | None
+    ) -> list[Generation]:
+        torch = self._torch
+        width = max(len(s) for s in sequences)
+        ids = torch.full((len(sequences), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(sequences), width), dtype=torch.long)
+        for row, seq in enumerate(sequences):
+            ids[row, width - len(seq) :] = torch.tensor(seq)
+            mask[row, width - len(seq) :] = 1
+        if seed is not None:
+            torch.manual_seed(seed)
+        sampling: dict[str, Any] = (
+            {"do_sample": True, "temperature": temperature}
+            if temperature > 0
+            else {"do_sample": False}
+        )
+        with torch.inference_mode():
+            output = self.lm.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=max_tokens,
+                pad_token_id=self.pad_id,
+                **sampling,
+            )
+        generations = []
+        eos = self.tokenizer.eos_token_id
+        for row in range(len(sequences)):
+            new = [int(t) for t in output[row, width:]]
+            finish = "length"
+            if eos in new:
+                new = new[: new.index(eos)]
+                finish = "stop"
+            else:
+                while new and new[-1] == self.pad_id:
+                    new.pop()
+            text = self.tokenizer.decode(new, skip_special_tokens=True)
+            generations.append(Generation(text, len(sequences[row]), len(new), finish))
+        return generations
+
+    def close(self) -> None:
+        del self.lm
+
+
+def _common_prefix_length(sequences: list[list[int]]) -> int:
+    first = sequences[0]
+    length = len(first)
+    for seq in sequences[1:]:
+        limit = min(length, len(seq))
+        i = 0
+        while i < limit and seq[i] == first[i]:
+            i += 1
+        length = i
+    return length

@@ -1,0 +1,69 @@
+"""Judge prompt templates: text files with ``### system`` / ``### user`` sections.
+
+Placeholders are ``${name}`` (``string.Template``). The template's hash is part of the
+judge config, so a changed template is a different judge.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+
+from rubricsvc.errors import ValidationFailed
+from rubricsvc.judging.types import Chat
+
+BUNDLED_DIR = Path(__file__).resolve().parent / "prompts"
+_SECTION = re.compile(r"^### (system|user|assistant)\s*$", re.MULTILINE)
+# Tags the templates use to frame data; inside judged text they are defused so a response
+# cannot close its own frame and pose as the grader's instructions.
+FRAME_TAGS = ("conversation", "response", "task", "reference_report", "target_report")
+_FRAME_TAG = re.compile(r"<\s*(/?)\s*(" + "|".join(FRAME_TAGS) + r")\s*>", re.IGNORECASE)
+
+
+def defuse(text: str) -> str:
+    """``text`` with framing tags turned into look-alikes, so they no longer frame anything."""
+    return _FRAME_TAG.sub(lambda m: f"\u2039{m.group(1)}{m.group(2)}\u203a", text)
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    name: str
+    source: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.source.encode("utf-8")).hexdigest()
+
+    def sections(self) -> list[tuple[str, str]]:
+        parts = _SECTION.split(self.source)
+        if parts[0].strip():
+            raise ValidationFailed(f"template {self.name}: text before the first '### role' line")
+        roles, bodies = parts[1::2], parts[2::2]
+        if not roles:
+            raise ValidationFailed(f"template {self.name}: no '### system' or '### user' section")
+        return [(role, body.strip("\n")) for role, body in zip(roles, bodies, strict=True)]
+
+    def render(self, **fields: str) -> Chat:
+        """The chat for these fields; a placeholder without a value is an error."""
+        chat = []
+        for role, body in self.sections():
+            try:
+                chat.append({"role": role, "content": Template(body).substitute(fields)})
+            except KeyError as err:
+                raise ValidationFailed(
+                    f"template {self.name}: no value for ${{{err.args[0]}}}"
+                ) from None
+        return chat
+
+
+def load_template(name_or_path: str) -> PromptTemplate:
+    """A bundled template by name (``criterion_prob``) or a template file by path."""
+    bundled = BUNDLED_DIR / f"{name_or_path}.txt"
+    path = bundled if bundled.is_file() else Path(name_or_path)
+    if not path.is_file():
+        names = ", ".join(sorted(p.stem for p in BUNDLED_DIR.glob("*.txt")))
+        raise ValidationFailed(f"no template {name_or_path!r}: give a file path or one of {names}")
+    return PromptTemplate(name=path.stem, source=path.read_text(encoding="utf-8"))
