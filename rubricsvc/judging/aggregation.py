@@ -29,6 +29,8 @@ class Outcome:
     value: float | None
     theme: str | None = None
     required: bool = False
+    # Reference-relative judging: the reference report's value on the same criterion.
+    reference: float | None = None
 
 
 class Status(enum.StrEnum):
@@ -68,8 +70,24 @@ def race(outcomes: Sequence[Outcome], dims: Mapping[str, float] | None) -> float
     """Dimension-weighted: a RaR mean within each theme, then themes by their weights.
 
     Themes without a judged criterion drop out and the remaining weights renormalize;
-    without dimension weights every theme counts equally.
+    without dimension weights every theme counts equally. When every outcome carries a
+    reference value (reference-relative judging), the result is RACE's relative score
+    target / (target + reference) of the two dimension-weighted totals.
     """
+    if outcomes and all(o.reference is not None for o in outcomes):
+        target = _dimension_weighted(outcomes, dims)
+        reference = _dimension_weighted(
+            [Outcome(o.criterion_id, o.weight, o.reference, o.theme) for o in outcomes], dims
+        )
+        if target is None or reference is None or target + reference <= 0:
+            return None
+        return target / (target + reference)
+    return _dimension_weighted(outcomes, dims)
+
+
+def _dimension_weighted(
+    outcomes: Sequence[Outcome], dims: Mapping[str, float] | None
+) -> float | None:
     by_theme: dict[str, list[Outcome]] = defaultdict(list)
     for outcome in outcomes:
         by_theme[outcome.theme or ""].append(outcome)

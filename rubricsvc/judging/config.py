@@ -54,7 +54,7 @@ class JudgeSpec(BaseModel):
     revision: str | None = None
     mode: VerdictMode = VerdictMode.CRITERION_PROB
     template: str | None = None  # a bundled template name or a file path; None: the mode's
-    max_tokens: int = Field(default=256, ge=1)  # for modes that decode
+    max_tokens: int = Field(default=160, ge=1)  # for modes that decode
     temperature: float = Field(default=0.0, ge=0.0)
     seed: int | None = 0
     max_criteria: int = Field(default=8, ge=1)  # multi-criterion: criteria per call

@@ -30,8 +30,8 @@ class Verdict:
 # answer the question (it started some other reply): a failure, not a verdict.
 MIN_VERDICT_MASS = 0.01
 
-YES_TOKENS = ("Yes", "yes", "YES")
-NO_TOKENS = ("No", "no", "NO")
+YES_TOKENS = ("Yes", "yes")
+NO_TOKENS = ("No", "no")
 
 
 def binary_from_probs(probs: Mapping[str, float]) -> Verdict:

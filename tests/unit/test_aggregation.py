@@ -8,7 +8,9 @@ from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.aggregation import Outcome, Status, aggregate
 
 
-def o(cid: int, weight: float, value: float | None, theme: str | None = None, required: bool = False) -> Outcome:
+def o(
+    cid: int, weight: float, value: float | None, theme: str | None = None, required: bool = False
+) -> Outcome:
     return Outcome(cid, weight, value, theme, required)
 
 
@@ -65,3 +67,16 @@ def test_an_undecided_gate_masks() -> None:
 def test_unknown_aggregation() -> None:
     with pytest.raises(ValidationFailed, match="unknown aggregation 'mean'"):
         aggregate("mean", [o(1, 1, 1)])
+
+
+def test_race_relative_to_a_reference() -> None:
+    outcomes = [
+        Outcome(1, 0.5, 0.8, "insight", reference=0.6),
+        Outcome(2, 0.5, 0.4, "insight", reference=0.6),
+        Outcome(3, 1.0, 0.9, "readability", reference=0.3),
+    ]
+    dims = {"insight": 0.6, "readability": 0.4}
+    target = 0.6 * 0.6 + 0.4 * 0.9
+    reference = 0.6 * 0.6 + 0.4 * 0.3
+    result = aggregate("race", outcomes, dimension_weights=dims)
+    assert result.value == pytest.approx(target / (target + reference))

@@ -14,10 +14,18 @@ HAIKU = "Maple leaves let go\nthe cold wind carries them home\nbare branches at 
     [
         ({"type": "regex", "pattern": r"^[^\n]+\n[^\n]+\n[^\n]+$"}, HAIKU, True),
         ({"type": "regex", "pattern": r"^[^\n]+\n[^\n]+\n[^\n]+$"}, HAIKU + "\n\nA note.", False),
-        ({"type": "regex", "pattern": r"as an ai", "must_match": False, "ignore_case": True}, "As an AI, I", False),
+        (
+            {"type": "regex", "pattern": r"as an ai", "must_match": False, "ignore_case": True},
+            "As an AI, I",
+            False,
+        ),
         ({"type": "regex", "pattern": r"as an ai", "must_match": False}, "As an AI, I", True),
         ({"type": "contains", "text": "PARIS"}, "The capital is Paris.", True),
-        ({"type": "contains", "text": "PARIS", "ignore_case": False}, "The capital is Paris.", False),
+        (
+            {"type": "contains", "text": "PARIS", "ignore_case": False},
+            "The capital is Paris.",
+            False,
+        ),
         ({"type": "not_contains", "text": "sorry"}, "Sorry, I cannot.", False),
         ({"type": "word_count", "max": 3}, "one two  three\n", True),
         ({"type": "word_count", "min": 4}, "one two three", False),

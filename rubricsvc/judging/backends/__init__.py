@@ -13,6 +13,7 @@ BACKENDS: dict[str, tuple[str, str]] = {
     "transformers": ("rubricsvc.judging.backends.transformers", "TransformersBackend"),
     "vllm": ("rubricsvc.judging.backends.vllm", "VLLMBackend"),
     "openai": ("rubricsvc.judging.backends.openai", "OpenAIBackend"),
+    "scripted": ("rubricsvc.judging.backends.scripted", "ScriptedBackend"),
 }
 
 

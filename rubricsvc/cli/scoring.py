@@ -1,0 +1,243 @@
+"""``rubricsvc score``, ``rubricsvc scores ...`` and ``rubricsvc judges ...``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from sqlalchemy import select
+
+from rubricsvc.cli.context import console, db_session, err_console
+from rubricsvc.cli.render import build_table
+from rubricsvc.judging.aggregation import AGGREGATIONS, DEFAULT_MIN_COVERAGE
+from rubricsvc.judging.backends import JudgeBackend, create_backend
+from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec, VerdictMode
+from rubricsvc.models import Completion, JudgeConfig, Prompt, RubricVersion, Score
+from rubricsvc.scoring.judge_configs import ensure_judge_config, find_judge, load_judge_file
+from rubricsvc.scoring.selection import Selection
+from rubricsvc.scoring.service import ScoredCompletion, ScoreOptions, ScoreReport, score
+
+scores_app = typer.Typer(help="Read and export stored scores.", no_args_is_help=True)
+judges_app = typer.Typer(help="Judge configurations.", no_args_is_help=True)
+
+
+def backend_for(spec: JudgeSpec) -> JudgeBackend:
+    options = dict(spec.backend_options)
+    if spec.model is not None:
+        options["model"] = spec.model
+    return create_backend(spec.backend, **options)
+
+
+def score_command(
+    judge: str = typer.Option("embedded", help="Judge config name (see `rubricsvc judges list`)."),
+    mode: VerdictMode | None = typer.Option(None, help="Verdict mode (default: the judge's)."),
+    aggregation: str = typer.Option("rar", help=f"One of {', '.join(sorted(AGGREGATIONS))}."),
+    rubric: str | None = typer.Option(None, help="Score with this rubric version (REF)."),
+    prompt: list[str] = typer.Option([], help="Only completions of prompts with this external id."),
+    source: list[str] = typer.Option([], help="Only completions from this source."),
+    completion: list[int] = typer.Option([], help="Only the completion with this id."),
+    include_drafts: bool = typer.Option(
+        False, help="Use draft rubric versions, not only approved."
+    ),
+    min_coverage: float = typer.Option(DEFAULT_MIN_COVERAGE, help="Below this coverage: no score."),
+    breakdown: bool = typer.Option(True, help="Print the per-criterion breakdown."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Score completions against their rubrics; judgments already made come from the cache."""
+    selection = Selection(
+        completion_ids=tuple(completion),
+        prompt_external_ids=tuple(prompt),
+        sources=tuple(source),
+        rubric_ref=rubric,
+        include_drafts=include_drafts,
+    )
+    options = ScoreOptions(aggregation=aggregation, min_coverage=min_coverage)
+    with db_session() as session:
+        spec = find_judge(session, judge)
+        if mode is not None:
+            spec = spec.with_mode(mode)
+        with _progress_bar(enabled=not as_json) as update:
+            report = score(
+                session,
+                spec,
+                selection,
+                options,
+                backend_factory=lambda: backend_for(spec),
+                progress=update,
+                checkpoint=session.commit,
+            )
+    if as_json:
+        console.print_json(json.dumps(asdict(report)))
+        return
+    _print_report(report, breakdown)
+
+
+class _progress_bar:
+    """A progress bar on stderr while judgments are made; a no-op for --json or no terminal."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.progress: Progress | None = None
+        if enabled and sys.stderr.isatty():
+            self.progress = Progress(
+                TextColumn("judging"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=err_console,
+                transient=True,
+            )
+        self.task: Any = None
+
+    def __enter__(self) -> Any:
+        if self.progress is not None:
+            self.progress.start()
+            self.task = self.progress.add_task("judging", total=None)
+        return self.update
+
+    def update(self, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, completed=done, total=total)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def _fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def _print_report(report: ScoreReport, breakdown: bool) -> None:
+    ranked = sorted(report.scores, key=lambda s: (s.value is None, -(s.value or 0.0)))
+    rows = [
+        [
+            str(rank),
+            s.completion_external_id or str(s.completion_id),
+            s.source or "",
+            _fmt(s.value),
+            f"{s.coverage:.2f}",
+            s.status,
+            s.rubric,
+        ]
+        for rank, s in enumerate(ranked, start=1)
+    ]
+    headers = ["#", "completion", "source", "score", "coverage", "status", "rubric"]
+    title = f"{len(ranked)} score(s): judge {report.judge}, aggregation {report.aggregation}"
+    console.print(build_table(title, headers, rows, flexible="rubric", width=console.width))
+    if breakdown:
+        for scored in ranked:
+            if scored.criteria:
+                console.print(_breakdown_table(scored))
+    if report.without_rubric:
+        console.print(
+            f"{len(report.without_rubric)} completion(s) have no usable rubric version "
+            "(approve one, or pass --include-drafts)"
+        )
+    console.print(
+        f"{report.judgments} judgment(s): {report.computed} computed, {report.cached} from the cache, "
+        f"{report.failed} failed; {report.checks} check(s); {report.backend_requests} backend request(s)"
+    )
+    if report.judgments and report.cached == report.judgments:
+        console.print("Everything came from the cache: no judge was called.")
+
+
+def _breakdown_table(scored: ScoredCompletion) -> Table:
+    title = f"{scored.completion_external_id or scored.completion_id}: {_fmt(scored.value)}"
+    if scored.reasons:
+        title += f" ({'; '.join(scored.reasons)})"
+    table = Table(title=title, title_justify="left")
+    for column in ("weight", "verdict", "value", "criterion"):
+        table.add_column(column, justify="right" if column in {"weight", "value"} else "left")
+    for entry in scored.criteria:
+        verdict = entry.get("verdict") or entry["status"]
+        if entry["status"] == "failed":
+            verdict = f"[red]failed[/red]: {entry.get('error', '')}"[:80]
+        table.add_row(f"{entry['weight']:g}", verdict, _fmt(entry["value"]), entry["text"])
+    return table
+
+
+@scores_app.command("export")
+def scores_export(
+    judge: str = typer.Option(..., help="Judge config name."),
+    aggregation: str = typer.Option(..., help="Aggregation name."),
+    output_format: str = typer.Option("jsonl", "--format", help="Only jsonl for now."),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Write here instead of stdout."
+    ),
+) -> None:
+    """Write one line per scored completion: prompt id, completion id, score, coverage, status."""
+    if output_format != "jsonl":
+        raise typer.BadParameter("only --format jsonl is supported", param_hint="--format")
+    with db_session() as session:
+        rows = session.execute(
+            select(Score, Completion, Prompt, RubricVersion)
+            .join(JudgeConfig, Score.judge_config_id == JudgeConfig.id)
+            .join(Completion, Score.completion_id == Completion.id)
+            .join(Prompt, Completion.prompt_id == Prompt.id)
+            .join(RubricVersion, Score.rubric_version_id == RubricVersion.id)
+            .where(JudgeConfig.name == judge, Score.aggregation == aggregation)
+            .order_by(Score.completion_id, Score.rubric_version_id)
+        ).all()
+        lines = [
+            json.dumps(
+                {
+                    "prompt_external_id": prompt.external_id,
+                    "completion_id": completion.id,
+                    "completion_external_id": completion.external_id,
+                    "rubric": version.ref,
+                    "score": score_row.value,
+                    "coverage": score_row.coverage,
+                    "status": score_row.status.value,
+                },
+                ensure_ascii=False,
+            )
+            for score_row, completion, prompt, version in rows
+        ]
+    text = "\n".join(lines) + ("\n" if lines else "")
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text, encoding="utf-8")
+        err_console.print(f"{len(lines)} score(s) written to {output}")
+
+
+@judges_app.command("list")
+def judges_list() -> None:
+    """Built-in and stored judge configs."""
+    with db_session() as session:
+        stored = {
+            row.name: row for row in session.scalars(select(JudgeConfig).order_by(JudgeConfig.name))
+        }
+    rows = [
+        [name, spec.backend, spec.model or "(embedded)", spec.mode.value, "built-in"]
+        for name, spec in BUILTIN_JUDGES.items()
+        if name not in stored
+    ]
+    rows += [
+        [r.name, r.backend, r.model, r.verdict_mode, f"stored {r.config_hash[:12]}"]
+        for r in stored.values()
+    ]
+    headers = ["name", "backend", "model", "mode", "where"]
+    console.print(
+        build_table(f"{len(rows)} judge(s)", headers, rows, flexible="model", width=console.width)
+    )
+
+
+@judges_app.command("add")
+def judges_add(
+    file: Path = typer.Argument(..., help="YAML or JSON with one judge or a list."),
+) -> None:
+    """Store judge configs from a file (a stored config is never changed: use a new name)."""
+    specs = load_judge_file(file)
+    with db_session() as session:
+        for spec in specs:
+            row = ensure_judge_config(session, spec)
+            console.print(
+                f"judge {row.name}: {row.backend} {row.model} {row.verdict_mode} ({row.config_hash[:12]})"
+            )

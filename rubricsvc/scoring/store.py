@@ -1,0 +1,80 @@
+"""Idempotent writes of judgments and scores (insert-on-conflict), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from rubricsvc.models import Judgment, JudgmentStatus, Score
+
+# Keeps IN (...) lists and multi-row inserts well under every driver's parameter limit.
+CHUNK = 500
+
+
+def _insert(session: Session, model: type[Any]) -> Any:
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        return postgresql.insert(model)
+    if dialect == "sqlite":
+        return sqlite.insert(model)
+    raise NotImplementedError(f"no idempotent insert for {dialect}")
+
+
+def judgments_by_key(session: Session, keys: Iterable[str]) -> dict[str, Judgment]:
+    keys = list(dict.fromkeys(keys))
+    found: dict[str, Judgment] = {}
+    for start in range(0, len(keys), CHUNK):
+        chunk = keys[start : start + CHUNK]
+        for row in session.scalars(select(Judgment).where(Judgment.cache_key.in_(chunk))):
+            found[row.cache_key] = row
+    return found
+
+
+def save_judgments(session: Session, rows: Sequence[dict[str, Any]]) -> None:
+    """Store judgments; a new ok verdict replaces a stored failure, nothing replaces an ok one."""
+    if not rows:
+        return
+    for start in range(0, len(rows), CHUNK):
+        chunk = rows[start : start + CHUNK]
+        statement = _insert(session, Judgment).values(chunk)
+        excluded = statement.excluded
+        # Retrying a failed judgment overwrites it; a concurrent writer's ok row is kept.
+        statement = statement.on_conflict_do_update(
+            index_elements=["cache_key"],
+            set_={
+                column: getattr(excluded, column)
+                for column in (
+                    "status",
+                    "value",
+                    "verdict",
+                    "reasoning",
+                    "raw_output",
+                    "prompt_tokens",
+                    "completion_tokens",
+                    "latency_ms",
+                    "attempts",
+                    "error",
+                    "detail",
+                )
+            },
+            where=Judgment.status == JudgmentStatus.FAILED,
+        )
+        session.execute(statement)
+    session.flush()
+
+
+def save_scores(session: Session, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert or replace scores on (completion, rubric version, judge config, aggregation)."""
+    for start in range(0, len(rows), CHUNK):
+        statement = _insert(session, Score).values(rows[start : start + CHUNK])
+        excluded = statement.excluded
+        statement = statement.on_conflict_do_update(
+            index_elements=["completion_id", "rubric_version_id", "judge_config_id", "aggregation"],
+            set_={c: getattr(excluded, c) for c in ("value", "coverage", "status", "details")},
+        )
+        session.execute(statement)
+    session.flush()
