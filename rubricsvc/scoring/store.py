@@ -29,7 +29,10 @@ def judgments_by_key(session: Session, keys: Iterable[str]) -> dict[str, Judgmen
     found: dict[str, Judgment] = {}
     for start in range(0, len(keys), CHUNK):
         chunk = keys[start : start + CHUNK]
-        for row in session.scalars(select(Judgment).where(Judgment.cache_key.in_(chunk))):
+        # populate_existing: rows rewritten by a Core upsert must not come back stale
+        # from the session's identity map.
+        query = select(Judgment).where(Judgment.cache_key.in_(chunk))
+        for row in session.scalars(query.execution_options(populate_existing=True)):
             found[row.cache_key] = row
     return found
 
