@@ -39,8 +39,10 @@ demo: setup
 	echo "==> rubricsvc rubrics add examples/rubrics.yaml"; $(BIN)/rubricsvc rubrics add examples/rubrics.yaml; \
 	echo "==> rubricsvc completions add examples/completions.jsonl"; $(BIN)/rubricsvc completions add examples/completions.jsonl; \
 	echo "==> rubricsvc rubrics list"; $(BIN)/rubricsvc rubrics list; \
-	echo "==> rubricsvc rubrics show demo/explain-recursion"; $(BIN)/rubricsvc rubrics show demo/explain-recursion; \
-	echo "==> rubricsvc completions list"; $(BIN)/rubricsvc completions list
+	echo "==> rubricsvc rubrics approve (all three)"; \
+	$(BIN)/rubricsvc rubrics approve demo/sleep-advice demo/explain-recursion demo/haiku-autumn --reviewer demo; \
+	echo "==> rubricsvc score --judge embedded --mode criterion-prob (the bundled 135M model judges)"; \
+	$(BIN)/rubricsvc score --judge embedded --mode criterion-prob
 	@echo "==> Demo finished. Explore it with: RUBRICSVC_DATABASE_URL=sqlite:///$(DEMO_DB) $(BIN)/rubricsvc --help"
 
 lint: $(STAMP)

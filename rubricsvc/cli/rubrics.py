@@ -101,15 +101,18 @@ def diff(
 
 @app.command("approve")
 def approve(
-    ref: str = typer.Argument(..., help=REF_HELP),
+    refs: list[str] = typer.Argument(..., help=REF_HELP + " One or more."),
     reviewer: str = typer.Option(None, help="Who approves (default: the current user)."),
 ) -> None:
-    """Approve a draft version for scoring and training."""
+    """Approve draft versions for scoring and training (an approved one is left as it is)."""
     with db_session() as session:
-        version = service.approve(
-            session, resolve_version(session, ref), reviewer or getpass.getuser()
-        )
-        console.print(f"approved {version.ref} (id {version.id})")
+        for ref in refs:
+            version = resolve_version(session, ref)
+            if version.status == VersionStatus.APPROVED:
+                console.print(f"{version.ref} (id {version.id}) is already approved")
+                continue
+            service.approve(session, version, reviewer or getpass.getuser())
+            console.print(f"approved {version.ref} (id {version.id})")
 
 
 @app.command("retire")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.cli_runner import run_cli
@@ -62,8 +63,15 @@ def test_example_set_round_trip(database_url: str, tmp_path: Path) -> None:
     )
     assert [item["ref"] for item in approved.json()] == ["demo/sleep-advice@2"]
     twice = run_cli("rubrics", "approve", "demo/sleep-advice@2", database_url=database_url)
-    assert twice.code != 0
-    assert twice.stderr.strip() == "error: demo/sleep-advice@2 is already approved"
+    assert twice.code == 0  # idempotent, so scripts can approve what may already be approved
+    assert "demo/sleep-advice@2 (id 4) is already approved" in twice.stdout
+    retired = run_cli("rubrics", "retire", "demo/sleep-advice@1", database_url=database_url)
+    assert retired.code == 0
+    refused = run_cli("rubrics", "approve", "demo/sleep-advice@1", database_url=database_url)
+    assert refused.code != 0
+    assert refused.stderr.strip() == (
+        "error: demo/sleep-advice@1 is retired; approve a newer version instead"
+    )
 
     assert (
         "9 completion(s) added"
@@ -127,3 +135,50 @@ def test_bad_completions_store_nothing(sqlite_url: str, tmp_path: Path) -> None:
         "give exactly one of prompt_id, prompt_external_id, prompt, prompt_messages"
         in result.stderr
     )
+
+
+def test_scoring_with_the_embedded_model_then_from_the_cache(sqlite_url: str) -> None:
+    """The demo's path: approve, score with the bundled model, score again from the cache."""
+
+    def cli(*args: str) -> str:
+        result = run_cli(*args, database_url=sqlite_url)
+        assert result.code == 0, result.stderr
+        return result.stdout
+
+    cli("rubrics", "add", str(EXAMPLES / "rubrics.yaml"))
+    cli("completions", "add", str(EXAMPLES / "completions.jsonl"))
+    cli("rubrics", "approve", "demo/sleep-advice", "demo/explain-recursion", "demo/haiku-autumn")
+
+    report = json.loads(cli("score", "--judge", "embedded", "--mode", "criterion-prob", "--json"))
+    assert (report["judgments"], report["computed"], report["failed"], report["checks"]) == (
+        39,
+        39,
+        0,
+        6,
+    )
+    assert report["backend_requests"] == 39
+    assert len(report["scores"]) == 9
+    for scored in report["scores"]:
+        assert scored["status"] == "ok" and scored["coverage"] == 1.0
+        assert 0.0 <= scored["value"] <= 1.0
+        judged = [c for c in scored["criteria"] if c["status"] == "ok"]
+        assert all(0.0 < c["value"] < 1.0 for c in judged)  # probabilities, not hard verdicts
+
+    again = cli("score", "--judge", "embedded", "--mode", "criterion-prob")
+    assert (
+        "39 judgment(s): 0 computed, 39 from the cache, 0 failed; 6 check(s); 0 backend request(s)"
+        in again
+    )
+    assert "Everything came from the cache: no judge was called." in again
+    ranked = [line for line in again.splitlines() if "demo-" in line and "│" in line]
+    assert len(ranked) >= 9
+
+    exported = run_cli(
+        "scores", "export", "--judge", "embedded", "--aggregation", "rar", database_url=sqlite_url
+    )
+    lines = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert sorted(line["completion_external_id"] for line in lines) == sorted(
+        s["completion_external_id"] for s in report["scores"]
+    )
+    by_id = {s["completion_id"]: s["value"] for s in report["scores"]}
+    assert all(line["score"] == pytest.approx(by_id[line["completion_id"]]) for line in lines)

@@ -61,7 +61,11 @@ def _load_local_tokenizer(path: str | Path) -> Any | None:
         from transformers import AutoTokenizer
     except ImportError:
         return None
-    return AutoTokenizer.from_pretrained(path)
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError):
+        # A folder without tokenizer files: the server's own checks still apply.
+        return None
 
 
 class _EventLoopThread:

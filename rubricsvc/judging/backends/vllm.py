@@ -57,6 +57,38 @@ def _checkpoint_dtype(model: str) -> str | None:
     return str(dtype) if dtype else None
 
 
+class _TorchThreads:
+    """torch's intra-op thread count around an in-process CPU engine.
+
+    Measured here: with the engine in this process, torch's own OpenMP threads compete with
+    the engine's and make it erratic and up to 10x slower; one torch thread fixes that. The
+    engine then replaces ``torch.set_num_threads`` with a no-op for the whole process, so
+    on close the original function and thread count are put back for other code.
+    """
+
+    def __init__(self, torch: Any) -> None:
+        self.torch = torch
+        self.threads = torch.get_num_threads()
+        self.setter = torch.set_num_threads
+
+    @classmethod
+    def for_in_process_cpu_engine(cls) -> _TorchThreads | None:
+        import os
+
+        import torch
+
+        in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
+        if not in_process or torch.cuda.is_available():
+            return None
+        saved = cls(torch)
+        torch.set_num_threads(1)
+        return saved
+
+    def restore(self) -> None:
+        self.torch.set_num_threads = self.setter
+        self.setter(self.threads)
+
+
 class VLLMBackend:
     """A causal LM served by a ``vllm.LLM`` engine in this process."""
 
@@ -90,7 +122,13 @@ class VLLMBackend:
         if kv_cache_memory_bytes is not None:
             options["kv_cache_memory_bytes"] = kv_cache_memory_bytes
         options.update(engine_options)
-        self.llm = vllm.LLM(**options)
+        self._threads = _TorchThreads.for_in_process_cpu_engine()
+        try:
+            self.llm = vllm.LLM(**options)
+        except Exception:
+            if self._threads is not None:
+                self._threads.restore()
+            raise
         self.tokenizer = self.llm.get_tokenizer()
         self.context_limit = int(self.llm.llm_engine.model_config.max_model_len)
 
@@ -229,3 +267,5 @@ class VLLMBackend:
         del llm
         # The engine holds the weights and the key/value cache: free them now.
         gc.collect()
+        if self._threads is not None:
+            self._threads.restore()

@@ -1,0 +1,79 @@
+"""The in-process transformers backend with the real embedded model: prefix reuse is exact."""
+
+from __future__ import annotations
+
+import pytest
+
+from rubricsvc.judging.config import BUILTIN_JUDGES
+from rubricsvc.judging.modes import CompletionView, CriterionView, Item, criterion_prob_calls
+from rubricsvc.judging.types import ChoiceRequest
+
+pytest.importorskip("transformers", reason="needs the transformers extra (make test installs it)")
+
+RESPONSE = (
+    "Recursion is when a function solves a problem by calling itself on a smaller piece of the "
+    "same problem. Every recursive function needs a base case that stops the calls. Example: "
+    "factorial(n) = n * factorial(n - 1), with factorial(0) = 1. "
+) * 3
+CRITERIA = [
+    "Defines recursion as a function that calls itself",
+    "Explains the role of a base case",
+    "Gives a short concrete example",
+    "Claims recursion is always faster than a loop",
+    "Uses plain language a beginner can follow",
+    "Mentions stack overflow",
+]
+
+
+@pytest.fixture(scope="module")
+def backend():  # type: ignore[no-untyped-def]
+    from rubricsvc.judging.backends.transformers import TransformersBackend
+
+    backend = TransformersBackend(batch_size=4)
+    yield backend
+    backend.close()
+
+
+def _requests() -> list[ChoiceRequest]:
+    spec = BUILTIN_JUDGES["embedded"]
+    requests = []
+    for completion_id in (1, 2):
+        completion = CompletionView(
+            completion_id,
+            [{"role": "user", "content": "Explain recursion to a beginner."}],
+            RESPONSE if completion_id == 1 else RESPONSE.upper(),
+        )
+        items = [
+            Item(f"{completion_id}-{i}", CriterionView(i, text, None, 1.0, {"type": "binary"}))
+            for i, text in enumerate(CRITERIA)
+        ]
+        calls = criterion_prob_calls(spec, spec.prompt_template(), completion, items, 0)
+        requests += [call.request for call in calls if isinstance(call.request, ChoiceRequest)]
+    return requests
+
+
+def test_prefix_reuse_gives_the_same_probabilities(backend) -> None:  # type: ignore[no-untyped-def]
+    requests = _requests()
+    assert len(requests) == 12
+    assert len({r.group for r in requests}) == 2  # one shared prefix per completion
+    backend.prefix_reuse = True
+    reused = backend.choice_probs(requests)
+    backend.prefix_reuse = False
+    plain = backend.choice_probs(requests)
+    backend.prefix_reuse = True
+    for with_reuse, without in zip(reused, plain, strict=True):
+        assert set(with_reuse.probs) == {"Yes", "yes", "No", "no"}
+        for choice, probability in without.probs.items():
+            assert with_reuse.probs[choice] == pytest.approx(probability, abs=1e-4)
+    # The criteria differ, so the verdict distributions must too: the suffix is not ignored.
+    assert len({round(r.probs["Yes"], 6) for r in reused}) > 1
+
+
+def test_the_shared_prefix_is_long(backend) -> None:  # type: ignore[no-untyped-def]
+    """The layout puts the response before the criterion, so most of each prompt is shared."""
+    from rubricsvc.judging.backends.transformers import _common_prefix_length
+
+    requests = [r for r in _requests() if r.group == "1"]
+    sequences = [backend.encode(r.chat) for r in requests]
+    shared = _common_prefix_length(sequences)
+    assert shared / max(len(s) for s in sequences) > 0.8

