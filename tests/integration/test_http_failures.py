@@ -1,0 +1,214 @@
+"""An OpenAI-compatible endpoint that fails: HTTP 500, time-outs and garbage are retried with
+backoff, then stored as failed with their error; the affected scores are masked, never 0.
+
+The endpoint is a real HTTP server on loopback whose answers are scripted per request, so
+the failures go through the real client, network stack and error mapping.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from rubricsvc.completions import CompletionRecord, add_completions
+from rubricsvc.judging.backends import create_backend
+from rubricsvc.judging.config import JudgeSpec, VerdictMode
+from rubricsvc.models import Judgment, JudgmentStatus
+from rubricsvc.rubrics import service as rubrics
+from rubricsvc.scoring.selection import Selection
+from rubricsvc.scoring.service import ScoreOptions, score
+from tests.helpers import rubric_spec
+
+pytest.importorskip("openai", reason="needs the openai extra (make test installs it)")
+
+CRITERIA = [
+    {"text": "Recommends a regular schedule", "weight": 5},
+    {"text": "Mentions caffeine", "weight": 3},
+    {"text": "Explains why", "weight": 2},
+]
+
+
+class ScriptedEndpoint(ThreadingHTTPServer):
+    """Answers /v1/chat/completions by criterion: 'ok', '500', 'slow', 'garbage', or a list."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.plan: dict[str, list[str]] = {}
+        self.requests: list[str] = []
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def next_action(self, criterion: str) -> str:
+        self.requests.append(criterion)
+        actions = self.plan.get(criterion, ["ok"])
+        return actions.pop(0) if len(actions) > 1 else actions[0]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ScriptedEndpoint
+
+    def log_message(self, *_args: Any) -> None:  # keep test output clean
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        criterion = body["messages"][-1]["content"].split("Criterion: ")[-1].split("\n")[0]
+        action = self.server.next_action(criterion)
+        if action == "500":
+            self._send(500, {"error": {"message": "internal error", "type": "server_error"}})
+        elif action == "slow":
+            time.sleep(1.5)  # longer than the client's timeout
+            self._send(200, _completion("Too late.\nVERDICT: YES"))
+        elif action == "garbage":
+            self._send(200, _completion("¯\\_(ツ)_/¯ who knows"))
+        else:
+            self._send(200, _completion("It does.\nVERDICT: YES"))
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (time-out): exactly what the test provokes
+
+
+def _completion(content: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "scripted",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25},
+    }
+
+
+@pytest.fixture
+def endpoint() -> Iterator[ScriptedEndpoint]:
+    server = ScriptedEndpoint()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _judge(endpoint: ScriptedEndpoint, name: str = "http") -> JudgeSpec:
+    return JudgeSpec(
+        name=name,
+        backend="openai",
+        model="scripted",
+        mode=VerdictMode.CRITERION_TEXT,
+        retries=2,
+        retry_backoff=0.05,
+        backend_options={"base_url": endpoint.base_url, "timeout": 0.5, "api_key_env": None},
+    )
+
+
+def _setup(session: Session) -> None:
+    spec = rubric_spec(
+        "t/http", criteria=CRITERIA, prompt={"text": "How to sleep?", "external_id": "p"}
+    )
+    rubrics.approve(session, rubrics.save_rubric(session, spec).version, "tester")
+    add_completions(
+        session,
+        [("t", CompletionRecord(prompt_external_id="p", text="Keep a schedule.", external_id="c"))],
+    )
+    session.commit()
+
+
+def _score(session: Session, judge: JudgeSpec) -> Any:
+    options = dict(judge.backend_options)
+    report = score(
+        session,
+        judge,
+        Selection(),
+        ScoreOptions(aggregation="rar", min_coverage=0.4),
+        lambda: create_backend("openai", model=judge.model, **options),
+    )
+    session.commit()
+    return report
+
+
+def test_500_timeout_and_garbage_are_retried_then_stored_as_failed(
+    sqlite_url: str, endpoint: ScriptedEndpoint
+) -> None:
+    from rubricsvc.db import make_engine
+
+    engine = make_engine(sqlite_url)
+    endpoint.plan = {"Mentions caffeine": ["500"], "Explains why": ["slow"]}
+    with Session(engine) as session:
+        _setup(session)
+        report = _score(session, _judge(endpoint))
+        assert (report.computed, report.failed) == (1, 2)
+        # Two failing criteria, three attempts each; the healthy one once.
+        assert endpoint.requests.count("Mentions caffeine") == 3
+        assert endpoint.requests.count("Explains why") == 3
+        assert endpoint.requests.count("Recommends a regular schedule") == 1
+        failed = {
+            j.criterion_id: j
+            for j in session.scalars(
+                select(Judgment).where(Judgment.status == JudgmentStatus.FAILED)
+            )
+        }
+        errors = sorted(j.error or "" for j in failed.values())
+        assert "500" in errors[0] or "500" in errors[1]
+        assert any("did not answer within 0.5 s" in e for e in errors)
+        assert all(j.attempts == 3 and j.value is None for j in failed.values())
+        (scored,) = report.scores
+        assert scored.value == pytest.approx(1.0)  # only the judged criterion counts...
+        assert scored.coverage == pytest.approx(0.5)  # ...and the score says how much that is
+        assert scored.status == "partial"
+    engine.dispose()
+
+
+def test_garbage_then_recovery(sqlite_url: str, endpoint: ScriptedEndpoint) -> None:
+    from rubricsvc.db import make_engine
+
+    engine = make_engine(sqlite_url)
+    endpoint.plan = {"Mentions caffeine": ["garbage", "500", "ok"]}
+    with Session(engine) as session:
+        _setup(session)
+        report = _score(session, _judge(endpoint, "http-recovers"))
+        assert (report.computed, report.failed) == (3, 0)
+        assert endpoint.requests.count("Mentions caffeine") == 3
+        judgment = session.scalars(select(Judgment).where(Judgment.attempts == 3)).one()
+        assert judgment.status == JudgmentStatus.OK
+        assert report.scores[0].value == pytest.approx(1.0)
+        assert report.scores[0].coverage == 1.0
+    engine.dispose()
+
+
+def test_everything_failing_masks_the_score(sqlite_url: str, endpoint: ScriptedEndpoint) -> None:
+    from rubricsvc.db import make_engine
+
+    engine = make_engine(sqlite_url)
+    endpoint.plan = {c["text"]: ["500"] for c in CRITERIA}  # type: ignore[misc]
+    with Session(engine) as session:
+        _setup(session)
+        report = _score(session, _judge(endpoint, "http-down"))
+        (scored,) = report.scores
+        assert (scored.value, scored.status, scored.coverage) == (None, "masked", 0.0)
+    engine.dispose()
