@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from rubricsvc.cli import admin, data, rubrics, scoring
+from rubricsvc.cli import admin, data, importing, rubrics, scoring
 from rubricsvc.cli.context import CliExit, fail
 from rubricsvc.errors import RubricsvcError
 
@@ -23,6 +23,7 @@ app.add_typer(data.prompts_app, name="prompts")
 app.add_typer(scoring.judges_app, name="judges")
 app.add_typer(scoring.scores_app, name="scores")
 app.command("score")(scoring.score_command)
+app.add_typer(importing.import_app, name="import")
 
 
 def main() -> None:

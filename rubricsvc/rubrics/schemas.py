@@ -180,7 +180,8 @@ class CriterionSpec(_Strict):
         return self.model_dump(mode="json")
 
 
-def _normalized(text: str) -> str:
+def normalized_text(text: str) -> str:
+    """The form in which two criterion texts count as the same (case and spacing ignored)."""
     return " ".join(text.lower().split())
 
 
@@ -206,7 +207,7 @@ class RubricSpec(_Strict):
             raise ValueError("a rubric needs at least one criterion")
         seen: dict[str, int] = {}
         for index, criterion in enumerate(criteria):
-            key = _normalized(criterion.text)
+            key = normalized_text(criterion.text)
             if key in seen:
                 raise ValueError(
                     f"criteria[{index}] duplicates criteria[{seen[key]}]: {criterion.text!r}"

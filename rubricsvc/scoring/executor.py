@@ -150,15 +150,18 @@ class CallExecutor:
     def _invoke(
         self, kind: type, requests: list[GenerationRequest | ChoiceRequest]
     ) -> list[BackendResponse]:
+        # A backend that cannot even be created (unknown name, missing extra, no model) is a
+        # configuration error: it stops the run with its message instead of failing judgments.
+        backend = self.backend
         self.requests_sent += len(requests)
         try:
             if kind is ChoiceRequest:
                 batch: list[BackendResponse] = list(
-                    self.backend.choice_probs([r for r in requests if isinstance(r, ChoiceRequest)])
+                    backend.choice_probs([r for r in requests if isinstance(r, ChoiceRequest)])
                 )
             else:
                 batch = list(
-                    self.backend.generate([r for r in requests if isinstance(r, GenerationRequest)])
+                    backend.generate([r for r in requests if isinstance(r, GenerationRequest)])
                 )
         except BackendError as err:
             return [err] * len(requests)

@@ -298,3 +298,15 @@ def test_check_criteria_need_no_judge(session: Session) -> None:
     report = _run(session, backend)
     assert report.backend_requests == 0 and report.judgments == 0
     assert sorted(s.value for s in report.scores if s.value is not None) == [0.0, 1.0]
+
+
+def test_a_backend_that_cannot_be_created_stops_the_run(session: Session) -> None:
+    from rubricsvc.errors import ValidationFailed
+    from rubricsvc.judging.backends import create_backend
+
+    _setup(session, ["Keep a schedule."])
+    judge = JudgeSpec(name="imported-like", backend="imported", mode=VerdictMode.CRITERION_TEXT)
+    with pytest.raises(ValidationFailed, match="cannot judge new content"):
+        score(session, judge, Selection(), ScoreOptions(), lambda: create_backend("imported"))
+    session.rollback()
+    assert session.scalar(select(func.count()).select_from(Judgment)) == 0

@@ -19,6 +19,11 @@ BACKENDS: dict[str, tuple[str, str]] = {
 
 def create_backend(name: str, **options: Any) -> JudgeBackend:
     """An instance of backend ``name`` configured with ``options`` (see each backend's class)."""
+    if name == "imported":
+        raise ValidationFailed(
+            "this judge holds verdicts imported from a data set and cannot judge new content; "
+            "select only imported completions (e.g. --source) or use another judge"
+        )
     try:
         module_name, class_name = BACKENDS[name]
     except KeyError:

@@ -1,0 +1,69 @@
+"""``rubricsvc import ...``: public benchmarks into prompts, rubrics, completions and verdicts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rubricsvc.cli.context import console, db_session
+from rubricsvc.importers.common import ImportReport
+from rubricsvc.importers.deepresearch_bench import import_deepresearch_bench
+from rubricsvc.importers.healthbench import DEFAULT_SOURCE, import_healthbench
+
+import_app = typer.Typer(
+    help="Import public benchmarks; importing the same data again adds nothing.",
+    no_args_is_help=True,
+)
+
+
+@import_app.command("healthbench")
+def healthbench(
+    path: Path = typer.Argument(..., help="A judge_responses.jsonl file or the folder holding it."),
+    source: str | None = typer.Option(
+        None,
+        help=f"Source of the graded completions (default: the record's model, or {DEFAULT_SOURCE}).",
+    ),
+) -> None:
+    """Import HealthBench conversations, rubrics, graded responses, their verdicts and scores."""
+    with db_session() as session:
+        report = import_healthbench(session, path, source=source)
+    _print_report(report)
+
+
+@import_app.command("deepresearch-bench")
+def deepresearch_bench(
+    path: Path = typer.Argument(..., help="The DeepResearch Bench repository folder."),
+    reports: Path | None = typer.Option(
+        None, help="One cleaned_data/<model>.jsonl to import (default: every file there)."
+    ),
+) -> None:
+    """Import DeepResearch Bench tasks, their criteria and the models' reports (no verdicts)."""
+    with db_session() as session:
+        report = import_deepresearch_bench(session, path, reports=reports)
+    _print_report(report)
+
+
+def _print_report(report: ImportReport) -> None:
+    rubrics = report.rubrics
+    lines = [
+        f"imported {report.source} from {report.path}",
+        f"  prompts:     {_tally(report.prompts.added, report.prompts.unchanged)}",
+        f"  rubrics:     {rubrics['created']} created, {rubrics['new version']} new version(s), "
+        f"{rubrics['unchanged']} unchanged ({report.criteria} criteria)",
+        f"  completions: {_tally(report.completions.added, report.completions.unchanged)}",
+        f"  judgments:   {_tally(report.judgments.added, report.judgments.unchanged)}",
+    ]
+    if report.scores:
+        lines.append(
+            f"  scores:      {report.scores} computed from stored verdicts "
+            f"({report.backend_requests} backend requests); {report.scores_matching} of "
+            f"{report.scores_checked} equal the score the source states"
+        )
+    lines += [f"  note: {note}" for note in report.notes]
+    # Soft wrap: piped output keeps one line per count; no markup: paths may hold brackets.
+    console.print("\n".join(lines), soft_wrap=True, markup=False)
+
+
+def _tally(added: int, unchanged: int) -> str:
+    return f"{added} added, {unchanged} already stored"
