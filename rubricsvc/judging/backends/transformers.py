@@ -66,6 +66,8 @@ class TransformersBackend:
         self.model = str(model) if model else path.name
         if threads:
             torch.set_num_threads(threads)
+        # The load takes a second; its per-tensor progress bar is noise in command output.
+        transformers.utils.logging.disable_progress_bar()
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(path)
         # float32: bfloat16 output of small models degenerates on CPU.
         self.lm = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
