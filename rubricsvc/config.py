@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import platformdirs
-from pydantic import Field
+from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 APP_NAME = "rubricsvc"
@@ -37,6 +37,14 @@ class DatabaseSettings(BaseSettings):
     echo: bool = False
 
 
+class ApiLimits(BaseModel):
+    """Limits of one API judge, shared by every worker through Redis (None: no limit)."""
+
+    requests_per_minute: int | None = Field(default=None, gt=0)
+    tokens_per_minute: int | None = Field(default=None, gt=0)
+    concurrent_calls: int | None = Field(default=None, gt=0)
+
+
 class BrokerSettings(BaseSettings):
     """The Celery broker; unset means scoring runs in-process."""
 
@@ -45,6 +53,27 @@ class BrokerSettings(BaseSettings):
     )
 
     url: str | None = None
+    # Chunks of a judge named NAME go to the queue PREFIX + NAME.
+    queue_prefix: str = "judge."
+    # Judgments per chunk: one worker task, sent to the backend as one batch.
+    chunk_judgments: int = Field(default=256, gt=0)
+    # A worker writes a chunk's heartbeat this often while it scores it ...
+    heartbeat_interval: float = Field(default=10.0, gt=0)
+    # ... and a running chunk whose heartbeat is older than this goes to another worker.
+    heartbeat_timeout: float = Field(default=120.0, gt=0)
+    # A chunk still pending this long after it was sent is sent again (its message may
+    # have been lost, e.g. by a broker restarted without persistence).
+    requeue_after: float = Field(default=600.0, gt=0)
+    # How often workers and `score --via celery` run the reaper; 0 turns theirs off.
+    reap_interval: float = Field(default=60.0, ge=0)
+    # Claims of one chunk before it is marked failed (a chunk that keeps killing workers).
+    max_attempts: int = Field(default=5, gt=0)
+    # Redis transport: an unacknowledged message returns to its queue after this long.
+    visibility_timeout: int = Field(default=3600, gt=0)
+    # Redis for the shared API limits; default: the broker when it is Redis.
+    limits_url: str | None = None
+    # Judge name -> its limits, e.g. {"gpt-api": {"requests_per_minute": 500}} (JSON in env).
+    api_limits: dict[str, ApiLimits] = Field(default_factory=dict)
 
 
 class JudgeSettings(BaseSettings):
@@ -58,6 +87,17 @@ class JudgeSettings(BaseSettings):
     model_dir: Path = Field(default_factory=lambda: default_cache_dir() / "models")
 
 
+class ScoringSettings(BaseSettings):
+    """Which rubric versions scoring and training use when not told otherwise."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="RUBRICSVC_SCORING_", env_file=".env", extra="ignore"
+    )
+
+    # False: only approved versions; True: the latest draft or approved version.
+    use_drafts: bool = False
+
+
 class Settings(BaseSettings):
     """All settings of rubricsvc."""
 
@@ -66,6 +106,7 @@ class Settings(BaseSettings):
     db: DatabaseSettings = Field(default_factory=DatabaseSettings)
     broker: BrokerSettings = Field(default_factory=BrokerSettings)
     judge: JudgeSettings = Field(default_factory=JudgeSettings)
+    scoring: ScoringSettings = Field(default_factory=ScoringSettings)
 
 
 @lru_cache(maxsize=1)

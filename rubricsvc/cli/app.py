@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from rubricsvc.cli import admin, data, importing, rubrics, scoring
+from rubricsvc.cli import admin, data, importing, jobs, rubrics, scoring
 from rubricsvc.cli.context import CliExit, fail
 from rubricsvc.errors import RubricsvcError
 
@@ -24,6 +24,8 @@ app.add_typer(scoring.judges_app, name="judges")
 app.add_typer(scoring.scores_app, name="scores")
 app.command("score")(scoring.score_command)
 app.add_typer(importing.import_app, name="import")
+app.add_typer(jobs.jobs_app, name="jobs")
+app.command("worker")(jobs.worker_command)
 
 
 def main() -> None:

@@ -1,13 +1,25 @@
-"""``rubricsvc rubrics ...``: add, list, show, diff, approve, retire, export."""
+"""``rubricsvc rubrics ...``: add, list, show, diff, approve, retire, export, import, generate,
+refine, add-generic."""
 
 from __future__ import annotations
 
+import enum
 import getpass
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
-from rubricsvc.cli.context import console, db_session
+from rubricsvc.cli.context import CliExit, console, db_session, err_console
 from rubricsvc.cli.render import (
     criteria_table,
     diff_lines,
@@ -16,15 +28,45 @@ from rubricsvc.cli.render import (
     version_summary,
     versions_table,
 )
+from rubricsvc.importers.rubric_formats import RUBRIC_FORMATS, import_rubrics
 from rubricsvc.models import VersionStatus
 from rubricsvc.rubrics import service
 from rubricsvc.rubrics.diff import diff_versions
-from rubricsvc.rubrics.files import load_rubric_files
+from rubricsvc.rubrics.draft_inputs import (
+    load_prompt_records,
+    requests_from_database,
+    requests_from_records,
+)
+from rubricsvc.rubrics.files import dump_jsonl, load_rubric_files
+from rubricsvc.rubrics.generation import (
+    DEFAULT_NAME_PREFIX,
+    GenerationOptions,
+    GenerationReport,
+    generate_rubrics,
+)
+from rubricsvc.rubrics.generator import (
+    GeneratorSpec,
+    create_generator_backend,
+    load_generator_file,
+    with_overrides,
+)
+from rubricsvc.rubrics.generic import add_generic
+from rubricsvc.rubrics.refinement import (
+    DEFAULT_TOLERANCE,
+    RefinementReport,
+    RefineOptions,
+    refine,
+)
 from rubricsvc.rubrics.repository import list_versions, resolve_version
 
 app = typer.Typer(help="Author, version and review rubrics.", no_args_is_help=True)
 
 REF_HELP = "A version id, a rubric name (its latest version) or NAME@NUMBER."
+
+
+class ExportFormat(enum.StrEnum):
+    JSON = "json"
+    JSONL = "jsonl"
 
 
 @app.command("add")
@@ -130,9 +172,243 @@ def retire(
 
 @app.command("export")
 def export(
-    ref: str = typer.Argument(..., help=REF_HELP),
+    refs: list[str] = typer.Argument(None, help=REF_HELP + " One or more; or --all."),
+    all_rubrics: bool = typer.Option(False, "--all", help="Every rubric's latest version."),
+    status: VersionStatus | None = typer.Option(None, help="With --all: only this status."),
+    output_format: ExportFormat | None = typer.Option(
+        None, "--format", help="json: one version (default for one REF); jsonl: one per line."
+    ),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write here, not stdout."),
 ) -> None:
-    """Print a version in the rubric file format (JSON), ready to edit and `rubrics add` again."""
+    """Write versions in the rubric file format, ready to edit and `rubrics add` again."""
+    refs = refs or []
+    if bool(refs) == all_rubrics:
+        raise CliExit("give one or more REFs, or --all", 2)
+    fmt = output_format or (ExportFormat.JSON if len(refs) == 1 else ExportFormat.JSONL)
+    if fmt == ExportFormat.JSON and len(refs) != 1:
+        raise CliExit("--format json writes one version; use --format jsonl for several", 2)
     with db_session() as session:
-        spec = service.spec_of(resolve_version(session, ref))
-        console.print_json(spec.model_dump_json(exclude_none=True))
+        if refs:
+            versions = [resolve_version(session, ref) for ref in refs]
+        else:
+            versions = list_versions(session, status=status)
+        specs = [service.spec_of(version) for version in versions]
+    names = [spec.name for spec in specs]
+    if len(set(names)) != len(names):
+        twice = next(name for name in names if names.count(name) > 1)
+        raise CliExit(f"rubric {twice!r} is named twice: a file holds one version per rubric", 2)
+    if fmt == ExportFormat.JSON:
+        text = specs[0].model_dump_json(exclude_none=True, indent=2) + "\n"
+    else:
+        text = dump_jsonl(specs)
+    if output is None:
+        sys.stdout.write(text)
+        return
+    output.write_text(text, encoding="utf-8")
+    err_console.print(f"{len(specs)} rubric(s) written to {output}", markup=False)
+
+
+@app.command("import")
+def import_(
+    path: Path = typer.Argument(..., help="The file or folder to read."),
+    format_name: str = typer.Option(
+        ..., "--format", help=f"One of {', '.join(sorted(RUBRIC_FORMATS))}."
+    ),
+) -> None:
+    """Import rubrics only (no completions, no verdicts) from a public format, as drafts."""
+    with db_session() as session:
+        report = import_rubrics(session, format_name, path)
+    rubrics = report.rubrics
+    lines = [
+        f"imported {report.source} rubrics from {report.path}",
+        f"  prompts: {report.prompts.added} added, {report.prompts.unchanged} already stored",
+        f"  rubrics: {rubrics['created']} created, {rubrics['new version']} new version(s), "
+        f"{rubrics['unchanged']} unchanged ({report.criteria} criteria)",
+        *(f"  note: {note}" for note in report.notes),
+    ]
+    console.print("\n".join(lines), soft_wrap=True, markup=False)
+
+
+@app.command("add-generic")
+def add_generic_(ref: str = typer.Argument(..., help=REF_HELP)) -> None:
+    """Save a new version with the generic criteria appended (those it lacks)."""
+    with db_session() as session:
+        result, added = add_generic(session, resolve_version(session, ref))
+        version = result.version
+        if not added:
+            console.print(f"{version.ref} already has every generic criterion", markup=False)
+            return
+        console.print(
+            f"{result.outcome} {version.ref} (id {version.id}, a draft): "
+            f"{len(added)} generic criteria appended",
+            markup=False,
+        )
+
+
+def _generator(
+    config: Path | None,
+    overrides: Mapping[str, object],
+    defaults: Mapping[str, object] | None = None,
+) -> GeneratorSpec:
+    """The generator from ``--generator FILE`` (or the defaults), with the options given."""
+    base = load_generator_file(config) if config else GeneratorSpec.model_validate(defaults or {})
+    return with_overrides(base, **overrides)
+
+
+GENERATOR_HELP = "A generator configuration (YAML or JSON; see docs/authoring.md)."
+
+
+@app.command("generate")
+def generate(
+    prompts_file: Path | None = typer.Argument(
+        None,
+        help="Prompts to draft for (.jsonl, .json, .yaml): text or messages, external_id, "
+        "reference_answer, evidence.",
+    ),
+    prompt: list[str] = typer.Option([], help="A stored prompt, by external id (repeatable)."),
+    all_prompts: bool = typer.Option(False, "--all-prompts", help="Every stored prompt."),
+    evidence: list[Path] = typer.Option([], help="A text file of evidence for every prompt."),
+    with_generic: bool = typer.Option(False, help="Append the generic criteria to each draft."),
+    name_prefix: str = typer.Option(DEFAULT_NAME_PREFIX, help="Rubric name = prefix + prompt id."),
+    config: Path | None = typer.Option(None, "--generator", help=GENERATOR_HELP),
+    backend: str | None = typer.Option(None, help="transformers (default), vllm or openai."),
+    model: str | None = typer.Option(None, help="The generator model (default: the bundled one)."),
+    min_criteria: int | None = typer.Option(None, help="Fewest criteria in a draft (7)."),
+    max_criteria: int | None = typer.Option(None, help="Most criteria in a draft (20)."),
+    max_tokens: int | None = typer.Option(None, help="Token limit of a reply (1536)."),
+    temperature: float | None = typer.Option(None, help="Sampling temperature (0.7)."),
+    seed: int | None = typer.Option(None, help="Seed of the first attempt (0)."),
+    retries: int | None = typer.Option(None, help="Attempts after an invalid draft (3)."),
+) -> None:
+    """Draft rubrics with an LLM: validated drafts are stored, failures are reported."""
+    if (prompts_file is not None) + bool(prompt) + all_prompts != 1:
+        raise CliExit("give a prompts file, --prompt EXTERNAL_ID..., or --all-prompts", 2)
+    spec = _generator(
+        config,
+        {
+            "backend": backend,
+            "model": model,
+            "min_criteria": min_criteria,
+            "max_criteria": max_criteria,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "seed": seed,
+            "retries": retries,
+        },
+    )
+    records = load_prompt_records(prompts_file) if prompts_file else []
+    documents = [_read_text(path) for path in evidence]
+    options = GenerationOptions(name_prefix=name_prefix, with_generic=with_generic)
+    with db_session() as session:
+        if prompts_file:
+            requests = requests_from_records(session, records, documents)
+        else:
+            requests = requests_from_database(session, prompt, all_prompts, documents)
+        with _Progress("drafting") as progress:
+            report = generate_rubrics(
+                session,
+                requests,
+                spec,
+                lambda: create_generator_backend(spec),
+                options,
+                progress=progress.update,
+                checkpoint=session.commit,
+            )
+    _print_generation(report)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise CliExit(f"{path}: cannot read: {err}", 2) from None
+
+
+def _print_generation(report: GenerationReport) -> None:
+    for outcome in report.outcomes:
+        if outcome.status == "failed":
+            err_console.print(f"failed  {outcome.prompt}: {outcome.error}", markup=False)
+        else:
+            attempts = f"{outcome.attempts} attempt(s)" if outcome.attempts else "?"
+            console.print(f"{outcome.status:>11}  {outcome.ref}  ({attempts})", markup=False)
+    total, failed = len(report.outcomes), report.count("failed")
+    console.print(
+        f"{total} prompt(s): {report.count('created')} created, "
+        f"{report.count('new version')} new version(s), {report.count('unchanged')} unchanged, "
+        f"{report.count('reused')} reused, "
+        f"{failed} failed; {report.backend_requests} generator request(s)",
+        markup=False,
+    )
+    if failed:
+        raise CliExit(f"{failed} of {total} prompt(s) got no valid draft; nothing stored for them")
+
+
+@app.command("refine")
+def refine_(
+    ref: str = typer.Argument(..., help=REF_HELP),
+    judge: str = typer.Option(..., help="The judge whose stored judgments and scores are read."),
+    aggregation: str = typer.Option("rar", help="The stored scores that rank the completions."),
+    tolerance: float = typer.Option(DEFAULT_TOLERANCE, help="Values closer than this are equal."),
+    max_proposals: int = typer.Option(3, min=1, help="Most new criteria to propose."),
+    propose: bool = typer.Option(True, help="Propose criteria and save a new draft."),
+    config: Path | None = typer.Option(None, "--generator", help=GENERATOR_HELP),
+    backend: str | None = typer.Option(None, help="transformers (default), vllm or openai."),
+    model: str | None = typer.Option(None, help="The generator model (default: the bundled one)."),
+    max_tokens: int | None = typer.Option(None, help="Token limit of the reply (512)."),
+    temperature: float | None = typer.Option(None, help="Sampling temperature (0.7)."),
+    seed: int | None = typer.Option(None, help="Seed of the first attempt (0)."),
+    retries: int | None = typer.Option(None, help="Attempts after an invalid proposal (3)."),
+) -> None:
+    """Flag criteria that never vary, propose ones that separate completions: a new draft."""
+    overrides: dict[str, object] = {"backend": backend, "model": model, "max_tokens": max_tokens}
+    overrides |= {"temperature": temperature, "seed": seed, "retries": retries}
+    spec = _generator(config, overrides, defaults={"max_tokens": 512})
+    options = RefineOptions(aggregation, tolerance, max_proposals, propose)
+    with db_session() as session:
+        version = resolve_version(session, ref)
+        report = refine(
+            session, version, judge, spec, lambda: create_generator_backend(spec), options
+        )
+        _print_refinement(report, len(version.criteria))
+
+
+def _print_refinement(report: RefinementReport, criteria: int) -> None:
+    lines = [
+        f"{report.source}: {len(report.flagged)} of {criteria} criteria flagged "
+        f"(no variation across {report.completions} completion(s) of {report.groups} prompt(s), "
+        f"judge {report.judge})",
+        *(f"  flagged   #{f.position + 1} {f.text} (always {f.value:.2f})" for f in report.flagged),
+        *(f"  proposed  {c.text} ({c.category}, {c.weight:g})" for c in report.proposed),
+    ]
+    saved = report.saved
+    if saved is not None:
+        lines.append(
+            f"{saved.outcome} {saved.version.ref} (id {saved.version.id}, a draft) "
+            f"after {report.attempts} attempt(s)"
+        )
+    console.print("\n".join(lines), soft_wrap=True, markup=False)
+
+
+class _Progress:
+    """A progress bar on stderr (when it is a terminal) while something runs."""
+
+    def __init__(self, label: str) -> None:
+        self.bar: Progress | None = None
+        if sys.stderr.isatty():
+            columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+            self.bar = Progress(*columns, console=err_console, transient=True)
+        self.task: TaskID | None = None
+
+    def __enter__(self) -> _Progress:
+        if self.bar is not None:
+            self.bar.start()
+            self.task = self.bar.add_task("", total=None)
+        return self
+
+    def update(self, done: int, total: int) -> None:
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, completed=done, total=total)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import sys
 from dataclasses import asdict
@@ -14,7 +15,9 @@ from rich.table import Table
 from sqlalchemy import select
 
 from rubricsvc.cli.context import console, db_session, err_console
+from rubricsvc.cli.jobs import score_via_celery, unfinished_exit
 from rubricsvc.cli.render import build_table
+from rubricsvc.config import get_settings
 from rubricsvc.judging.aggregation import AGGREGATIONS, DEFAULT_MIN_COVERAGE
 from rubricsvc.judging.backends import JudgeBackend, create_backend
 from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec, VerdictMode
@@ -25,6 +28,11 @@ from rubricsvc.scoring.service import ScoredCompletion, ScoreOptions, ScoreRepor
 
 scores_app = typer.Typer(help="Read and export stored scores.", no_args_is_help=True)
 judges_app = typer.Typer(help="Judge configurations.", no_args_is_help=True)
+
+
+class Via(enum.StrEnum):
+    INPROCESS = "inprocess"
+    CELERY = "celery"
 
 
 def backend_for(spec: JudgeSpec) -> JudgeBackend:
@@ -42,14 +50,25 @@ def score_command(
     prompt: list[str] = typer.Option([], help="Only completions of prompts with this external id."),
     source: list[str] = typer.Option([], help="Only completions from this source."),
     completion: list[int] = typer.Option([], help="Only the completion with this id."),
-    include_drafts: bool = typer.Option(
-        False, help="Use draft rubric versions, not only approved."
+    include_drafts: bool | None = typer.Option(
+        None,
+        "--include-drafts/--approved-only",
+        help="Use draft rubric versions too, or only approved ones "
+        "(default: the setting RUBRICSVC_SCORING_USE_DRAFTS, else approved only).",
+        show_default=False,
     ),
     min_coverage: float = typer.Option(DEFAULT_MIN_COVERAGE, help="Below this coverage: no score."),
     breakdown: bool = typer.Option(True, help="Print the per-criterion breakdown."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    via: Via | None = typer.Option(
+        None,
+        help="Score in this process, or submit a job to Celery workers and follow it "
+        "(default: celery when RUBRICSVC_BROKER_URL is set).",
+    ),
 ) -> None:
     """Score completions against their rubrics; judgments already made come from the cache."""
+    if include_drafts is None:
+        include_drafts = get_settings().scoring.use_drafts
     selection = Selection(
         completion_ids=tuple(completion),
         prompt_external_ids=tuple(prompt),
@@ -58,6 +77,17 @@ def score_command(
         include_drafts=include_drafts,
     )
     options = ScoreOptions(aggregation=aggregation, min_coverage=min_coverage)
+    if via is None:
+        via = Via.CELERY if get_settings().broker.url else Via.INPROCESS
+    if via == Via.CELERY:
+        report, state = score_via_celery(judge, mode, selection, options, show=not as_json)
+        if as_json:
+            console.print_json(json.dumps(asdict(report)))
+        else:
+            _print_report(report, breakdown)
+        if state.status != "done":
+            raise unfinished_exit(state)
+        return
     with db_session() as session:
         spec = find_judge(session, judge)
         if mode is not None:

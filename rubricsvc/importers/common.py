@@ -195,3 +195,24 @@ def ensure_completion(
     return session.scalars(
         select(Completion).where(Completion.external_id == validated.external_id)
     ).one()
+
+
+@dataclass
+class RubricBatch:
+    """Rubrics read from one source (no completions, no verdicts), all validated before saving."""
+
+    source: str
+    path: str
+    specs: list[RubricSpec]
+    notes: list[str] = field(default_factory=list)
+
+
+def save_rubric_batch(session: Session, batch: RubricBatch) -> ImportReport:
+    """Save every rubric of ``batch`` (known content is a no-op), counting prompts and outcomes."""
+    report = ImportReport(source=batch.source, path=batch.path, notes=list(batch.notes))
+    for spec in batch.specs:
+        with located(f"rubric {spec.name!r}"):
+            if spec.prompt is not None:
+                ensure_prompt(session, spec.prompt, report)
+            save_imported_rubric(session, spec, report)
+    return report

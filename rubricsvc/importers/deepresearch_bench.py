@@ -18,6 +18,9 @@ Nothing is dropped (see ``common.plan_criteria``): fields a criterion has no roo
 (``comment``, ``aspect``, ``rationale_for_weight`` on a few tasks) go to the version's
 ``origin_detail.extra_fields``; a zero weight or a repeated text (none in the published data)
 is handled as for HealthBench. A task or report whose prompt differs from its query is refused.
+
+``read_deepresearch_bench_rubrics`` reads the rubrics alone with the same mapping (``rubricsvc
+rubrics import --format deepresearch-bench``), from the repository or from ``criteria.jsonl``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from rubricsvc.errors import ValidationFailed
 from rubricsvc.importers.common import (
     ImportReport,
     Record,
+    RubricBatch,
     SourceItem,
     ensure_completion,
     ensure_prompt,
@@ -104,6 +108,24 @@ def import_deepresearch_bench(
             _check_prompt(entry.prompt, queries, entry.id)
             _add_article(session, location, prompts[str(entry.id)][1], model, entry, report)
     return report
+
+
+def read_deepresearch_bench_rubrics(path: Path) -> RubricBatch:
+    """The rubrics of ``criteria.jsonl``, or of the repository at ``path`` (prompts tagged from
+    ``query.jsonl`` as the full import does); no reports."""
+    file = path / CRITERIA_FILE if path.is_dir() else path
+    tasks = _by_id(_read(file, _Task))
+    queries = _by_id(_read(path / QUERY_FILE, _Query)) if path.is_dir() else None
+    batch = RubricBatch(source="deepresearch-bench", path=str(file), specs=[])
+    for location, task in tasks.values():
+        with located(location):
+            if queries is None:
+                prompt = PromptSpec(text=task.prompt, external_id=f"drb/{task.id}")
+            else:
+                _check_prompt(task.prompt, queries, task.id)
+                prompt = _prompt_spec(queries[str(task.id)][1])
+            batch.specs.append(_rubric_spec(task, prompt, file))
+    return batch
 
 
 def _import_prompts(

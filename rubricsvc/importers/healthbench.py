@@ -25,6 +25,9 @@ Items the rubric schema refuses are kept, never dropped (see ``common.plan_crite
 - a rubric without a positive item has no HealthBench score and is refused with its location.
 Not imported: ``metrics`` (recomputed from the verdicts), ``canary``, and the group and reference
 completions of ``ideal_completions_data``. The files do not name the grader model: ``unknown``.
+
+``read_healthbench_rubrics`` reads the rubrics alone with the same mapping (``rubricsvc rubrics
+import --format healthbench``), so either import recognises the other's rubric versions.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from sqlalchemy.orm import Session
 from rubricsvc.importers.common import (
     CriteriaPlan,
     ImportReport,
+    RubricBatch,
     SourceItem,
     ensure_completion,
     ensure_prompt,
@@ -96,15 +100,20 @@ class _Ideal(BaseModel):
     ideal_completion: str | None = None
 
 
-class _Record(BaseModel):
+class _Rubric(BaseModel):
+    """The rubric part of a record (all that ``rubrics import --format healthbench`` reads)."""
+
     prompt: list[Message] = Field(min_length=1)
     prompt_id: str | None = Field(default=None, min_length=1, max_length=150)
     rubrics: list[_Item] = Field(min_length=1)
+    example_tags: list[str] = Field(default_factory=list)
+    ideal_completions_data: _Ideal | None = None
+
+
+class _Record(_Rubric):
     prompt_response: list[_Turn] | str
     responses: list[_Judged]
     score: float | None = None
-    example_tags: list[str] = Field(default_factory=list)
-    ideal_completions_data: _Ideal | None = None
     model: str | None = Field(default=None, min_length=1, max_length=150)
 
     @field_validator("responses", mode="before")
@@ -162,6 +171,35 @@ def import_healthbench(session: Session, path: Path, source: str | None = None) 
     return report
 
 
+def read_healthbench_rubrics(path: Path) -> RubricBatch:
+    """The rubrics of a judge_responses.jsonl (or its folder), without responses or verdicts."""
+    file = path / FILE_NAME if path.is_dir() else path
+    batch = RubricBatch(source="healthbench", path=str(file), specs=[])
+    for location, data in read_jsonl(file):
+        record = parse(_Rubric, location, data)
+        with located(location):
+            spec, _ = _rubric_spec(record, file, location, batch.notes)
+        batch.specs.append(spec)
+    return batch
+
+
+def _rubric_spec(
+    record: _Rubric, file: Path, location: str, notes: list[str]
+) -> tuple[RubricSpec, CriteriaPlan]:
+    """The rubric of one record, and the plan that maps its criteria to the source's items."""
+    plan = plan_criteria([_source_item(n, item) for n, item in enumerate(record.rubrics, start=1)])
+    if plan.detail.get("repeated_items"):
+        notes.append(f"{location}: repeated rubric items renamed (see origin_detail)")
+    spec = RubricSpec(
+        name=f"healthbench/{_bare_id(record)}",
+        prompt=_prompt_spec(record),
+        criteria=plan.criteria,
+        origin="imported",
+        origin_detail={"source": "healthbench", "path": str(file), **plan.detail},
+    )
+    return spec, plan
+
+
 def _import_record(
     session: Session,
     judge: JudgeConfig,
@@ -171,18 +209,9 @@ def _import_record(
     source: str | None,
     report: ImportReport,
 ) -> _Imported:
-    prompt_spec = _prompt_spec(record)
-    prompt = ensure_prompt(session, prompt_spec, report)
-    plan = plan_criteria([_source_item(n, item) for n, item in enumerate(record.rubrics, start=1)])
-    if plan.detail.get("repeated_items"):
-        report.notes.append(f"{location}: repeated rubric items renamed (see origin_detail)")
-    spec = RubricSpec(
-        name=f"healthbench/{_bare_id(record)}",
-        prompt=prompt_spec,
-        criteria=plan.criteria,
-        origin="imported",
-        origin_detail={"source": "healthbench", "path": str(file), **plan.detail},
-    )
+    spec, plan = _rubric_spec(record, file, location, report.notes)
+    assert spec.prompt is not None  # a HealthBench rubric always belongs to its conversation
+    prompt = ensure_prompt(session, spec.prompt, report)
     version = save_imported_rubric(session, spec, report)
     completion_record = _completion_record(record, spec, plan, location, source)
     completion = ensure_completion(session, "prompt_response", prompt, completion_record, report)
@@ -190,12 +219,12 @@ def _import_record(
     return _Imported(completion.id, record.score, rows)
 
 
-def _bare_id(record: _Record) -> str:
+def _bare_id(record: _Rubric) -> str:
     """The record's prompt id, else the first 12 hex of its prompt's content hash."""
     return record.prompt_id or prompt_hash([m.model_dump() for m in record.prompt])[:12]
 
 
-def _prompt_spec(record: _Record) -> PromptSpec:
+def _prompt_spec(record: _Rubric) -> PromptSpec:
     ideal = (
         record.ideal_completions_data.ideal_completion if record.ideal_completions_data else None
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 # A chat is a list of {"role": ..., "content": ...} messages.
 Chat = list[dict[str, str]]
@@ -16,6 +17,10 @@ class GenerationRequest:
     max_tokens: int = 512
     temperature: float = 0.0
     seed: int | None = None
+    # A JSON schema the reply must follow. Backends with structured output (vLLM's guided
+    # decoding, OpenAI's ``response_format``) enforce it; others ignore it, so callers still
+    # validate the reply.
+    json_schema: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

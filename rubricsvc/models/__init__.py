@@ -14,12 +14,20 @@ from rubricsvc.models.rubric import (
     RubricVersion,
     VersionStatus,
 )
-from rubricsvc.models.scoring import JobStatus, Score, ScoreJob, ScoreStatus
+from rubricsvc.models.scoring import (
+    ChunkStatus,
+    JobStatus,
+    Score,
+    ScoreChunk,
+    ScoreJob,
+    ScoreStatus,
+)
 
 __all__ = [
     "MUTABLE_VERSION_COLUMNS",
     "Base",
     "Category",
+    "ChunkStatus",
     "Completion",
     "Criterion",
     "CriterionKind",
@@ -32,6 +40,7 @@ __all__ = [
     "Rubric",
     "RubricVersion",
     "Score",
+    "ScoreChunk",
     "ScoreJob",
     "ScoreStatus",
     "VersionStatus",

@@ -1,4 +1,4 @@
-"""Scores (a rubric version's aggregate for one completion) and score jobs."""
+"""Scores (a rubric version's aggregate for one completion), score jobs and their chunks."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ from typing import Any
 from sqlalchemy import DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from rubricsvc.models.base import Base, CreatedAtMixin, JSONType, str_enum, utcnow
+from rubricsvc.models.base import (
+    HASH_LENGTH,
+    Base,
+    CreatedAtMixin,
+    JSONType,
+    str_enum,
+    utcnow,
+)
 from rubricsvc.models.judging import JudgeConfig
 
 
@@ -24,6 +31,14 @@ class JobStatus(enum.StrEnum):
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class ChunkStatus(enum.StrEnum):
+    PENDING = "pending"  # waiting in a queue (or its message was lost: the reaper re-sends it)
+    RUNNING = "running"  # claimed by a worker that keeps its heartbeat fresh
+    DONE = "done"
+    FAILED = "failed"  # could not be scored (configuration error, or gave up after attempts)
     CANCELLED = "cancelled"
 
 
@@ -55,6 +70,9 @@ class ScoreJob(CreatedAtMixin, Base):
     __tablename__ = "score_jobs"
 
     id: Mapped[int] = mapped_column(primary_key=True)
+    # Hash of the judge config, aggregation, options and the (completion, rubric version)
+    # pairs: the same work submitted twice finds this job instead of creating another.
+    job_key: Mapped[str | None] = mapped_column(String(HASH_LENGTH), unique=True)
     status: Mapped[JobStatus] = mapped_column(
         str_enum(JobStatus, "job_status"), default=JobStatus.PENDING
     )
@@ -70,3 +88,34 @@ class ScoreJob(CreatedAtMixin, Base):
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, onupdate=utcnow
     )
+
+    judge_config: Mapped[JudgeConfig] = relationship()
+
+
+class ScoreChunk(CreatedAtMixin, Base):
+    """The completions of a job that one worker task scores together (one backend batch).
+
+    Counts are set, never incremented, so a chunk run twice (a lost worker, a redelivered
+    message) reports the same numbers.
+    """
+
+    __tablename__ = "score_chunks"
+    __table_args__ = (UniqueConstraint("job_id", "position"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("score_jobs.id"), index=True)
+    position: Mapped[int] = mapped_column(Integer)  # 0, 1, ... within the job
+    completion_ids: Mapped[list[int]] = mapped_column(JSONType)
+    judgments: Mapped[int] = mapped_column(Integer, default=0)  # planned, checks excluded
+    status: Mapped[ChunkStatus] = mapped_column(
+        str_enum(ChunkStatus, "chunk_status"), default=ChunkStatus.PENDING, index=True
+    )
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # claims; also the claim's token
+    worker: Mapped[str | None] = mapped_column(String(200))
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    enqueued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    done: Mapped[int] = mapped_column(Integer, default=0)  # judgments finished so far
+    cached: Mapped[int] = mapped_column(Integer, default=0)
+    failed: Mapped[int] = mapped_column(Integer, default=0)
+    requests: Mapped[int] = mapped_column(Integer, default=0)  # backend requests, retries too
+    error: Mapped[str | None] = mapped_column(Text)

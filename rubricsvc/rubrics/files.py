@@ -54,3 +54,9 @@ def load_rubric_files(paths: Iterable[Path]) -> list[RubricSpec]:
                 where[spec.name] = item_location
                 specs.append(spec)
     return specs
+
+
+def dump_jsonl(specs: Iterable[RubricSpec]) -> str:
+    """Rubrics in the JSON Lines rubric format, one per line: ``rubrics add`` reads them back
+    as they were (floats, texts and ``origin_detail`` exactly)."""
+    return "".join(spec.model_dump_json(exclude_none=True) + "\n" for spec in specs)

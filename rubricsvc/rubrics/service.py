@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from rubricsvc.errors import ConflictError
@@ -22,9 +25,10 @@ from rubricsvc.models import (
     RubricVersion,
     VersionStatus,
 )
+from rubricsvc.models.base import utcnow
 from rubricsvc.prompts import get_or_create_prompt
-from rubricsvc.rubrics.repository import get_rubric, latest_version
-from rubricsvc.rubrics.schemas import CriterionSpec, RubricSpec
+from rubricsvc.rubrics.repository import latest_version
+from rubricsvc.rubrics.schemas import CriterionSpec, PromptSpec, RubricSpec
 
 
 @dataclass(frozen=True)
@@ -34,17 +38,15 @@ class SaveResult:
 
 
 def save_rubric(session: Session, spec: RubricSpec) -> SaveResult:
-    """Store ``spec`` as the rubric's next version, unless the latest already has this content."""
+    """Store ``spec`` as the rubric's next version, unless the latest already has this content.
+
+    The rubric's row stays locked until the transaction ends, so concurrent saves of one
+    rubric take turns: each reads the latest version only after the previous save committed,
+    and becomes its child (N+1, then N+2), never a sibling that loses the race.
+    """
     prompt = _prompt_for(session, spec)
-    rubric = get_rubric(session, spec.name)
-    if rubric is None:
-        rubric = Rubric(
-            name=spec.name,
-            prompt_id=prompt.id if prompt else None,
-            description=spec.description,
-        )
-        session.add(rubric)
-        session.flush()
+    rubric, created = _locked_rubric(session, spec, prompt)
+    if created:
         return SaveResult(_append_version(session, rubric, spec, parent=None), "created")
 
     if prompt is not None and rubric.prompt_id not in (None, prompt.id):
@@ -57,23 +59,77 @@ def save_rubric(session: Session, spec: RubricSpec) -> SaveResult:
     return SaveResult(_append_version(session, rubric, spec, parent=parent), "new version")
 
 
+def _locked_rubric(
+    session: Session, spec: RubricSpec, prompt: Prompt | None
+) -> tuple[Rubric, bool]:
+    """The rubric named by ``spec``, created if new, with its row locked; and whether it is new.
+
+    PostgreSQL locks the row (``SELECT ... FOR UPDATE``); SQLite has one writer at a time
+    and ignores the clause. A rubric created by a concurrent transaction is waited for
+    (``ON CONFLICT DO NOTHING``), then locked like any existing one.
+    """
+    rubric = _select_locked(session, spec.name)
+    if rubric is not None:
+        return rubric, False
+    insert = pg_insert if _dialect(session) == "postgresql" else sqlite_insert
+    inserted = session.scalar(
+        insert(Rubric)
+        .values(
+            name=spec.name,
+            prompt_id=prompt.id if prompt else None,
+            description=spec.description,
+            created_at=utcnow(),
+        )
+        .on_conflict_do_nothing(index_elements=[Rubric.name])
+        .returning(Rubric.id)
+    )
+    rubric = _select_locked(session, spec.name)
+    assert rubric is not None  # inserted above, or by a transaction that has committed
+    return rubric, inserted is not None
+
+
+def _select_locked(session: Session, name: str) -> Rubric | None:
+    return session.scalar(
+        select(Rubric)
+        .where(Rubric.name == name)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+
+
 def _prompt_for(session: Session, spec: RubricSpec) -> Prompt | None:
     if spec.prompt is None:
         return None
-    return get_or_create_prompt(
-        session,
-        spec.prompt.chat(),
-        external_id=spec.prompt.external_id,
-        reference_answer=spec.prompt.reference_answer,
-        tags=spec.prompt.tags,
-    )
+    prompt = spec.prompt
+
+    def find_or_create() -> Prompt:
+        return get_or_create_prompt(
+            session,
+            prompt.chat(),
+            external_id=prompt.external_id,
+            reference_answer=prompt.reference_answer,
+            tags=prompt.tags,
+        )
+
+    if _dialect(session) != "postgresql":
+        return find_or_create()  # SQLite: one writer at a time, no race to lose
+    try:
+        with session.begin_nested():
+            return find_or_create()
+    except IntegrityError:
+        # A concurrent transaction stored the same prompt first and has committed: use it.
+        return find_or_create()
+
+
+def _dialect(session: Session) -> str:
+    return session.get_bind().dialect.name
 
 
 def _append_version(
     session: Session, rubric: Rubric, spec: RubricSpec, parent: RubricVersion | None
 ) -> RubricVersion:
-    # Two writers racing for the same number collide on the (rubric_id, number) unique key,
-    # so one of them fails instead of both silently claiming the same version.
+    # The caller holds the rubric's lock; should anything bypass it, two writers racing for
+    # one number collide on the (rubric_id, number) unique key instead of both claiming it.
     number = (
         session.scalar(
             select(func.max(RubricVersion.number)).where(RubricVersion.rubric_id == rubric.id)
@@ -150,13 +206,20 @@ def spec_of(version: RubricVersion) -> RubricSpec:
         ],
     }
     if rubric.prompt is not None:
-        data["prompt"] = {
-            "messages": rubric.prompt.messages,
-            "external_id": rubric.prompt.external_id,
-            "reference_answer": rubric.prompt.reference_answer,
-            "tags": rubric.prompt.tags,
-        }
+        data["prompt"] = prompt_spec_of(rubric.prompt)
     return RubricSpec.model_validate(data)
+
+
+def prompt_spec_of(prompt: Prompt) -> PromptSpec:
+    """The authored form of a stored prompt."""
+    return PromptSpec.model_validate(
+        {
+            "messages": prompt.messages,
+            "external_id": prompt.external_id,
+            "reference_answer": prompt.reference_answer,
+            "tags": prompt.tags,
+        }
+    )
 
 
 def approve(session: Session, version: RubricVersion, reviewer: str | None = None) -> RubricVersion:

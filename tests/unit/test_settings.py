@@ -25,3 +25,10 @@ def test_environment_overrides(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert settings.db.url == "postgresql://u@db/rubrics"
     assert settings.broker.url == "redis://127.0.0.1:6379/0"
     assert settings.judge.model_dir == tmp_path
+
+
+def test_scoring_uses_approved_versions_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RUBRICSVC_SCORING_USE_DRAFTS", raising=False)
+    assert Settings().scoring.use_drafts is False
+    monkeypatch.setenv("RUBRICSVC_SCORING_USE_DRAFTS", "true")
+    assert Settings().scoring.use_drafts is True

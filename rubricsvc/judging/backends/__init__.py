@@ -14,6 +14,8 @@ BACKENDS: dict[str, tuple[str, str]] = {
     "vllm": ("rubricsvc.judging.backends.vllm", "VLLMBackend"),
     "openai": ("rubricsvc.judging.backends.openai", "OpenAIBackend"),
     "scripted": ("rubricsvc.judging.backends.scripted", "ScriptedBackend"),
+    # Wraps another backend, failing a share of its requests at random (tests of failures).
+    "faulty": ("rubricsvc.judging.backends.faulty", "FaultyBackend"),
 }
 
 

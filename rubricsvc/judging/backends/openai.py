@@ -263,6 +263,12 @@ class OpenAIBackend:
             }
             if request.seed is not None:
                 call["seed"] = request.seed
+            if request.json_schema is not None:
+                # Structured outputs: the server decodes only replies that match the schema.
+                call["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": "reply", "schema": request.json_schema, "strict": True},
+                }
             calls.append(call)
         responses = self._run_batch(calls)
         return [

@@ -243,6 +243,7 @@ class VLLMBackend:
                     max_tokens=request.max_tokens,
                     temperature=request.temperature,
                     seed=request.seed,
+                    **self._structured(request.json_schema),
                 )
             )
         if prompts:
@@ -256,6 +257,21 @@ class VLLMBackend:
                     finish_reason=completion.finish_reason,
                 )
         return [r for r in results if r is not None]
+
+    def _structured(self, schema: dict[str, Any] | None) -> dict[str, Any]:
+        """Sampling options that make the engine decode only replies matching ``schema``."""
+        if schema is None:
+            return {}
+        fields = getattr(self._sampling_params, "__struct_fields__", ())
+        if "structured_outputs" in fields:
+            from vllm.sampling_params import StructuredOutputsParams
+
+            return {"structured_outputs": StructuredOutputsParams(json=schema)}
+        if "guided_decoding" in fields:  # vLLM releases before structured_outputs
+            from vllm.sampling_params import GuidedDecodingParams
+
+            return {"guided_decoding": GuidedDecodingParams(json=schema)}
+        raise DependencyMissing("this vLLM has no guided decoding for JSON schemas: upgrade vllm")
 
     def close(self) -> None:
         llm = self.__dict__.pop("llm", None)

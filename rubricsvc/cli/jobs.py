@@ -1,0 +1,341 @@
+"""``rubricsvc jobs ...``, ``rubricsvc worker`` and ``score --via celery``: scoring on workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rubricsvc.cli.context import CliExit, console, db_session, engine, err_console
+from rubricsvc.cli.render import build_table
+from rubricsvc.config import get_settings
+from rubricsvc.db import display_url, session_scope
+from rubricsvc.errors import DependencyMissing, NotFoundError
+from rubricsvc.judging.config import JudgeSpec, VerdictMode
+from rubricsvc.scoring import jobs
+from rubricsvc.scoring.judge_configs import ensure_judge_config, find_judge
+from rubricsvc.scoring.selection import Selection
+from rubricsvc.scoring.service import ScoreOptions, ScoreReport
+
+jobs_app = typer.Typer(
+    help="Score jobs run by workers (see `score --via celery`).", no_args_is_help=True
+)
+
+POLL_SECONDS = 1.0
+IDLE_HINT_SECONDS = 30.0  # all chunks still waiting after this long: say how to start a worker
+
+
+def require_broker() -> str:
+    url = get_settings().broker.url
+    if not url:
+        raise CliExit(
+            "no broker configured: set RUBRICSVC_BROKER_URL (redis://... or amqp://...) "
+            "to score on workers"
+        )
+    return url
+
+
+class _Sender:
+    """Sends chunks to their queues, remembering a failure instead of raising it mid-commit."""
+
+    def __init__(self) -> None:
+        require_broker()
+        try:
+            from workers.app import send_chunks
+        except ImportError as err:
+            raise DependencyMissing(
+                f"scoring on workers needs the workers extra ({err.name} is missing): "
+                "pip install 'rubricsvc[workers]'"
+            ) from None
+        self._send = send_chunks
+        self.error: str | None = None
+        self.sent = 0
+
+    def __call__(self, judge: str, chunk_ids: Sequence[int]) -> None:
+        try:
+            self._send(judge, chunk_ids)
+            self.sent += len(chunk_ids)
+        except Exception as err:
+            self.error = _first_line(err)
+
+    def check(self, job_id: int) -> None:
+        if self.error is not None:
+            raise CliExit(
+                f"could not send the chunks of job {job_id} to the broker at "
+                f"{display_url(require_broker())} ({self.error}); once it is back, "
+                f"`rubricsvc jobs resume {job_id}` sends them"
+            )
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def score_via_celery(
+    judge: str, mode: VerdictMode | None, selection: Selection, options: ScoreOptions, show: bool
+) -> tuple[ScoreReport, jobs.JobProgress]:
+    """Submit the job, send its chunks after the commit, follow it, read the report back."""
+    send = _Sender()
+    with db_session() as session:
+        spec = find_judge(session, judge)
+        if mode is not None:
+            spec = spec.with_mode(mode)
+        chunk_judgments = get_settings().broker.chunk_judgments
+        submission = jobs.submit(session, spec, selection, options, chunk_judgments)
+        jobs.send_after_commit(session, send, submission.outbox)
+        job_id = submission.job.id
+    send.check(job_id)
+    if submission.created:
+        err_console.print(f"job {job_id}: {send.sent} chunk(s) sent to the workers of {spec.name}")
+    else:
+        again = f"; {send.sent} chunk(s) sent again" if send.sent else ""
+        err_console.print(f"job {job_id}: this work was submitted before{again}; following it")
+    state = follow(job_id, show)
+    with db_session() as session:
+        return jobs.job_report(session, job_id), state
+
+
+def unfinished_exit(state: jobs.JobProgress) -> CliExit:
+    """The exit for a job that ended other than done."""
+    detail = state.error or f"see `rubricsvc jobs status {state.id}`"
+    return CliExit(f"job {state.id} {state.status}: {detail}")
+
+
+def follow(job_id: int, show: bool) -> jobs.JobProgress:
+    """Poll the job until it finishes, reaping lost chunks on the way; Ctrl-C leaves it running."""
+    broker = get_settings().broker
+    send = _Sender() if broker.url else None
+    next_reap = time.monotonic() + broker.reap_interval
+    started = time.monotonic()
+    hinted = False
+    try:
+        with _JobBar(job_id, enabled=show) as bar:
+            while True:
+                reap = send is not None and broker.reap_interval > 0
+                if reap and time.monotonic() >= next_reap:
+                    next_reap = time.monotonic() + broker.reap_interval
+                else:
+                    reap = False
+                state = _poll(job_id, send if reap else None)
+                if state is None:  # the database is away (a restart): try again
+                    time.sleep(POLL_SECONDS)
+                    continue
+                bar.update(state)
+                if state.finished:
+                    return state
+                if not hinted and time.monotonic() - started > IDLE_HINT_SECONDS:
+                    hinted = _hint_if_idle(state)
+                time.sleep(POLL_SECONDS)
+    except KeyboardInterrupt:
+        raise CliExit(
+            f"stopped following; job {job_id} goes on: `rubricsvc jobs status {job_id} --follow`",
+            130,
+        ) from None
+
+
+_last_wait = [""]
+
+
+def _poll(job_id: int, reap_with: _Sender | None) -> jobs.JobProgress | None:
+    """The job's progress, after reaping (and sending with ``reap_with``) if it is given."""
+    broker = get_settings().broker
+    try:
+        with session_scope(engine()) as session:
+            if reap_with is not None:
+                outbox = jobs.reap(session, broker.heartbeat_timeout, broker.requeue_after)
+                jobs.send_after_commit(session, reap_with, outbox)
+            state = jobs.progress(session, job_id)
+        _last_wait[0] = ""
+        return state
+    except NotFoundError as err:
+        raise CliExit(str(err), err.exit_code) from None
+    except Exception as err:
+        message = f"waiting for the database: {_first_line(err)}"
+        if message != _last_wait[0]:  # once per outage, not once per poll
+            err_console.print(message, soft_wrap=True)
+            _last_wait[0] = message
+        return None
+
+
+def _hint_if_idle(state: jobs.JobProgress) -> bool:
+    if set(state.chunks) == {"pending"}:
+        err_console.print(
+            f"no worker has taken a chunk yet: start one with `rubricsvc worker --judge {state.judge}`"
+        )
+        return True
+    return False
+
+
+class _JobBar:
+    """A progress bar on stderr (a no-op without a terminal)."""
+
+    def __init__(self, job_id: int, enabled: bool) -> None:
+        self.progress: Progress | None = None
+        if enabled and sys.stderr.isatty():
+            self.progress = Progress(
+                TextColumn(f"job {job_id}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[detail]}"),
+                TimeElapsedColumn(),
+                console=err_console,
+                transient=True,
+            )
+        self.task: Any = None
+
+    def __enter__(self) -> _JobBar:
+        if self.progress is not None:
+            self.progress.start()
+            self.task = self.progress.add_task("job", total=None, detail="")
+        return self
+
+    def update(self, state: jobs.JobProgress) -> None:
+        if self.progress is not None:
+            chunks = ", ".join(f"{n} {status}" for status, n in state.chunks.items())
+            detail = f"{state.cached} cached, {state.failed} failed; chunks: {chunks}"
+            self.progress.update(self.task, completed=state.done, total=state.total, detail=detail)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def _print_state(state: jobs.JobProgress) -> None:
+    chunks = ", ".join(f"{n} {status}" for status, n in state.chunks.items()) or "none"
+    console.print(f"job {state.id}: {state.status}, judge {state.judge}, {state.aggregation}")
+    console.print(
+        f"  {state.done}/{state.total} judgment(s) done: {state.cached} from the cache, "
+        f"{state.failed} failed; {state.requests} backend request(s)"
+    )
+    console.print(f"  chunks: {chunks}")
+    for worker in state.workers:
+        console.print(f"  running on {worker}")
+    if state.error:
+        console.print(f"  error: {state.error}", soft_wrap=True)
+
+
+@jobs_app.command("list")
+def jobs_list(
+    limit: int = typer.Option(50, help="Show the latest N jobs."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """The latest score jobs, newest first."""
+    with db_session() as session:
+        states = [jobs.progress(session, job.id) for job in jobs.list_jobs(session, limit)]
+    if as_json:
+        console.print_json(json.dumps([s.as_dict() for s in states]))
+        return
+    rows = [
+        [
+            str(s.id),
+            s.status,
+            s.judge,
+            s.aggregation,
+            f"{s.done}/{s.total}",
+            str(s.cached),
+            str(s.failed),
+            (s.created_at or "")[:19],
+        ]
+        for s in states
+    ]
+    headers = ["id", "status", "judge", "aggregation", "done", "cached", "failed", "created"]
+    console.print(
+        build_table(f"{len(rows)} job(s)", headers, rows, flexible="judge", width=console.width)
+    )
+
+
+@jobs_app.command("status")
+def jobs_status(
+    job_id: int = typer.Argument(..., help="The job's id."),
+    follow_: bool = typer.Option(False, "--follow", help="Show progress until the job finishes."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Where a job stands: counts, chunks, the workers running it."""
+    if follow_:
+        state = follow(job_id, show=not as_json)
+    else:
+        with db_session() as session:
+            state = jobs.progress(session, job_id)
+    if as_json:
+        console.print_json(json.dumps(state.as_dict()))
+    else:
+        _print_state(state)
+
+
+@jobs_app.command("resume")
+def jobs_resume(job_id: int = typer.Argument(..., help="The job's id.")) -> None:
+    """Send a job's pending, failed and cancelled chunks to the workers again."""
+    send = _Sender()
+    with db_session() as session:
+        outbox = jobs.resume(session, job_id)
+        jobs.send_after_commit(session, send, outbox)
+    send.check(job_id)
+    console.print(f"job {job_id}: {send.sent} chunk(s) sent")
+
+
+@jobs_app.command("cancel")
+def jobs_cancel(job_id: int = typer.Argument(..., help="The job's id.")) -> None:
+    """Stop a job: waiting chunks are dropped, running ones stop at their next checkpoint."""
+    with db_session() as session:
+        job = jobs.cancel(session, job_id)
+    console.print(f"job {job_id}: {job.status.value}")
+
+
+@jobs_app.command("reap")
+def jobs_reap(
+    timeout: float | None = typer.Option(
+        None, help="Heartbeat age (s) after which a running chunk is lost (default: settings)."
+    ),
+) -> None:
+    """Send again the chunks of lost workers and chunks whose message may be lost."""
+    broker = get_settings().broker
+    send = _Sender()
+    with db_session() as session:
+        outbox = jobs.reap(session, timeout or broker.heartbeat_timeout, broker.requeue_after)
+        jobs.send_after_commit(session, send, outbox)
+    if send.error is not None:
+        raise CliExit(f"could not reach the broker: {send.error}")
+    console.print(f"{send.sent} chunk(s) sent again")
+
+
+def worker_command(
+    judge: str = typer.Option(..., help="Serve this judge's queue (its model is loaded once)."),
+    mode: VerdictMode | None = typer.Option(None, help="The judge in another verdict mode."),
+    concurrency: int = typer.Option(1, help="Worker processes (each loads the model)."),
+    pool: str = typer.Option("prefork", help="Celery pool: prefork, solo or threads."),
+    loglevel: str = typer.Option("INFO", help="Celery's log level."),
+) -> None:
+    """Run a Celery worker for one judge's queue."""
+    require_broker()
+    with db_session() as session:
+        spec: JudgeSpec = find_judge(session, judge)
+        if mode is not None:
+            spec = spec.with_mode(mode)
+        ensure_judge_config(session, spec)  # so the worker processes find it by name
+    try:
+        from workers.app import app, queue_name
+    except ImportError as err:
+        raise DependencyMissing(
+            f"workers need the workers extra ({err.name} is missing): pip install 'rubricsvc[workers]'"
+        ) from None
+    app.conf.rubricsvc_judge = spec.name
+    app.worker_main(
+        [
+            "worker",
+            "--queues", queue_name(spec.name),
+            "--concurrency", str(concurrency),
+            "--pool", pool,
+            "--hostname", f"rubricsvc-{os.getpid()}@%h",
+            "--loglevel", loglevel,
+            # No gossip or mingle: workers coordinate through the database, not each other.
+            "--without-gossip",
+            "--without-mingle",
+        ]
+    )  # fmt: skip

@@ -1,0 +1,173 @@
+"""Auto-J scenario criteria (GAIR-NLP/auto-j, ``other_resources/scenario_criteria``) as rubrics.
+
+Each ``specials/<scenario>.yaml`` is one scenario::
+
+    basic-writing:
+      !include "./other_resources/scenario_criteria/basics/basic_writing.yaml"
+    extended:
+      conciseness: {content: "...", weight: 5, type: content}
+
+A basics file maps criterion names to the same {content, weight, type}. The include path is
+relative to the repository root; it is looked up from the scenario's folder upwards, so any
+copy that keeps the ``other_resources/scenario_criteria`` layout imports.
+
+Every scenario becomes a shared rubric (no prompt: a scenario applies to many prompts) named
+``autoj/<scenario>``; its criteria are those of each included basics file, in the order of the
+includes, followed by the extended ones, each in file order:
+
+- text = ``content`` (the checkable statement; names repeat, e.g. ``accuracy`` in both a basics
+  file and ``extended``, the contents do not);
+- weight = ``weight`` exactly; category ``important`` (Auto-J grades importance by weight only);
+- theme = ``type`` (``basic`` for basics, ``content``, ``format`` or ``style`` for extended);
+- tags = ``name:<name>`` and ``from:<section>`` (the include's key, e.g. ``basic-writing``, or
+  ``extended``).
+
+``origin_detail`` names the scenario file and its includes. Unknown keys, a repeated key or a
+missing include fail the import with the file and the entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from rubricsvc.errors import ValidationFailed
+from rubricsvc.fileformats import _UniqueKeyLoader
+from rubricsvc.importers.common import RubricBatch, located, parse
+from rubricsvc.rubrics.schemas import CriterionSpec, RubricSpec
+
+SCENARIO_DIR = Path("other_resources/scenario_criteria")
+EXTENDED = "extended"
+
+
+@dataclass(frozen=True)
+class _Include:
+    """An ``!include`` tag, resolved once the including file is known."""
+
+    path: str
+
+
+class _Loader(_UniqueKeyLoader):
+    """Refuses repeated keys (a repeated criterion name would silently drop one) and reads
+    ``!include`` tags."""
+
+
+def _construct_include(loader: _Loader, node: yaml.Node) -> _Include:
+    if not isinstance(node, yaml.ScalarNode):
+        raise yaml.constructor.ConstructorError(
+            None, None, "!include takes a file path", node.start_mark
+        )
+    return _Include(str(loader.construct_scalar(node)))
+
+
+_Loader.add_constructor("!include", _construct_include)
+
+
+class _Criterion(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    content: str = Field(min_length=1)
+    weight: float
+    type: str = Field(min_length=1, max_length=100)
+
+
+def read_autoj_rubrics(path: Path) -> RubricBatch:
+    """One rubric per scenario under ``path`` (the repository, ``scenario_criteria`` or
+    ``specials``)."""
+    files = sorted(_specials_dir(path).glob("*.yaml"))
+    if not files:
+        raise ValidationFailed(f"{path}: no scenario files (specials/*.yaml)")
+    basics: dict[Path, Any] = {}
+    return RubricBatch("autoj", str(path), [_scenario(file, basics) for file in files])
+
+
+def _specials_dir(path: Path) -> Path:
+    for candidate in (path / SCENARIO_DIR / "specials", path / "specials", path):
+        if candidate.is_dir() and any(candidate.glob("*.yaml")):
+            return candidate
+    raise ValidationFailed(
+        f"{path}: expected the Auto-J repository or its scenario_criteria folder"
+    )
+
+
+def _load(file: Path) -> Any:
+    try:
+        return yaml.load(file.read_text(encoding="utf-8"), Loader=_Loader)
+    except OSError as err:
+        raise ValidationFailed(f"{file}: cannot read: {err}") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ValidationFailed(f"{file}{where}: invalid YAML: {problem}") from None
+
+
+def _scenario(file: Path, basics: dict[Path, Any]) -> RubricSpec:
+    document = _load(file)
+    if not isinstance(document, dict) or not document:
+        raise ValidationFailed(f"{file}: expected a mapping of basics includes and 'extended'")
+    sections: list[tuple[str, Any, Path]] = []
+    includes = []
+    for key, value in document.items():
+        if isinstance(value, _Include):
+            included = _resolve(file, value.path)
+            if included not in basics:
+                basics[included] = _load(included)
+            sections.append((str(key), basics[included], included))
+            includes.append({"key": str(key), "path": value.path})
+        elif key != EXTENDED:
+            raise ValidationFailed(f"{file}: {key!r}: expected 'extended' or an !include")
+    # Basics first, in include order, then the scenario's own criteria (Auto-J's reading).
+    if EXTENDED in document:
+        sections.append((EXTENDED, document[EXTENDED], file))
+    criteria = [
+        criterion
+        for section, items, source in sections
+        for criterion in _criteria(section, items, source)
+    ]
+    with located(str(file)):
+        return RubricSpec(
+            name=f"autoj/{file.stem}",
+            criteria=criteria,
+            origin="imported",
+            origin_detail={"source": "autoj", "path": str(file), "includes": includes},
+        )
+
+
+def _criteria(section: str, items: Any, source: Path) -> list[CriterionSpec]:
+    if not isinstance(items, dict) or not items:
+        raise ValidationFailed(f"{source}: {section}: expected a mapping of named criteria")
+    criteria = []
+    for name, data in items.items():
+        location = f"{source}: {section}.{name}"
+        if not isinstance(data, dict):
+            raise ValidationFailed(f"{location}: expected {{content, weight, type}}")
+        item = parse(_Criterion, location, data)
+        with located(location):
+            criteria.append(
+                CriterionSpec(
+                    text=item.content,
+                    weight=item.weight,
+                    theme=item.type,
+                    tags=[f"name:{name}", f"from:{section}"],
+                )
+            )
+    return criteria
+
+
+def _resolve(file: Path, include: str) -> Path:
+    """The basics file an include names: relative to the repository root, an ancestor."""
+    relative = Path(include)
+    if relative.is_absolute() or ".." in relative.parts:
+        raise ValidationFailed(
+            f"{file}: !include {include!r}: expected a path inside the repository"
+        )
+    for root in file.resolve().parents:
+        candidate = root / relative
+        if candidate.is_file():
+            return candidate
+    raise ValidationFailed(f"{file}: !include {include!r}: no such file above {file.parent}")

@@ -1,0 +1,514 @@
+"""Score jobs: a selection split into chunks that workers score, with progress and recovery.
+
+- ``submit`` expands a selection into (completion, rubric version) pairs, groups whole
+  completions into chunks of about ``chunk_judgments`` judgments (one backend batch each)
+  and stores the job with its chunks. The job's key hashes the work itself, so the same
+  work submitted twice finds the same job.
+- Workers run chunks (``workers/chunks.py``): a claim is one atomic UPDATE, so two deliveries
+  of a chunk's message cannot both run it; ``rollup`` then recomputes the job from its chunks.
+- ``reap`` gives back running chunks whose worker stopped reporting, and sends again pending
+  chunks whose message may have been lost.
+- Messages go out only after the transaction that made their chunks pending commits
+  (``send_after_commit``): a rollback sends nothing.
+
+Every function here only flushes: the caller (a CLI command, a task) owns the transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import event, func, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from rubricsvc.errors import ConflictError, NotFoundError
+from rubricsvc.hashing import content_hash
+from rubricsvc.judging.config import JudgeSpec, VerdictMode
+from rubricsvc.models import (
+    ChunkStatus,
+    Completion,
+    CriterionKind,
+    JobStatus,
+    JudgeConfig,
+    Prompt,
+    RubricVersion,
+    Score,
+    ScoreChunk,
+    ScoreJob,
+)
+from rubricsvc.models.base import utcnow
+from rubricsvc.scoring.judge_configs import ensure_judge_config
+from rubricsvc.scoring.selection import Selection, select_work
+from rubricsvc.scoring.service import (
+    HOLISTIC,
+    ScoredCompletion,
+    ScoreOptions,
+    ScoreReport,
+)
+
+log = logging.getLogger(__name__)
+
+# Chunk ids to send, by judge name (each judge has its own queue).
+Outbox = dict[str, list[int]]
+Sender = Callable[[str, Sequence[int]], None]
+
+FINISHED = frozenset({JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED})
+_OUTBOX_KEY = "rubricsvc.outbox"
+_IN_CLAUSE = 500  # ids per IN (...) list
+
+
+@dataclass
+class Submission:
+    job: ScoreJob
+    created: bool  # False: the same work was submitted before and this is that job
+    outbox: Outbox
+
+
+@dataclass
+class JobProgress:
+    id: int
+    status: str
+    judge: str
+    aggregation: str
+    total: int
+    done: int
+    cached: int
+    failed: int
+    requests: int
+    chunks: dict[str, int]
+    workers: list[str]
+    error: str | None
+    created_at: str | None
+    updated_at: str | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- submitting -----------------------------------------------------------------------------
+
+
+def submit(
+    session: Session,
+    spec: JudgeSpec,
+    selection: Selection,
+    options: ScoreOptions,
+    chunk_judgments: int,
+) -> Submission:
+    """The job for this work: found if submitted before (resumed if it failed), else created."""
+    judge_row = ensure_judge_config(session, spec)
+    aggregation = HOLISTIC if spec.mode == VerdictMode.HOLISTIC else options.aggregation
+    work, without = select_work(session, selection)
+    versions_of: dict[int, list[RubricVersion]] = {}
+    for completion, version in work:
+        versions_of.setdefault(completion.id, []).append(version)
+    key = content_hash(
+        {
+            "judge": judge_row.config_hash,
+            "aggregation": aggregation,
+            "min_coverage": options.min_coverage,
+            "gate_cap": options.gate_cap,
+            "work": sorted((c, v.id) for c, vs in versions_of.items() for v in vs),
+        }
+    )
+    existing = _job_by_key(session, key)
+    if existing is None:
+        params = {
+            "selection": {
+                k: list(v) if isinstance(v, tuple) else v for k, v in asdict(selection).items()
+            },
+            "min_coverage": options.min_coverage,
+            "gate_cap": options.gate_cap,
+            "versions": sorted({v.id for vs in versions_of.values() for v in vs}),
+            "without_rubric": [c.id for c in without],
+            "chunk_judgments": chunk_judgments,
+        }
+        job_id = _insert_job(
+            session,
+            status=JobStatus.PENDING,
+            judge_config_id=judge_row.id,
+            aggregation=aggregation,
+            job_key=key,
+            params=params,
+        )
+        if job_id is not None:
+            _add_chunks(session, job_id, _plan_chunks(spec, versions_of, chunk_judgments))
+            ids = chunk_ids(session, job_id)
+            return Submission(get_job(session, job_id), True, {spec.name: ids} if ids else {})
+        existing = _job_by_key(session, key)  # a concurrent identical submission stored it
+        assert existing is not None
+    return Submission(existing, False, _resume_if_stopped(session, existing))
+
+
+def _add_chunks(session: Session, job_id: int, chunks: list[tuple[list[int], int]]) -> None:
+    now = utcnow()
+    for position, (completion_ids, judgments) in enumerate(chunks):
+        session.add(
+            ScoreChunk(
+                job_id=job_id,
+                position=position,
+                completion_ids=completion_ids,
+                judgments=judgments,
+                status=ChunkStatus.PENDING,
+                enqueued_at=now,
+            )
+        )
+    job = get_job(session, job_id)
+    job.total = sum(judgments for _, judgments in chunks)
+    if not chunks:
+        job.status = JobStatus.DONE
+    session.flush()
+
+
+def _insert_job(session: Session, **values: Any) -> int | None:
+    """Insert a job unless its key is taken (then None): insert-on-conflict-nothing."""
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    statement = (
+        insert(ScoreJob)
+        .values(**values)
+        .on_conflict_do_nothing(index_elements=["job_key"])
+        .returning(ScoreJob.id)
+    )
+    return session.scalar(statement)
+
+
+def _job_by_key(session: Session, key: str) -> ScoreJob | None:
+    return session.scalar(select(ScoreJob).where(ScoreJob.job_key == key))
+
+
+def _resume_if_stopped(session: Session, job: ScoreJob) -> Outbox:
+    if job.status in (JobStatus.FAILED, JobStatus.CANCELLED):
+        return resume(session, job.id)
+    return {}
+
+
+def _planned_judgments(spec: JudgeSpec, version: RubricVersion) -> int:
+    """Judgments one completion needs under ``version`` (criteria with the same content: one)."""
+    if spec.mode == VerdictMode.HOLISTIC:
+        return 1
+    return len({c.content_hash for c in version.criteria if c.kind != CriterionKind.CHECK})
+
+
+def _plan_chunks(
+    spec: JudgeSpec, versions_of: dict[int, list[RubricVersion]], size: int
+) -> list[tuple[list[int], int]]:
+    """Whole completions, in id order, grouped until a group holds ``size`` judgments."""
+    chunks: list[tuple[list[int], int]] = []
+    ids: list[int] = []
+    count = 0
+    for completion_id in sorted(versions_of):
+        ids.append(completion_id)
+        count += sum(_planned_judgments(spec, v) for v in versions_of[completion_id])
+        if count >= size:
+            chunks.append((ids, count))
+            ids, count = [], 0
+    if ids:
+        chunks.append((ids, count))
+    return chunks
+
+
+# --- sending after commit -------------------------------------------------------------------
+
+
+def send_after_commit(session: Session, send: Sender, outbox: Outbox) -> None:
+    """Send ``outbox`` once the session's transaction commits; drop it if it rolls back.
+
+    A message for a row its worker cannot see yet (or never will) would be wasted or wrong.
+    """
+    if not any(outbox.values()):
+        return
+    if _OUTBOX_KEY not in session.info:
+        session.info[_OUTBOX_KEY] = []
+        event.listen(session, "after_commit", _flush_outbox)
+        event.listen(session, "after_rollback", _drop_outbox)
+    session.info[_OUTBOX_KEY].append((send, outbox))
+
+
+def _flush_outbox(session: Session) -> None:
+    pending = session.info.get(_OUTBOX_KEY) or []
+    session.info[_OUTBOX_KEY] = []
+    for send, outbox in pending:
+        for judge, ids in outbox.items():
+            if ids:
+                send(judge, ids)
+
+
+def _drop_outbox(session: Session) -> None:
+    session.info[_OUTBOX_KEY] = []
+
+
+# --- job states -----------------------------------------------------------------------------
+
+
+def get_job(session: Session, job_id: int) -> ScoreJob:
+    job = session.get(ScoreJob, job_id, populate_existing=True)
+    if job is None:
+        raise NotFoundError(f"no score job with id {job_id}")
+    return job
+
+
+def rollup(session: Session, job_id: int) -> ScoreJob:
+    """Recompute the job's counts and status from its chunks, holding the job's row lock.
+
+    The lock serializes concurrent roll-ups, so the last one sees every committed chunk.
+    """
+    job = session.scalars(
+        select(ScoreJob)
+        .where(ScoreJob.id == job_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    ).one()
+    by_status = _chunk_counts(session, job_id)
+    states = Counter({status: row[0] for status, row in by_status.items()})
+    sums = [sum(row[i] for row in by_status.values()) for i in range(1, 5)]
+    job.total, job.done, job.cached, job.failed = sums
+    if job.status != JobStatus.CANCELLED:
+        job.status, job.error = _job_status(session, job_id, states)
+    session.flush()
+    return job
+
+
+def _chunk_counts(
+    session: Session, job_id: int
+) -> dict[ChunkStatus, tuple[int, int, int, int, int]]:
+    rows = session.execute(
+        select(
+            ScoreChunk.status,
+            func.count(),
+            func.sum(ScoreChunk.judgments),
+            func.sum(ScoreChunk.done),
+            func.sum(ScoreChunk.cached),
+            func.sum(ScoreChunk.failed),
+        )
+        .where(ScoreChunk.job_id == job_id)
+        .group_by(ScoreChunk.status)
+    ).all()
+    return {row[0]: (row[1], row[2] or 0, row[3] or 0, row[4] or 0, row[5] or 0) for row in rows}
+
+
+def _job_status(
+    session: Session, job_id: int, states: Counter[ChunkStatus]
+) -> tuple[JobStatus, str | None]:
+    unfinished = states[ChunkStatus.PENDING] + states[ChunkStatus.RUNNING]
+    if unfinished == 0 and states[ChunkStatus.FAILED]:
+        first = session.scalar(
+            select(ScoreChunk.error)
+            .where(ScoreChunk.job_id == job_id, ScoreChunk.status == ChunkStatus.FAILED)
+            .order_by(ScoreChunk.position)
+            .limit(1)
+        )
+        return JobStatus.FAILED, f"{states[ChunkStatus.FAILED]} chunk(s) failed; first: {first}"
+    if unfinished == 0:
+        return JobStatus.DONE, None
+    started = states[ChunkStatus.RUNNING] + states[ChunkStatus.DONE] + states[ChunkStatus.FAILED]
+    return (JobStatus.RUNNING if started else JobStatus.PENDING), None
+
+
+def cancel(session: Session, job_id: int) -> ScoreJob:
+    """Stop a job: pending chunks are not run, running ones stop at their next checkpoint."""
+    job = get_job(session, job_id)
+    if job.status == JobStatus.DONE:
+        raise ConflictError(f"score job {job_id} is already done")
+    session.execute(
+        update(ScoreChunk)
+        .where(
+            ScoreChunk.job_id == job_id,
+            ScoreChunk.status.in_([ChunkStatus.PENDING, ChunkStatus.RUNNING]),
+        )
+        .values(status=ChunkStatus.CANCELLED),
+        execution_options={"synchronize_session": False},
+    )
+    job.status = JobStatus.CANCELLED
+    session.flush()
+    return rollup(session, job_id)
+
+
+def resume(session: Session, job_id: int) -> Outbox:
+    """Put failed, cancelled and lost chunks back in their queue; the chunks to send."""
+    job = get_job(session, job_id)
+    now = utcnow()
+    session.execute(
+        update(ScoreChunk)
+        .where(
+            ScoreChunk.job_id == job_id,
+            ScoreChunk.status.in_([ChunkStatus.FAILED, ChunkStatus.CANCELLED]),
+        )
+        .values(status=ChunkStatus.PENDING, attempts=0, error=None, worker=None),
+        execution_options={"synchronize_session": False},
+    )
+    job.status = JobStatus.PENDING
+    session.flush()
+    ids = session.scalars(
+        update(ScoreChunk)
+        .where(ScoreChunk.job_id == job_id, ScoreChunk.status == ChunkStatus.PENDING)
+        .values(enqueued_at=now)
+        .returning(ScoreChunk.id),
+        execution_options={"synchronize_session": False},
+    ).all()
+    rollup(session, job_id)
+    return {job.judge_config.name: sorted(ids)} if ids else {}
+
+
+def reap(
+    session: Session, heartbeat_timeout: float, requeue_after: float, now: datetime | None = None
+) -> Outbox:
+    """Chunks to send again: running ones whose heartbeat is stale (now pending again), and
+    pending ones sent longer than ``requeue_after`` ago (their message may be lost).
+
+    A chunk sent twice is harmless: only one delivery can claim it.
+    """
+    now = now or utcnow()
+    stale = session.scalars(
+        update(ScoreChunk)
+        .where(
+            ScoreChunk.status == ChunkStatus.RUNNING,
+            ScoreChunk.heartbeat_at < now - timedelta(seconds=heartbeat_timeout),
+        )
+        .values(status=ChunkStatus.PENDING, worker=None, enqueued_at=now)
+        .returning(ScoreChunk.id),
+        execution_options={"synchronize_session": False},
+    ).all()
+    lost = session.scalars(
+        update(ScoreChunk)
+        .where(
+            ScoreChunk.status == ChunkStatus.PENDING,
+            or_(
+                ScoreChunk.enqueued_at.is_(None),
+                ScoreChunk.enqueued_at < now - timedelta(seconds=requeue_after),
+            ),
+        )
+        .values(enqueued_at=now)
+        .returning(ScoreChunk.id),
+        execution_options={"synchronize_session": False},
+    ).all()
+    ids = sorted({*stale, *lost})
+    if stale:
+        log.warning("reaper: %d chunk(s) lost their worker: %s", len(stale), sorted(stale))
+    return _outbox(session, ids)
+
+
+def _outbox(session: Session, chunk_ids: Sequence[int]) -> Outbox:
+    outbox: Outbox = {}
+    for start in range(0, len(chunk_ids), _IN_CLAUSE):
+        rows = session.execute(
+            select(ScoreChunk.id, JudgeConfig.name)
+            .join(ScoreJob, ScoreChunk.job_id == ScoreJob.id)
+            .join(JudgeConfig, ScoreJob.judge_config_id == JudgeConfig.id)
+            .where(ScoreChunk.id.in_(chunk_ids[start : start + _IN_CLAUSE]))
+            .order_by(ScoreChunk.id)
+        ).all()
+        for chunk_id, judge in rows:
+            outbox.setdefault(judge, []).append(chunk_id)
+    return outbox
+
+
+# --- reading --------------------------------------------------------------------------------
+
+
+def progress(session: Session, job_id: int) -> JobProgress:
+    """The job as its chunks stand now (running chunks' heartbeats included); no writes."""
+    job = get_job(session, job_id)
+    by_status = _chunk_counts(session, job_id)
+    requests = session.scalar(
+        select(func.coalesce(func.sum(ScoreChunk.requests), 0)).where(ScoreChunk.job_id == job_id)
+    )
+    workers = session.scalars(
+        select(ScoreChunk.worker).where(
+            ScoreChunk.job_id == job_id, ScoreChunk.status == ChunkStatus.RUNNING
+        )
+    ).all()
+    return JobProgress(
+        id=job.id,
+        status=job.status.value,
+        judge=job.judge_config.name,
+        aggregation=job.aggregation,
+        total=sum(row[1] for row in by_status.values()),
+        done=sum(row[2] for row in by_status.values()),
+        cached=sum(row[3] for row in by_status.values()),
+        failed=sum(row[4] for row in by_status.values()),
+        requests=int(requests or 0),
+        chunks={s.value: by_status[s][0] for s in ChunkStatus if s in by_status},
+        workers=sorted(w for w in workers if w),
+        error=job.error,
+        created_at=job.created_at.isoformat() if job.created_at else None,
+        updated_at=job.updated_at.isoformat() if job.updated_at else None,
+    )
+
+
+def list_jobs(session: Session, limit: int = 50) -> list[ScoreJob]:
+    return list(session.scalars(select(ScoreJob).order_by(ScoreJob.id.desc()).limit(limit)))
+
+
+def job_report(session: Session, job_id: int) -> ScoreReport:
+    """The job's scores read back from the database, as ``score`` reports them in-process."""
+    job = get_job(session, job_id)
+    state = progress(session, job_id)
+    report = ScoreReport(judge=state.judge, aggregation=job.aggregation)
+    report.judgments, report.cached, report.failed = state.total, state.cached, state.failed
+    report.computed = max(state.done - state.cached - state.failed, 0)
+    report.backend_requests = state.requests
+    report.without_rubric = list(job.params.get("without_rubric", []))
+    completion_ids = sorted(
+        {
+            c
+            for ids in session.scalars(
+                select(ScoreChunk.completion_ids).where(ScoreChunk.job_id == job_id)
+            )
+            for c in ids
+        }
+    )
+    versions = job.params.get("versions", [])
+    for start in range(0, len(completion_ids), _IN_CLAUSE):
+        rows = session.execute(
+            select(Score, Completion, Prompt, RubricVersion)
+            .join(Completion, Score.completion_id == Completion.id)
+            .join(Prompt, Completion.prompt_id == Prompt.id)
+            .join(RubricVersion, Score.rubric_version_id == RubricVersion.id)
+            .where(
+                Score.judge_config_id == job.judge_config_id,
+                Score.aggregation == job.aggregation,
+                Score.completion_id.in_(completion_ids[start : start + _IN_CLAUSE]),
+                Score.rubric_version_id.in_(versions),
+            )
+            .order_by(Score.completion_id, Score.rubric_version_id)
+        ).all()
+        report.scores.extend(_scored(*row) for row in rows)
+    report.checks = sum(1 for s in report.scores for c in s.criteria if c["status"] == "check")
+    return report
+
+
+def _scored(
+    row: Score, completion: Completion, prompt: Prompt, version: RubricVersion
+) -> ScoredCompletion:
+    details = row.details or {}
+    return ScoredCompletion(
+        completion.id,
+        completion.external_id,
+        prompt.external_id,
+        completion.source,
+        version.ref,
+        row.value,
+        row.coverage,
+        row.status.value,
+        list(details.get("reasons", [])),
+        list(details.get("criteria", [])),
+    )
+
+
+def chunk_ids(session: Session, job_id: int, statuses: Iterable[ChunkStatus] = ()) -> list[int]:
+    query = select(ScoreChunk.id).where(ScoreChunk.job_id == job_id).order_by(ScoreChunk.position)
+    wanted = list(statuses)
+    if wanted:
+        query = query.where(ScoreChunk.status.in_(wanted))
+    return list(session.scalars(query))

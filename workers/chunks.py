@@ -1,0 +1,264 @@
+"""Running one chunk of a score job: claim it, score it with a heartbeat, record it.
+
+A claim is one atomic UPDATE (pending, or running with a stale heartbeat, becomes running
+under this worker's token), so two deliveries of the same message cannot both score the
+chunk; every later write names the token, so a worker whose chunk was given to another
+cannot overwrite it. Judgments and scores are written idempotently by the scoring service.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Engine, and_, or_, select, update
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.orm import Session
+
+from rubricsvc.config import BrokerSettings
+from rubricsvc.db import session_scope
+from rubricsvc.errors import RubricsvcError
+from rubricsvc.judging.backends.base import BackendError, JudgeBackend
+from rubricsvc.judging.config import JudgeSpec
+from rubricsvc.models import ChunkStatus, JobStatus, ScoreChunk, ScoreJob
+from rubricsvc.models.base import utcnow
+from rubricsvc.scoring.jobs import get_job, rollup
+from rubricsvc.scoring.judge_configs import stored_spec
+from rubricsvc.scoring.selection import Selection
+from rubricsvc.scoring.service import ScoreOptions, ScoreReport, score
+
+log = logging.getLogger(__name__)
+
+BackendFor = Callable[[JudgeSpec], JudgeBackend]
+
+
+@dataclass
+class ChunkRun:
+    chunk_id: int
+    outcome: str  # done, skipped (not claimable), failed, stopped (cancelled or taken over)
+    report: ScoreReport | None = None
+    error: str | None = None
+
+
+class ChunkStopped(RubricsvcError):
+    """The chunk was cancelled, or given to another worker, while this one scored it."""
+
+
+def is_transient(err: BaseException) -> bool:
+    """Whether trying the chunk again later may help (the database or a backend was away)."""
+    if isinstance(err, BackendError):
+        return err.retryable
+    if isinstance(err, OperationalError | InterfaceError | DisconnectionError):
+        return True
+    # Redis (shared API limits) unreachable; checked by name so redis stays optional.
+    return type(err).__module__.startswith("redis.") and "Connection" in type(err).__name__
+
+
+def worker_token() -> str:
+    """Who holds a claim: host, process and a nonce (one process may claim a chunk twice)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def run_chunk(
+    engine: Engine, chunk_id: int, backend_for: BackendFor, settings: BrokerSettings
+) -> ChunkRun:
+    """Claim chunk ``chunk_id`` and score it.
+
+    A transient error (the database or the backend away) gives the chunk back and is raised,
+    for the task to retry; any other error marks the chunk failed with its message.
+    """
+    token = worker_token()
+    attempts = _claim(engine, chunk_id, token, settings.heartbeat_timeout)
+    if attempts is None:
+        return ChunkRun(chunk_id, "skipped")
+    if attempts > settings.max_attempts:
+        message = f"gave up after {settings.max_attempts} attempts: its workers were lost"
+        _fail(engine, chunk_id, token, message)
+        return ChunkRun(chunk_id, "failed", error=message)
+    beat = Heartbeat(engine, chunk_id, token, settings.heartbeat_interval)
+    beat.start()
+    try:
+        with session_scope(engine) as session:
+            report = _score_chunk(session, chunk_id, token, backend_for, beat)
+            _record(session, chunk_id, token, report)
+        return ChunkRun(chunk_id, "done", report)
+    except ChunkStopped as err:
+        return ChunkRun(chunk_id, "stopped", error=str(err))
+    except Exception as err:
+        if is_transient(err):
+            _release(engine, chunk_id, token)
+            raise
+        if not isinstance(err, RubricsvcError):
+            log.exception("chunk %d failed", chunk_id)
+        message = str(err) if isinstance(err, RubricsvcError) else f"{type(err).__name__}: {err}"
+        _fail(engine, chunk_id, token, message)
+        return ChunkRun(chunk_id, "failed", error=message)
+    finally:
+        beat.stop()
+
+
+def _claim(engine: Engine, chunk_id: int, token: str, timeout: float) -> int | None:
+    """Take the chunk if it is pending (or running with a stale heartbeat); its attempt number."""
+    now = utcnow()
+    with engine.begin() as conn:
+        row = conn.execute(
+            update(ScoreChunk)
+            .where(
+                ScoreChunk.id == chunk_id,
+                or_(
+                    ScoreChunk.status == ChunkStatus.PENDING,
+                    and_(
+                        ScoreChunk.status == ChunkStatus.RUNNING,
+                        ScoreChunk.heartbeat_at < now - timedelta(seconds=timeout),
+                    ),
+                ),
+            )
+            .values(
+                status=ChunkStatus.RUNNING,
+                worker=token,
+                heartbeat_at=now,
+                attempts=ScoreChunk.attempts + 1,
+                error=None,
+            )
+            .returning(ScoreChunk.job_id, ScoreChunk.attempts)
+        ).first()
+        if row is None:
+            return None
+        conn.execute(
+            update(ScoreJob)
+            .where(ScoreJob.id == row.job_id, ScoreJob.status == JobStatus.PENDING)
+            .values(status=JobStatus.RUNNING, updated_at=now)
+        )
+    return int(row.attempts)
+
+
+def _mine(chunk_id: int, token: str) -> Any:
+    return and_(
+        ScoreChunk.id == chunk_id,
+        ScoreChunk.worker == token,
+        ScoreChunk.status == ChunkStatus.RUNNING,
+    )
+
+
+def _score_chunk(
+    session: Session, chunk_id: int, token: str, backend_for: BackendFor, beat: Heartbeat
+) -> ScoreReport:
+    chunk = session.get(ScoreChunk, chunk_id)
+    assert chunk is not None
+    job = get_job(session, chunk.job_id)
+    spec = stored_spec(job.judge_config)
+    chosen = job.params.get("selection", {})
+    selection = Selection(
+        completion_ids=tuple(chunk.completion_ids),
+        rubric_ref=chosen.get("rubric_ref"),
+        include_drafts=bool(chosen.get("include_drafts", False)),
+    )
+    options = ScoreOptions(
+        aggregation=job.aggregation,
+        min_coverage=float(job.params["min_coverage"]),
+        gate_cap=job.params.get("gate_cap"),
+        chunk_judgments=max(chunk.judgments, 1),  # the whole chunk in one backend batch
+    )
+
+    def checkpoint() -> None:
+        session.commit()
+        if session.scalar(select(ScoreChunk.id).where(_mine(chunk_id, token))) is None:
+            raise ChunkStopped(f"chunk {chunk_id} was cancelled or given to another worker")
+
+    return score(
+        session,
+        spec,
+        selection,
+        options,
+        backend_factory=lambda: backend_for(spec),
+        progress=beat.progress,
+        checkpoint=checkpoint,
+    )
+
+
+def _record(session: Session, chunk_id: int, token: str, report: ScoreReport) -> None:
+    chunk = session.get(ScoreChunk, chunk_id)
+    assert chunk is not None
+    finished = session.execute(
+        update(ScoreChunk)
+        .where(_mine(chunk_id, token))
+        .values(
+            status=ChunkStatus.DONE,
+            heartbeat_at=utcnow(),
+            done=report.judgments,
+            cached=report.cached,
+            failed=report.failed,
+            requests=report.backend_requests,
+        ),
+        execution_options={"synchronize_session": False},
+    )
+    if finished.rowcount:  # type: ignore[attr-defined]
+        rollup(session, chunk.job_id)
+
+
+def _fail(engine: Engine, chunk_id: int, token: str, message: str) -> None:
+    with session_scope(engine) as session:
+        result = session.execute(
+            update(ScoreChunk)
+            .where(_mine(chunk_id, token))
+            .values(status=ChunkStatus.FAILED, error=message[:2000])
+            .returning(ScoreChunk.job_id),
+            execution_options={"synchronize_session": False},
+        ).first()
+        if result is not None:
+            rollup(session, result.job_id)
+
+
+def _release(engine: Engine, chunk_id: int, token: str) -> None:
+    """Give the chunk back (best effort: if the database is away, the reaper will)."""
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                update(ScoreChunk)
+                .where(_mine(chunk_id, token))
+                .values(status=ChunkStatus.PENDING, worker=None, enqueued_at=utcnow())
+            )
+    except Exception as err:
+        log.warning("could not give chunk %d back: %s", chunk_id, err)
+
+
+class Heartbeat:
+    """A thread that writes the chunk's heartbeat and progress while its worker lives."""
+
+    def __init__(self, engine: Engine, chunk_id: int, token: str, interval: float) -> None:
+        self.engine = engine
+        self.chunk_id = chunk_id
+        self.token = token
+        self.interval = interval
+        self.done = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{chunk_id}", daemon=True)
+
+    def progress(self, done: int, _total: int) -> None:
+        self.done = done
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.interval + 5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(
+                        update(ScoreChunk)
+                        .where(_mine(self.chunk_id, self.token))
+                        .values(heartbeat_at=utcnow(), done=self.done)
+                    )
+            except Exception as err:  # the database is away: the chunk's own writes fail too
+                log.warning("heartbeat of chunk %d not written: %s", self.chunk_id, err)
