@@ -343,7 +343,19 @@ class _Batch:
             fed = [row.next_tokens(self.last[i]) for i, row in enumerate(self.rows)]
             if not any(fed):
                 return
+            if not all(fed):
+                fed = self._drop_finished(fed)
             self._step(fed)
+
+    def _drop_finished(self, fed: list[list[int]]) -> list[list[int]]:
+        """Leave out the rows that are done: they would cost a forward pass for nothing."""
+        keep = [i for i, tokens in enumerate(fed) if tokens]
+        self.cache.batch_select_indices(self.torch.tensor(keep))
+        self.mask = self.mask[keep]
+        self.rows = [self.rows[i] for i in keep]
+        self.lengths = [self.lengths[i] for i in keep]
+        self.last = [self.last[i] for i in keep]
+        return [fed[i] for i in keep]
 
     def _prefill(self) -> None:
         torch = self.torch
