@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from rubricsvc.errors import DependencyMissing
 from rubricsvc.judging.backends.base import BackendError, ContextLengthError
+from rubricsvc.judging.backends.tokens import ChoiceTokens, encode_chat
 from rubricsvc.judging.types import (
     Chat,
     ChoiceRequest,
@@ -121,6 +122,7 @@ class OpenAIBackend:
         self.context_limit = max_context
         self.top_logprobs = top_logprobs
         self.tokenizer = _load_local_tokenizer(tokenizer or model)
+        self.choices = None if self.tokenizer is None else ChoiceTokens(self.tokenizer, model)
         api_key = (os.environ.get(api_key_env) if api_key_env else None) or PLACEHOLDER_API_KEY
         self._loop = _EventLoopThread()
         self._client, self._semaphore = self._loop.run(
@@ -138,23 +140,15 @@ class OpenAIBackend:
 
     def _check_request(self, chat: Chat, reply_tokens: int, choices: Sequence[str] = ()) -> None:
         """Refuse multi-token choices and prompts over ``max_context`` before any call."""
-        if self.tokenizer is None:
+        if self.tokenizer is None or self.choices is None:
             return
         for choice in choices:
-            ids = self.tokenizer.encode(choice, add_special_tokens=False)
-            if len(ids) != 1:
-                raise BackendError(
-                    f"verdict choice {choice!r} is {len(ids)} tokens for {self.model}; "
-                    "choices must be single tokens",
-                    retryable=False,
-                )
+            self.choices.id_of(choice)
         if self.context_limit is None:
             return
-        ids = self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        if len(ids) + reply_tokens > self.context_limit:
-            raise ContextLengthError(len(ids) + reply_tokens, self.context_limit)
+        tokens = len(encode_chat(self.tokenizer, chat)) + reply_tokens
+        if tokens > self.context_limit:
+            raise ContextLengthError(tokens, self.context_limit)
 
     # -- calls ------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from rubricsvc.errors import DependencyMissing
 from rubricsvc.judging.backends.base import BackendError, ContextLengthError
+from rubricsvc.judging.backends.tokens import ChoiceTokens, default_model_path, encode_chat
 from rubricsvc.judging.types import (
     Chat,
     ChoiceRequest,
@@ -39,13 +40,6 @@ def _import_torch() -> tuple[Any, Any]:
     return torch, transformers
 
 
-def _default_model_path() -> Path:
-    from rubricsvc.config import get_settings
-    from rubricsvc.judging.embedded import prepare_embedded_model
-
-    return prepare_embedded_model(get_settings().judge.model_dir)
-
-
 class TransformersBackend:
     """A causal LM loaded in this process."""
 
@@ -62,13 +56,14 @@ class TransformersBackend:
     ) -> None:
         torch, transformers = _import_torch()
         self._torch = torch
-        path = Path(model) if model else _default_model_path()
+        path = Path(model) if model else default_model_path()
         self.model = str(model) if model else path.name
         if threads:
             torch.set_num_threads(threads)
         # The load takes a second; its per-tensor progress bar is noise in command output.
         transformers.utils.logging.disable_progress_bar()
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+        self.choices = ChoiceTokens(self.tokenizer, self.model)
         # float32: bfloat16 output of small models degenerates on CPU.
         self.lm = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         self.lm.eval()
@@ -84,20 +79,7 @@ class TransformersBackend:
 
     def encode(self, chat: Chat) -> list[int]:
         """Token ids of ``chat`` rendered with the model's template, ready for the reply."""
-        ids = self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return [int(i) for i in ids]
-
-    def choice_token(self, choice: str) -> int:
-        ids = self.tokenizer.encode(choice, add_special_tokens=False)
-        if len(ids) != 1:
-            raise BackendError(
-                f"verdict choice {choice!r} is {len(ids)} tokens for {self.model}; "
-                "choices must be single tokens",
-                retryable=False,
-            )
-        return int(ids[0])
+        return encode_chat(self.tokenizer, chat)
 
     # -- choice probabilities ---------------------------------------------------------
 
@@ -107,7 +89,7 @@ class TransformersBackend:
         for index, request in enumerate(requests):
             try:
                 for choice in request.choices:
-                    self.choice_token(choice)
+                    self.choices.id_of(choice)
                 ids = self.encode(request.chat)
                 if len(ids) > self.context_limit:
                     raise ContextLengthError(len(ids), self.context_limit)
@@ -139,7 +121,7 @@ class TransformersBackend:
         probs = self._torch.softmax(logits.float(), dim=-1)
         top = self._torch.topk(probs, 5)
         return ChoiceResult(
-            probs={c: float(probs[self.choice_token(c)]) for c in request.choices},
+            probs={c: float(probs[self.choices.id_of(c)]) for c in request.choices},
             prompt_tokens=prompt_tokens,
             detail={
                 "top": [
@@ -149,8 +131,8 @@ class TransformersBackend:
             },
         )
 
-    def _last_logits_padded(self, sequences: list[list[int]]) -> list[Any]:
-        """Next-token logits after each sequence: one left-padded batch, no reuse."""
+    def _left_padded(self, sequences: list[list[int]]) -> tuple[Any, Any]:
+        """Token ids and attention mask of ``sequences``, padded on the left to one width."""
         torch = self._torch
         width = max(len(s) for s in sequences)
         ids = torch.full((len(sequences), width), self.pad_id, dtype=torch.long)
@@ -158,6 +140,11 @@ class TransformersBackend:
         for row, seq in enumerate(sequences):
             ids[row, width - len(seq) :] = torch.tensor(seq)
             mask[row, width - len(seq) :] = 1
+        return ids, mask
+
+    def _last_logits_padded(self, sequences: list[list[int]]) -> list[Any]:
+        """Next-token logits after each sequence: one left-padded batch, no reuse."""
+        ids, mask = self._left_padded(sequences)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         logits = self.lm(input_ids=ids, attention_mask=mask, position_ids=positions).logits
         return [logits[row, -1] for row in range(len(sequences))]
@@ -230,12 +217,8 @@ class TransformersBackend:
         self, sequences: list[list[int]], max_tokens: int, temperature: float, seed: int | None
     ) -> list[Generation]:
         torch = self._torch
-        width = max(len(s) for s in sequences)
-        ids = torch.full((len(sequences), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(sequences), width), dtype=torch.long)
-        for row, seq in enumerate(sequences):
-            ids[row, width - len(seq) :] = torch.tensor(seq)
-            mask[row, width - len(seq) :] = 1
+        ids, mask = self._left_padded(sequences)
+        width = ids.shape[1]
         if seed is not None:
             torch.manual_seed(seed)
         sampling: dict[str, Any] = (

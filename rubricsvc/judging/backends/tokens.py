@@ -1,0 +1,51 @@
+"""What the backends that hold a tokenizer share: rendering chats, verdict tokens, the model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rubricsvc.judging.backends.base import BackendError
+from rubricsvc.judging.types import Chat
+
+
+def default_model_path() -> Path:
+    """The embedded model's folder, converted on first use."""
+    from rubricsvc.config import get_settings
+    from rubricsvc.judging.embedded import prepare_embedded_model
+
+    return prepare_embedded_model(get_settings().judge.model_dir)
+
+
+def encode_chat(tokenizer: Any, chat: Chat) -> list[int]:
+    """Token ids of ``chat`` rendered with the model's template, ready for the reply."""
+    ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    return [int(i) for i in ids]
+
+
+class ChoiceTokens:
+    """Verdict choices as token ids; a choice must be exactly one token of the vocabulary."""
+
+    def __init__(self, tokenizer: Any, model: str) -> None:
+        self._tokenizer = tokenizer
+        self._model = model
+        # A handful of distinct choices ("Yes", "No", "1".."5") recur in every request:
+        # each is encoded once rather than once per request and per result.
+        self._ids: dict[str, int] = {}
+
+    def id_of(self, choice: str) -> int:
+        if choice not in self._ids:
+            self._ids[choice] = self._encode(choice)
+        return self._ids[choice]
+
+    def _encode(self, choice: str) -> int:
+        ids = self._tokenizer.encode(choice, add_special_tokens=False)
+        if len(ids) != 1:
+            raise BackendError(
+                f"verdict choice {choice!r} is {len(ids)} tokens for {self._model}; "
+                "choices must be single tokens",
+                retryable=False,
+            )
+        return int(ids[0])
