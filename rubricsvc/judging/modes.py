@@ -133,6 +133,31 @@ def _ordinal_text(
     return {key: v.ordinal_from_text(_text_of(result), scores)}
 
 
+def _framed(completion: CompletionView) -> dict[str, str]:
+    """The conversation and response as template fields: rendered and defused once per completion."""
+    return {
+        "conversation": render_conversation(completion.messages),
+        "response": defuse(completion.response),
+    }
+
+
+def _question(criterion: CriterionView) -> str:
+    if criterion.levels:
+        return (
+            f"{_criterion_block(criterion)}\nRate how well the response meets the criterion:\n"
+            f"{_levels_block(criterion)}"
+        )
+    return f"{_criterion_block(criterion)}\nDoes the response meet the criterion?"
+
+
+def _criteria_of(items: Sequence[Item]) -> list[tuple[Item, CriterionView]]:
+    pairs = []
+    for item in items:
+        assert item.criterion is not None  # per-criterion modes never get the holistic item
+        pairs.append((item, item.criterion))
+    return pairs
+
+
 def criterion_prob_calls(
     spec: JudgeSpec,
     template: PromptTemplate,
@@ -140,30 +165,18 @@ def criterion_prob_calls(
     items: Sequence[Item],
     attempt: int,
 ) -> list[Call]:
+    framed = _framed(completion)
     calls = []
-    for item in items:
-        criterion = item.criterion
-        assert criterion is not None
+    for item, criterion in _criteria_of(items):
         if criterion.levels:
-            question = (
-                f"{_criterion_block(criterion)}\nRate how well the response meets the criterion:\n"
-                f"{_levels_block(criterion)}\nAnswer with one number."
-            )
+            question = f"{_question(criterion)}\nAnswer with one number."
             choices = tuple(str(s) for s in criterion.scores)
             parse: Parser = partial(_ordinal_probs, item.key, criterion.scores)
         else:
-            question = (
-                f"{_criterion_block(criterion)}\n"
-                "Does the response meet the criterion? Answer with one word: Yes or No."
-            )
+            question = f"{_question(criterion)} Answer with one word: Yes or No."
             choices = v.YES_TOKENS + v.NO_TOKENS
             parse = partial(_binary_probs, item.key)
-
-        chat = template.render(
-            conversation=render_conversation(completion.messages),
-            response=defuse(completion.response),
-            question=question,
-        )
+        chat = template.render(**framed, question=question)
         calls.append(
             Call(ChoiceRequest(chat, choices, group=str(completion.id)), (item.key,), parse)
         )
@@ -177,27 +190,17 @@ def criterion_text_calls(
     items: Sequence[Item],
     attempt: int,
 ) -> list[Call]:
+    framed = _framed(completion)
     calls = []
-    for item in items:
-        criterion = item.criterion
-        assert criterion is not None
+    for item, criterion in _criteria_of(items):
         if criterion.levels:
-            question = (
-                f"{_criterion_block(criterion)}\nRate how well the response meets the criterion:\n"
-                f"{_levels_block(criterion)}"
-            )
             verdict_format = f"VERDICT: <one of {', '.join(map(str, criterion.scores))}>"
             parse: Parser = partial(_ordinal_text, item.key, criterion.scores)
         else:
-            question = f"{_criterion_block(criterion)}\nDoes the response meet the criterion?"
             verdict_format = "VERDICT: YES or VERDICT: NO"
             parse = partial(_binary_text, item.key)
-
         chat = template.render(
-            conversation=render_conversation(completion.messages),
-            response=defuse(completion.response),
-            question=question,
-            verdict_format=verdict_format,
+            **framed, question=_question(criterion), verdict_format=verdict_format
         )
         calls.append(Call(_generation(spec, chat, attempt), (item.key,), parse))
     return calls
@@ -227,6 +230,7 @@ def multi_criterion_calls(
     items: Sequence[Item],
     attempt: int,
 ) -> list[Call]:
+    framed = _framed(completion)
     calls = []
     for start in range(0, len(items), spec.max_criteria):
         chunk = list(items[start : start + spec.max_criteria])
@@ -236,8 +240,7 @@ def multi_criterion_calls(
             for n, criterion in enumerate(criteria, start=1)
         )
         chat = template.render(
-            conversation=render_conversation(completion.messages),
-            response=defuse(completion.response),
+            **framed,
             criteria=_numbered(criteria),
             answer_format=f'"yes" or "no" (a number for a criterion with a scale), e.g. {{{example}}}',
         )
@@ -283,8 +286,7 @@ def holistic_calls(
     (item,) = items
     lines = "\n".join(f"- [{c.weight:+g}] {c.text}" for c in rubric)
     chat = template.render(
-        conversation=render_conversation(completion.messages),
-        response=defuse(completion.response),
+        **_framed(completion),
         criteria=lines,
         likert_max=str(spec.likert_max),
     )
@@ -316,12 +318,13 @@ def reference_relative_calls(
     for item in items:
         assert item.criterion is not None
         by_theme[item.criterion.theme or "overall"].append(item)
+    framed = _framed(completion)
+    reference = defuse(completion.reference)
     calls = []
     for theme, members in by_theme.items():
         chat = template.render(
-            conversation=render_conversation(completion.messages),
-            reference=defuse(completion.reference),
-            response=defuse(completion.response),
+            **framed,
+            reference=reference,
             dimension=theme,
             criteria=_numbered([m.criterion for m in members if m.criterion is not None]),
         )

@@ -38,14 +38,25 @@ def _completions(session: Session, selection: Selection) -> list[Completion]:
     return completions
 
 
-def _usable_version(session: Session, rubric: Rubric, include_drafts: bool) -> RubricVersion | None:
+def _latest_usable_versions(
+    session: Session, prompt_ids: set[int], include_drafts: bool
+) -> dict[int, list[RubricVersion]]:
+    """Per prompt, the newest usable version of each of its rubrics, criteria loaded: one query."""
     allowed = {VersionStatus.APPROVED} | ({VersionStatus.DRAFT} if include_drafts else set())
-    return session.scalar(
+    query = (
         select(RubricVersion)
-        .where(RubricVersion.rubric_id == rubric.id, RubricVersion.status.in_(allowed))
-        .order_by(RubricVersion.number.desc())
-        .limit(1)
+        .join(Rubric, RubricVersion.rubric_id == Rubric.id)
+        .where(Rubric.prompt_id.in_(prompt_ids), RubricVersion.status.in_(allowed))
+        .options(selectinload(RubricVersion.criteria), selectinload(RubricVersion.rubric))
+        .order_by(RubricVersion.rubric_id, RubricVersion.number.desc())
     )
+    newest: dict[int, RubricVersion] = {}
+    for version in session.scalars(query):
+        newest.setdefault(version.rubric_id, version)
+    by_prompt: dict[int, list[RubricVersion]] = defaultdict(list)
+    for version in newest.values():
+        by_prompt[version.rubric.prompt_id or 0].append(version)
+    return by_prompt
 
 
 def select_work(
@@ -59,18 +70,11 @@ def select_work(
             raise ValidationFailed(f"{version.ref} is retired; score with a current version")
         prompt_id = version.rubric.prompt_id
         matched = [c for c in completions if prompt_id is None or c.prompt_id == prompt_id]
-        unmatched = [c for c in completions if c not in matched]
+        unmatched = [c for c in completions if prompt_id is not None and c.prompt_id != prompt_id]
         return [(c, version) for c in matched], unmatched
 
-    rubrics_by_prompt: dict[int, list[Rubric]] = defaultdict(list)
     prompt_ids = {c.prompt_id for c in completions}
-    if prompt_ids:
-        for rubric in session.scalars(select(Rubric).where(Rubric.prompt_id.in_(prompt_ids))):
-            rubrics_by_prompt[rubric.prompt_id or 0].append(rubric)
-    versions: dict[int, list[RubricVersion]] = {}
-    for prompt_id, rubrics in rubrics_by_prompt.items():
-        found = [_usable_version(session, r, selection.include_drafts) for r in rubrics]
-        versions[prompt_id] = [v for v in found if v is not None]
+    versions = _latest_usable_versions(session, prompt_ids, selection.include_drafts)
     work = [(c, v) for c in completions for v in versions.get(c.prompt_id, [])]
     without = [c for c in completions if not versions.get(c.prompt_id)]
     return work, without

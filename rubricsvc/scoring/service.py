@@ -128,10 +128,12 @@ def score(
             results = executor.run([(view, items) for view, items in todo if items])
             fresh = _store_results(session, judge_row.id, chunk, results)
             cached.update({k: j for k, j in fresh.items() if j.status == JudgmentStatus.OK})
-            for unit in chunk:
-                report.scores.append(
-                    _score_unit(session, unit, judge_row.id, aggregation, options, fresh | cached)
-                )
+            judged = fresh | cached  # fresh failures too, so the breakdown can show their errors
+            scored = [
+                _score_unit(unit, judge_row.id, aggregation, options, judged) for unit in chunk
+            ]
+            save_scores(session, [row for _, row in scored])
+            report.scores.extend(completion for completion, _ in scored)
             report.computed += sum(1 for r in results.values() if r.verdict is not None)
             report.failed += sum(1 for r in results.values() if r.verdict is None)
             done += len(results)
@@ -180,6 +182,7 @@ def _unit(
     view = CompletionView(completion.id, prompt.messages, completion.text, reference)
     items: list[Item] = []
     key_of: dict[int, str] = {}
+    seen: set[str] = set()
     if spec.mode == VerdictMode.HOLISTIC:
         key = keys.holistic_key(
             judge_hash, version.content_hash, prompt.content_hash, completion.content_hash
@@ -200,9 +203,10 @@ def _unit(
             key = keys.criterion_key(
                 judge_hash, criterion.content_hash, prompt.content_hash, completion.content_hash
             )
-        key_of[criterion.id] = key
-        if key not in {i.key for i in items}:  # two criteria with the same content: judged once
+        if key not in seen:  # two criteria with the same content: judged once
+            seen.add(key)
             items.append(Item(key, _criterion_view(criterion)))
+        key_of[criterion.id] = key
     return _Unit(completion, version, view, items, key_of)
 
 
@@ -256,13 +260,13 @@ def _store_results(
 
 
 def _score_unit(
-    session: Session,
     unit: _Unit,
     judge_id: int,
     aggregation: str,
     options: ScoreOptions,
     judged: dict[str, Judgment],
-) -> ScoredCompletion:
+) -> tuple[ScoredCompletion, dict[str, Any]]:
+    """The completion's score, and its row for the scores table."""
     breakdown: list[dict[str, Any]] = []
     outcomes: list[Outcome] = []
     if aggregation == HOLISTIC:
@@ -293,22 +297,17 @@ def _score_unit(
             result.status,
             result.reasons,
         )
-    save_scores(
-        session,
-        [
-            {
-                "completion_id": unit.completion.id,
-                "rubric_version_id": unit.version.id,
-                "judge_config_id": judge_id,
-                "aggregation": aggregation,
-                "value": result_value,
-                "coverage": coverage,
-                "status": status.value,
-                "details": {"criteria": breakdown, "reasons": reasons},
-            }
-        ],
-    )
-    return ScoredCompletion(
+    row = {
+        "completion_id": unit.completion.id,
+        "rubric_version_id": unit.version.id,
+        "judge_config_id": judge_id,
+        "aggregation": aggregation,
+        "value": result_value,
+        "coverage": coverage,
+        "status": status.value,
+        "details": {"criteria": breakdown, "reasons": reasons},
+    }
+    scored = ScoredCompletion(
         unit.completion.id,
         unit.completion.external_id,
         unit.completion.prompt.external_id,
@@ -320,6 +319,7 @@ def _score_unit(
         reasons,
         breakdown,
     )
+    return scored, row
 
 
 def _criterion_outcome(
