@@ -20,11 +20,11 @@ from sqlalchemy.orm import Session
 
 from rubricsvc import db
 from rubricsvc.models import Base
+from tests.requirements import IN_CI, unavailable  # noqa: F401 - IN_CI is imported from here too
 
 POSTGRES_URL = os.environ.get(
     "RUBRICSVC_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
 def _postgres_unavailable_reason() -> str | None:
@@ -46,9 +46,7 @@ def postgres_server() -> str:
     """The admin URL of a reachable PostgreSQL server (skip, or fail in CI, if there is none)."""
     reason = _postgres_unavailable_reason()
     if reason is not None:
-        if IN_CI:
-            pytest.fail(f"CI=true and {reason}", pytrace=False)
-        pytest.skip(reason)
+        unavailable(reason)
     return POSTGRES_URL
 
 

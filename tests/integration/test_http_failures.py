@@ -26,8 +26,9 @@ from rubricsvc.rubrics import service as rubrics
 from rubricsvc.scoring.selection import Selection
 from rubricsvc.scoring.service import ScoreOptions, score
 from tests.helpers import rubric_spec
+from tests.requirements import require_module
 
-pytest.importorskip("openai", reason="needs the openai extra (make test installs it)")
+require_module("openai", "openai")
 
 CRITERIA = [
     {"text": "Recommends a regular schedule", "weight": 5},

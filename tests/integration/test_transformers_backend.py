@@ -7,8 +7,9 @@ import pytest
 from rubricsvc.judging.config import BUILTIN_JUDGES
 from rubricsvc.judging.modes import CompletionView, CriterionView, Item, criterion_prob_calls
 from rubricsvc.judging.types import ChoiceRequest
+from tests.requirements import require_module
 
-pytest.importorskip("transformers", reason="needs the transformers extra (make test installs it)")
+require_module("transformers", "transformers")
 
 RESPONSE = (
     "Recursion is when a function solves a problem by calling itself on a smaller piece of the "
