@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TypeVar
 
-import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -44,8 +43,8 @@ from rubricsvc.models import (
 from rubricsvc.rubrics import service as rubrics
 from rubricsvc.scoring.judge_configs import ensure_judge_config
 from tests.cli_runner import CliResult
-from tests.conftest import IN_CI
 from tests.helpers import rubric_spec
+from tests.requirements import unavailable
 from tests.servers import free_port
 
 REDIS_URL = os.environ.get("RUBRICSVC_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
@@ -65,11 +64,8 @@ FAST_RECOVERY = {
 
 def require(reason: str | None) -> None:
     """Skip with ``reason`` (how to provide the missing part); with CI=true, fail instead."""
-    if reason is None:
-        return
-    if IN_CI:
-        pytest.fail(f"CI=true and {reason}", pytrace=False)
-    pytest.skip(reason)
+    if reason is not None:
+        unavailable(reason)
 
 
 def redis_unavailable(url: str = REDIS_URL) -> str | None:

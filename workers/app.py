@@ -12,15 +12,14 @@ from collections.abc import Sequence
 
 from celery import Celery
 
-from rubricsvc.config import Settings, get_settings
+from rubricsvc.config import get_settings
 
 SCORE_CHUNK = "rubricsvc.score_chunk"
 
 
-def make_app(settings: Settings | None = None) -> Celery:
+def make_app() -> Celery:
     """A Celery app for the configured broker; results are stored in the database, not Celery."""
-    settings = settings or get_settings()
-    broker = settings.broker
+    broker = get_settings().broker
     app = Celery("rubricsvc", broker=broker.url or "memory://", include=["workers.tasks"])
     app.conf.update(
         task_acks_late=True,
@@ -45,9 +44,9 @@ def make_app(settings: Settings | None = None) -> Celery:
     return app
 
 
-def queue_name(judge: str, settings: Settings | None = None) -> str:
+def queue_name(judge: str) -> str:
     """The queue of judge ``judge``: its workers load that judge's model once and keep it."""
-    return f"{(settings or get_settings()).broker.queue_prefix}{judge}"
+    return f"{get_settings().broker.queue_prefix}{judge}"
 
 
 app = make_app()

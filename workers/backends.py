@@ -42,21 +42,20 @@ class _Kept:
 
 def build(spec: JudgeSpec) -> JudgeBackend:
     """A new backend for ``spec``, behind the shared API limits if the judge has some."""
-    options = dict(spec.backend_options)
-    if spec.model is not None:
-        options["model"] = spec.model
-    backend = create_backend(spec.backend, **options)
     broker = get_settings().broker
     limits = broker.api_limits.get(spec.name)
-    if limits is None:
-        return backend
     url = broker.limits_url or (broker.url if (broker.url or "").startswith("redis") else None)
-    if url is None:
-        backend.close()
+    if limits is not None and url is None:  # refused before any model is loaded
         raise ValidationFailed(
             f"judge {spec.name!r} has API limits, which are counted in Redis: set "
             "RUBRICSVC_BROKER_LIMITS_URL (the broker is not Redis)"
         )
+    options = dict(spec.backend_options)
+    if spec.model is not None:
+        options["model"] = spec.model
+    backend = create_backend(spec.backend, **options)
+    if limits is None or url is None:
+        return backend
     from rubricsvc.judging.backends.limits import limited
 
     return limited(backend, url, spec.name, limits)

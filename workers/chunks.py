@@ -183,37 +183,36 @@ def _score_chunk(
     )
 
 
-def _record(session: Session, chunk_id: int, token: str, report: ScoreReport) -> None:
-    chunk = session.get(ScoreChunk, chunk_id)
-    assert chunk is not None
-    finished = session.execute(
+def _finish(session: Session, chunk_id: int, token: str, **values: Any) -> None:
+    """Write the chunk's final state if this worker still holds it, then roll its job up."""
+    job_id = session.scalar(
         update(ScoreChunk)
         .where(_mine(chunk_id, token))
-        .values(
-            status=ChunkStatus.DONE,
-            heartbeat_at=utcnow(),
-            done=report.judgments,
-            cached=report.cached,
-            failed=report.failed,
-            requests=report.backend_requests,
-        ),
+        .values(**values)
+        .returning(ScoreChunk.job_id),
         execution_options={"synchronize_session": False},
     )
-    if finished.rowcount:  # type: ignore[attr-defined]
-        rollup(session, chunk.job_id)
+    if job_id is not None:
+        rollup(session, job_id)
+
+
+def _record(session: Session, chunk_id: int, token: str, report: ScoreReport) -> None:
+    _finish(
+        session,
+        chunk_id,
+        token,
+        status=ChunkStatus.DONE,
+        heartbeat_at=utcnow(),
+        done=report.judgments,
+        cached=report.cached,
+        failed=report.failed,
+        requests=report.backend_requests,
+    )
 
 
 def _fail(engine: Engine, chunk_id: int, token: str, message: str) -> None:
     with session_scope(engine) as session:
-        result = session.execute(
-            update(ScoreChunk)
-            .where(_mine(chunk_id, token))
-            .values(status=ChunkStatus.FAILED, error=message[:2000])
-            .returning(ScoreChunk.job_id),
-            execution_options={"synchronize_session": False},
-        ).first()
-        if result is not None:
-            rollup(session, result.job_id)
+        _finish(session, chunk_id, token, status=ChunkStatus.FAILED, error=message[:2000])
 
 
 def _release(engine: Engine, chunk_id: int, token: str) -> None:

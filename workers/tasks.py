@@ -38,8 +38,14 @@ _engines: dict[int, Engine] = {}  # by process id: a forked child must not reuse
 def engine() -> Engine:
     pid = os.getpid()
     if pid not in _engines:
-        _engines[pid] = make_engine(get_settings().db.url)
+        _engines[pid] = make_engine()
     return _engines[pid]
+
+
+def _first_line(err: BaseException) -> str:
+    """The first line of ``err``'s message, or its type when the message is empty."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def backoff(retries: int) -> float:
@@ -56,7 +62,7 @@ def score_chunk(self: Any, chunk_id: int, **_extra: Any) -> str:
     except Exception as err:
         if not is_transient(err):
             raise
-        log.warning("chunk %s: %s; retrying", chunk_id, str(err).splitlines()[0])
+        log.warning("chunk %s: %s; retrying", chunk_id, _first_line(err))
         raise self.retry(exc=err, countdown=backoff(self.request.retries)) from err
     if run.error:
         log.warning("chunk %s %s: %s", chunk_id, run.outcome, run.error)
@@ -87,7 +93,7 @@ class Reaper:
                     outbox = jobs.reap(session, broker.heartbeat_timeout, broker.requeue_after)
                     jobs.send_after_commit(session, send_chunks, outbox)
             except Exception as err:  # the database or broker is away: try again next time
-                log.warning("reaper: %s", str(err).splitlines()[0] if str(err) else err)
+                log.warning("reaper: %s", _first_line(err))
 
 
 _reaper: list[Reaper] = []

@@ -6,13 +6,22 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import ModuleType
+from typing import Protocol
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
-from rubricsvc.cli.context import CliExit, console, db_session, engine, err_console
+from rubricsvc.cli.context import CliExit, _first_line, console, db_session, engine, err_console
 from rubricsvc.cli.render import build_table
 from rubricsvc.config import get_settings
 from rubricsvc.db import display_url, session_scope
@@ -41,19 +50,24 @@ def require_broker() -> str:
     return url
 
 
+def _workers_app() -> ModuleType:
+    """``workers.app``, once a broker is configured and the workers extra is installed."""
+    require_broker()
+    try:
+        import workers.app
+    except ImportError as err:
+        raise DependencyMissing(
+            f"scoring on workers needs the workers extra ({err.name} is missing): "
+            "pip install 'rubricsvc[workers]'"
+        ) from None
+    return workers.app
+
+
 class _Sender:
     """Sends chunks to their queues, remembering a failure instead of raising it mid-commit."""
 
     def __init__(self) -> None:
-        require_broker()
-        try:
-            from workers.app import send_chunks
-        except ImportError as err:
-            raise DependencyMissing(
-                f"scoring on workers needs the workers extra ({err.name} is missing): "
-                "pip install 'rubricsvc[workers]'"
-            ) from None
-        self._send = send_chunks
+        self._send = _workers_app().send_chunks
         self.error: str | None = None
         self.sent = 0
 
@@ -71,11 +85,6 @@ class _Sender:
                 f"{display_url(require_broker())} ({self.error}); once it is back, "
                 f"`rubricsvc jobs resume {job_id}` sends them"
             )
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def score_via_celery(
@@ -111,23 +120,32 @@ def unfinished_exit(state: jobs.JobProgress) -> CliExit:
 def follow(job_id: int, show: bool) -> jobs.JobProgress:
     """Poll the job until it finishes, reaping lost chunks on the way; Ctrl-C leaves it running."""
     broker = get_settings().broker
-    send = _Sender() if broker.url else None
+    send = _Sender() if broker.url and broker.reap_interval > 0 else None
     next_reap = time.monotonic() + broker.reap_interval
     started = time.monotonic()
     hinted = False
+    waiting = ""  # the last outage message, printed once per outage rather than once per poll
     try:
-        with _JobBar(job_id, enabled=show) as bar:
+        with progress_bar(f"job {job_id}", enabled=show, detail=True) as update:
             while True:
-                reap = send is not None and broker.reap_interval > 0
-                if reap and time.monotonic() >= next_reap:
+                reap_with = send if send is not None and time.monotonic() >= next_reap else None
+                if reap_with is not None:
                     next_reap = time.monotonic() + broker.reap_interval
-                else:
-                    reap = False
-                state = _poll(job_id, send if reap else None)
-                if state is None:  # the database is away (a restart): try again
+                try:
+                    state = _poll(job_id, reap_with)
+                except NotFoundError as err:
+                    raise CliExit(str(err), err.exit_code) from None
+                except Exception as err:  # the database is away (a restart): try again
+                    message = f"waiting for the database: {_first_line(err)}"
+                    if message != waiting:
+                        err_console.print(message, soft_wrap=True)
+                        waiting = message
                     time.sleep(POLL_SECONDS)
                     continue
-                bar.update(state)
+                waiting = ""
+                chunks = ", ".join(f"{n} {status}" for status, n in state.chunks.items())
+                detail = f"{state.cached} cached, {state.failed} failed; chunks: {chunks}"
+                update(state.done, state.total, detail)
                 if state.finished:
                     return state
                 if not hinted and time.monotonic() - started > IDLE_HINT_SECONDS:
@@ -140,28 +158,14 @@ def follow(job_id: int, show: bool) -> jobs.JobProgress:
         ) from None
 
 
-_last_wait = [""]
-
-
-def _poll(job_id: int, reap_with: _Sender | None) -> jobs.JobProgress | None:
+def _poll(job_id: int, reap_with: _Sender | None) -> jobs.JobProgress:
     """The job's progress, after reaping (and sending with ``reap_with``) if it is given."""
     broker = get_settings().broker
-    try:
-        with session_scope(engine()) as session:
-            if reap_with is not None:
-                outbox = jobs.reap(session, broker.heartbeat_timeout, broker.requeue_after)
-                jobs.send_after_commit(session, reap_with, outbox)
-            state = jobs.progress(session, job_id)
-        _last_wait[0] = ""
-        return state
-    except NotFoundError as err:
-        raise CliExit(str(err), err.exit_code) from None
-    except Exception as err:
-        message = f"waiting for the database: {_first_line(err)}"
-        if message != _last_wait[0]:  # once per outage, not once per poll
-            err_console.print(message, soft_wrap=True)
-            _last_wait[0] = message
-        return None
+    with session_scope(engine()) as session:
+        if reap_with is not None:
+            outbox = jobs.reap(session, broker.heartbeat_timeout, broker.requeue_after)
+            jobs.send_after_commit(session, reap_with, outbox)
+        return jobs.progress(session, job_id)
 
 
 def _hint_if_idle(state: jobs.JobProgress) -> bool:
@@ -173,38 +177,32 @@ def _hint_if_idle(state: jobs.JobProgress) -> bool:
     return False
 
 
-class _JobBar:
-    """A progress bar on stderr (a no-op without a terminal)."""
+class BarUpdate(Protocol):
+    def __call__(self, done: int, total: int, detail: str = "") -> None: ...
 
-    def __init__(self, job_id: int, enabled: bool) -> None:
-        self.progress: Progress | None = None
-        if enabled and sys.stderr.isatty():
-            self.progress = Progress(
-                TextColumn(f"job {job_id}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[detail]}"),
-                TimeElapsedColumn(),
-                console=err_console,
-                transient=True,
-            )
-        self.task: Any = None
 
-    def __enter__(self) -> _JobBar:
-        if self.progress is not None:
-            self.progress.start()
-            self.task = self.progress.add_task("job", total=None, detail="")
-        return self
+def _no_bar(done: int, total: int, detail: str = "") -> None:
+    pass
 
-    def update(self, state: jobs.JobProgress) -> None:
-        if self.progress is not None:
-            chunks = ", ".join(f"{n} {status}" for status, n in state.chunks.items())
-            detail = f"{state.cached} cached, {state.failed} failed; chunks: {chunks}"
-            self.progress.update(self.task, completed=state.done, total=state.total, detail=detail)
 
-    def __exit__(self, *exc: object) -> None:
-        if self.progress is not None:
-            self.progress.stop()
+@contextmanager
+def progress_bar(label: str, enabled: bool, detail: bool = False) -> Iterator[BarUpdate]:
+    """A progress bar on stderr, updated with ``(done, total[, detail])`` (a no-op when not
+    ``enabled`` or without a terminal); ``detail`` adds a column for the detail text."""
+    if not (enabled and sys.stderr.isatty()):
+        yield _no_bar
+        return
+    columns: list[ProgressColumn] = [TextColumn(label), BarColumn(), MofNCompleteColumn()]
+    if detail:
+        columns.append(TextColumn("{task.fields[detail]}"))
+    columns.append(TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=True) as progress:
+        task = progress.add_task(label, total=None, detail="")
+
+        def update(done: int, total: int, detail: str = "") -> None:
+            progress.update(task, completed=done, total=total, detail=detail)
+
+        yield update
 
 
 def _print_state(state: jobs.JobProgress) -> None:
@@ -313,23 +311,18 @@ def worker_command(
     loglevel: str = typer.Option("INFO", help="Celery's log level."),
 ) -> None:
     """Run a Celery worker for one judge's queue."""
-    require_broker()
+    workers_app = _workers_app()
     with db_session() as session:
         spec: JudgeSpec = find_judge(session, judge)
         if mode is not None:
             spec = spec.with_mode(mode)
         ensure_judge_config(session, spec)  # so the worker processes find it by name
-    try:
-        from workers.app import app, queue_name
-    except ImportError as err:
-        raise DependencyMissing(
-            f"workers need the workers extra ({err.name} is missing): pip install 'rubricsvc[workers]'"
-        ) from None
+    app = workers_app.app
     app.conf.rubricsvc_judge = spec.name
     app.worker_main(
         [
             "worker",
-            "--queues", queue_name(spec.name),
+            "--queues", workers_app.queue_name(spec.name),
             "--concurrency", str(concurrency),
             "--pool", pool,
             "--hostname", f"rubricsvc-{os.getpid()}@%h",

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import event, func, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from rubricsvc.errors import ConflictError, NotFoundError
@@ -51,6 +50,7 @@ from rubricsvc.scoring.service import (
     ScoreOptions,
     ScoreReport,
 )
+from rubricsvc.scoring.store import CHUNK, _insert
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,6 @@ Sender = Callable[[str, Sequence[int]], None]
 
 FINISHED = frozenset({JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED})
 _OUTBOX_KEY = "rubricsvc.outbox"
-_IN_CLAUSE = 500  # ids per IN (...) list
 
 
 @dataclass
@@ -142,45 +141,47 @@ def submit(
             params=params,
         )
         if job_id is not None:
-            _add_chunks(session, job_id, _plan_chunks(spec, versions_of, chunk_judgments))
-            ids = chunk_ids(session, job_id)
-            return Submission(get_job(session, job_id), True, {spec.name: ids} if ids else {})
+            job = get_job(session, job_id)
+            chunks = _add_chunks(session, job, _plan_chunks(spec, versions_of, chunk_judgments))
+            return Submission(job, True, {spec.name: [c.id for c in chunks]} if chunks else {})
         existing = _job_by_key(session, key)  # a concurrent identical submission stored it
         assert existing is not None
     return Submission(existing, False, _resume_if_stopped(session, existing))
 
 
-def _add_chunks(session: Session, job_id: int, chunks: list[tuple[list[int], int]]) -> None:
+def _add_chunks(
+    session: Session, job: ScoreJob, plan: list[tuple[list[int], int]]
+) -> list[ScoreChunk]:
+    """Store the planned chunks of ``job`` (pending, in position order), ids assigned."""
     now = utcnow()
-    for position, (completion_ids, judgments) in enumerate(chunks):
-        session.add(
-            ScoreChunk(
-                job_id=job_id,
-                position=position,
-                completion_ids=completion_ids,
-                judgments=judgments,
-                status=ChunkStatus.PENDING,
-                enqueued_at=now,
-            )
+    chunks = [
+        ScoreChunk(
+            job_id=job.id,
+            position=position,
+            completion_ids=completion_ids,
+            judgments=judgments,
+            status=ChunkStatus.PENDING,
+            enqueued_at=now,
         )
-    job = get_job(session, job_id)
-    job.total = sum(judgments for _, judgments in chunks)
+        for position, (completion_ids, judgments) in enumerate(plan)
+    ]
+    session.add_all(chunks)
+    job.total = sum(chunk.judgments for chunk in chunks)
     if not chunks:
         job.status = JobStatus.DONE
     session.flush()
+    return chunks
 
 
 def _insert_job(session: Session, **values: Any) -> int | None:
     """Insert a job unless its key is taken (then None): insert-on-conflict-nothing."""
-    dialect = session.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = (
-        insert(ScoreJob)
+    job_id: int | None = session.scalar(
+        _insert(session, ScoreJob)
         .values(**values)
         .on_conflict_do_nothing(index_elements=["job_key"])
         .returning(ScoreJob.id)
     )
-    return session.scalar(statement)
+    return job_id
 
 
 def _job_by_key(session: Session, key: str) -> ScoreJob | None:
@@ -271,30 +272,36 @@ def rollup(session: Session, job_id: int) -> ScoreJob:
     ).one()
     by_status = _chunk_counts(session, job_id)
     states = Counter({status: row[0] for status, row in by_status.items()})
-    sums = [sum(row[i] for row in by_status.values()) for i in range(1, 5)]
-    job.total, job.done, job.cached, job.failed = sums
+    job.total, job.done, job.cached, job.failed = _sums(by_status)[:4]
     if job.status != JobStatus.CANCELLED:
         job.status, job.error = _job_status(session, job_id, states)
     session.flush()
     return job
 
 
-def _chunk_counts(
-    session: Session, job_id: int
-) -> dict[ChunkStatus, tuple[int, int, int, int, int]]:
+# Summed over a job's chunks: planned judgments, done, cached, failed, backend requests.
+_SUMMED = (
+    ScoreChunk.judgments,
+    ScoreChunk.done,
+    ScoreChunk.cached,
+    ScoreChunk.failed,
+    ScoreChunk.requests,
+)
+
+
+def _chunk_counts(session: Session, job_id: int) -> dict[ChunkStatus, tuple[int, ...]]:
+    """By chunk status: the number of chunks, then their sums of ``_SUMMED``."""
     rows = session.execute(
-        select(
-            ScoreChunk.status,
-            func.count(),
-            func.sum(ScoreChunk.judgments),
-            func.sum(ScoreChunk.done),
-            func.sum(ScoreChunk.cached),
-            func.sum(ScoreChunk.failed),
-        )
+        select(ScoreChunk.status, func.count(), *(func.sum(column) for column in _SUMMED))
         .where(ScoreChunk.job_id == job_id)
         .group_by(ScoreChunk.status)
     ).all()
-    return {row[0]: (row[1], row[2] or 0, row[3] or 0, row[4] or 0, row[5] or 0) for row in rows}
+    return {status: tuple(int(n or 0) for n in numbers) for status, *numbers in rows}
+
+
+def _sums(by_status: dict[ChunkStatus, tuple[int, ...]]) -> list[int]:
+    """``_SUMMED`` over every status: total, done, cached, failed, requests."""
+    return [sum(row[i] for row in by_status.values()) for i in range(1, len(_SUMMED) + 1)]
 
 
 def _job_status(
@@ -400,12 +407,12 @@ def reap(
 
 def _outbox(session: Session, chunk_ids: Sequence[int]) -> Outbox:
     outbox: Outbox = {}
-    for start in range(0, len(chunk_ids), _IN_CLAUSE):
+    for start in range(0, len(chunk_ids), CHUNK):
         rows = session.execute(
             select(ScoreChunk.id, JudgeConfig.name)
             .join(ScoreJob, ScoreChunk.job_id == ScoreJob.id)
             .join(JudgeConfig, ScoreJob.judge_config_id == JudgeConfig.id)
-            .where(ScoreChunk.id.in_(chunk_ids[start : start + _IN_CLAUSE]))
+            .where(ScoreChunk.id.in_(chunk_ids[start : start + CHUNK]))
             .order_by(ScoreChunk.id)
         ).all()
         for chunk_id, judge in rows:
@@ -420,9 +427,7 @@ def progress(session: Session, job_id: int) -> JobProgress:
     """The job as its chunks stand now (running chunks' heartbeats included); no writes."""
     job = get_job(session, job_id)
     by_status = _chunk_counts(session, job_id)
-    requests = session.scalar(
-        select(func.coalesce(func.sum(ScoreChunk.requests), 0)).where(ScoreChunk.job_id == job_id)
-    )
+    total, done, cached, failed, requests = _sums(by_status)
     workers = session.scalars(
         select(ScoreChunk.worker).where(
             ScoreChunk.job_id == job_id, ScoreChunk.status == ChunkStatus.RUNNING
@@ -433,11 +438,11 @@ def progress(session: Session, job_id: int) -> JobProgress:
         status=job.status.value,
         judge=job.judge_config.name,
         aggregation=job.aggregation,
-        total=sum(row[1] for row in by_status.values()),
-        done=sum(row[2] for row in by_status.values()),
-        cached=sum(row[3] for row in by_status.values()),
-        failed=sum(row[4] for row in by_status.values()),
-        requests=int(requests or 0),
+        total=total,
+        done=done,
+        cached=cached,
+        failed=failed,
+        requests=requests,
         chunks={s.value: by_status[s][0] for s in ChunkStatus if s in by_status},
         workers=sorted(w for w in workers if w),
         error=job.error,
@@ -469,7 +474,7 @@ def job_report(session: Session, job_id: int) -> ScoreReport:
         }
     )
     versions = job.params.get("versions", [])
-    for start in range(0, len(completion_ids), _IN_CLAUSE):
+    for start in range(0, len(completion_ids), CHUNK):
         rows = session.execute(
             select(Score, Completion, Prompt, RubricVersion)
             .join(Completion, Score.completion_id == Completion.id)
@@ -478,7 +483,7 @@ def job_report(session: Session, job_id: int) -> ScoreReport:
             .where(
                 Score.judge_config_id == job.judge_config_id,
                 Score.aggregation == job.aggregation,
-                Score.completion_id.in_(completion_ids[start : start + _IN_CLAUSE]),
+                Score.completion_id.in_(completion_ids[start : start + CHUNK]),
                 Score.rubric_version_id.in_(versions),
             )
             .order_by(Score.completion_id, Score.rubric_version_id)
@@ -504,11 +509,3 @@ def _scored(
         list(details.get("reasons", [])),
         list(details.get("criteria", [])),
     )
-
-
-def chunk_ids(session: Session, job_id: int, statuses: Iterable[ChunkStatus] = ()) -> list[int]:
-    query = select(ScoreChunk.id).where(ScoreChunk.job_id == job_id).order_by(ScoreChunk.position)
-    wanted = list(statuses)
-    if wanted:
-        query = query.where(ScoreChunk.status.in_(wanted))
-    return list(session.scalars(query))

@@ -30,6 +30,7 @@ from rubricsvc.models import (
     ScoreChunk,
 )
 from tests.cli_runner import CliResult
+from tests.requirements import prepared_model_dir, require_module
 from tests.workers_harness import (
     RABBITMQ_URL,
     REDIS_URL,
@@ -50,6 +51,8 @@ from tests.workers_harness import (
 )
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+require_module("celery", "workers")
 
 MakeCluster = Callable[..., Cluster]
 
@@ -154,8 +157,7 @@ def done_at_least(url: str, wanted: int) -> int | None:
 @pytest.mark.parametrize("broker", ["redis", "rabbitmq"])
 def test_two_workers_judge_every_pair_exactly_once(make_cluster: MakeCluster, broker: str) -> None:
     cluster = make_cluster(broker, RUBRICSVC_BROKER_CHUNK_JUDGMENTS="64")
-    total = seed(cluster.database_url, 10, 25, 8, [fast_judge(latency=0.002)])
-    assert total == 2000
+    seed(cluster.database_url, 10, 25, 8, [fast_judge(latency=0.002)])
     workers = [cluster.start_worker("fast") for _ in range(2)]
     for worker in workers:
         worker.wait_ready()
@@ -320,6 +322,12 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DEMO_RUBRICS = ("demo/sleep-advice", "demo/explain-recursion", "demo/haiku-autumn")
 
 
+def require_embedded_model() -> None:
+    """The workers load the embedded model: transformers installed, the model prepared."""
+    require_module("transformers", "transformers")
+    prepared_model_dir()
+
+
 def load_examples(cluster: Cluster, judges: tuple[JudgeSpec, ...] = ()) -> None:
     """The demo's rubrics (approved) and completions: 39 judgments per judge."""
     for args in (
@@ -341,6 +349,7 @@ def test_failing_backend_calls_end_as_failed_judgments_never_as_scores(
     make_cluster: MakeCluster,
 ) -> None:
     """The real model behind a fault injector failing 30% of requests at random."""
+    require_embedded_model()
     flaky = JudgeSpec(
         name="flaky",
         backend="faulty",
@@ -413,6 +422,7 @@ def test_in_process_and_celery_scores_are_identical(
     make_cluster: MakeCluster, make_postgres_database: Callable[[], str]
 ) -> None:
     """The same examples scored by the embedded model in this process and on a worker."""
+    require_embedded_model()
     inprocess = make_cluster("redis")
     load_examples(inprocess)
     local = inprocess.cli("score", "--judge", "embedded", "--via", "inprocess", "--json")

@@ -27,6 +27,7 @@ from rubricsvc.scoring import jobs
 from rubricsvc.scoring.selection import Selection
 from rubricsvc.scoring.service import ScoreOptions, score
 from tests.cli_runner import CliResult, run_cli
+from tests.requirements import require_module
 from tests.workers_harness import (
     REDIS_URL,
     clean_redis,
@@ -300,6 +301,7 @@ def test_jobs_list_status_cancel(seeded: Engine, database_url: str) -> None:
 
 
 def test_resume_puts_the_chunks_on_the_judges_queue(seeded: Engine, database_url: str) -> None:
+    require_module("celery", "workers")
     require(redis_unavailable())
     import redis
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from rubricsvc.config import ApiLimits, get_settings
+from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.backends.base import BackendError
 from rubricsvc.judging.backends.limits import LimitedBackend, SharedLimiter, estimated_tokens
 from rubricsvc.judging.config import JudgeSpec
@@ -165,3 +166,19 @@ def test_a_worker_puts_judges_with_limits_behind_them(monkeypatch: pytest.Monkey
     assert isinstance(limited, LimitedBackend)
     assert limited.limiter.limits.concurrent_calls == 4
     assert not isinstance(plain, LimitedBackend)
+
+
+def test_limits_without_a_redis_are_refused_before_the_backend_is_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from workers.backends import build
+
+    monkeypatch.setenv("RUBRICSVC_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
+    monkeypatch.setenv("RUBRICSVC_BROKER_API_LIMITS", '{"api": {"concurrent_calls": 4}}')
+    get_settings.cache_clear()
+    try:
+        # An unknown backend would be refused with its own message if it were made first.
+        with pytest.raises(ValidationFailed, match="RUBRICSVC_BROKER_LIMITS_URL"):
+            build(JudgeSpec(name="api", backend="nope"))
+    finally:
+        get_settings.cache_clear()

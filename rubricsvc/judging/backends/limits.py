@@ -165,11 +165,8 @@ class LimitedBackend:
         self.inner.close()
 
 
-def limited(
-    backend: JudgeBackend, redis_url: str, name: str, limits: ApiLimits, **options: Any
-) -> LimitedBackend:
+def limited(backend: JudgeBackend, redis_url: str, name: str, limits: ApiLimits) -> LimitedBackend:
     """``backend`` behind the limits of judge ``name``, counted in the Redis at ``redis_url``."""
     import redis
 
-    client = redis.Redis.from_url(redis_url)
-    return LimitedBackend(backend, SharedLimiter(client, name, limits, **options))
+    return LimitedBackend(backend, SharedLimiter(redis.Redis.from_url(redis_url), name, limits))
