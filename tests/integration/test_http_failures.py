@@ -7,11 +7,8 @@ the failures go through the real client, network stack and error mapping.
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -25,6 +22,7 @@ from rubricsvc.models import Judgment, JudgmentStatus
 from rubricsvc.rubrics import service as rubrics
 from rubricsvc.scoring.selection import Selection
 from rubricsvc.scoring.service import ScoreOptions, score
+from tests.fake_openai import FakeOpenAI, chat_completion, serving
 from tests.helpers import rubric_spec
 from tests.requirements import require_module
 
@@ -37,83 +35,36 @@ CRITERIA = [
 ]
 
 
-class ScriptedEndpoint(ThreadingHTTPServer):
+class ScriptedEndpoint(FakeOpenAI):
     """Answers /v1/chat/completions by criterion: 'ok', '500', 'slow', 'garbage', or a list."""
 
-    daemon_threads = True
-
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(self._answer)
         self.plan: dict[str, list[str]] = {}
         self.requests: list[str] = []
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
 
     def next_action(self, criterion: str) -> str:
         self.requests.append(criterion)
         actions = self.plan.get(criterion, ["ok"])
         return actions.pop(0) if len(actions) > 1 else actions[0]
 
-
-class _Handler(BaseHTTPRequestHandler):
-    server: ScriptedEndpoint
-
-    def log_message(self, *_args: Any) -> None:  # keep test output clean
-        pass
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    def _answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         criterion = body["messages"][-1]["content"].split("Criterion: ")[-1].split("\n")[0]
-        action = self.server.next_action(criterion)
+        action = self.next_action(criterion)
         if action == "500":
-            self._send(500, {"error": {"message": "internal error", "type": "server_error"}})
-        elif action == "slow":
+            return 500, {"error": {"message": "internal error", "type": "server_error"}}
+        if action == "slow":
             time.sleep(1.5)  # longer than the client's timeout
-            self._send(200, _completion("Too late.\nVERDICT: YES"))
-        elif action == "garbage":
-            self._send(200, _completion("¯\\_(ツ)_/¯ who knows"))
-        else:
-            self._send(200, _completion("It does.\nVERDICT: YES"))
-
-    def _send(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (time-out): exactly what the test provokes
-
-
-def _completion(content: str) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-test",
-        "object": "chat.completion",
-        "created": 0,
-        "model": "scripted",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25},
-    }
+            return 200, chat_completion("Too late.\nVERDICT: YES", "scripted")
+        if action == "garbage":
+            return 200, chat_completion("¯\\_(ツ)_/¯ who knows", "scripted")
+        return 200, chat_completion("It does.\nVERDICT: YES", "scripted")
 
 
 @pytest.fixture
 def endpoint() -> Iterator[ScriptedEndpoint]:
-    server = ScriptedEndpoint()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serving(ScriptedEndpoint()) as server:
+        yield server
 
 
 def _judge(endpoint: ScriptedEndpoint, name: str = "http") -> JudgeSpec:

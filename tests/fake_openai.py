@@ -1,0 +1,81 @@
+"""A fake OpenAI-compatible endpoint: a real HTTP server on loopback whose answers a test scripts,
+so requests go through the real client, network stack and error mapping."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, TypeVar
+
+# The request body -> the HTTP status and the JSON payload to answer with.
+Answer = Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]
+Server = TypeVar("Server", bound="FakeOpenAI")
+
+
+def chat_completion(content: str, model: str = "fake") -> dict[str, Any]:
+    """The payload of a successful chat completion whose reply is ``content``."""
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25},
+    }
+
+
+class FakeOpenAI(ThreadingHTTPServer):
+    """Answers every POST with ``answer(body)``; keeps the request bodies in ``bodies``."""
+
+    daemon_threads = True
+
+    def __init__(self, answer: Answer) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.answer = answer
+        self.bodies: list[dict[str, Any]] = []
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: FakeOpenAI
+
+    def log_message(self, *_args: Any) -> None:  # keep test output clean
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.bodies.append(body)
+        status, payload = self.server.answer(body)
+        data = json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (a time-out a test provokes)
+
+
+@contextmanager
+def serving(server: Server) -> Iterator[Server]:
+    """``server`` answering in a thread until the block ends."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
