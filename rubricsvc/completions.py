@@ -20,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rubricsvc.errors import RubricsvcError, ValidationFailed
-from rubricsvc.fileformats import describe_validation_error, read_records
+from rubricsvc.fileformats import describe_validation_error, read_items
 from rubricsvc.hashing import content_hash
 from rubricsvc.models import Completion, Prompt
 from rubricsvc.prompts import find_prompt, get_or_create_prompt
@@ -63,13 +63,11 @@ class IngestResult:
 
 def load_completion_file(path: Path) -> list[tuple[str, CompletionRecord]]:
     records = []
-    for location, data in read_records(path):
-        items = data if isinstance(data, list) else [data]
-        for item in items:
-            try:
-                records.append((location, CompletionRecord.model_validate(item)))
-            except ValidationError as err:
-                raise ValidationFailed(f"{location}: {describe_validation_error(err)}") from None
+    for location, data in read_items(path, "completion"):
+        try:
+            records.append((location, CompletionRecord.model_validate(data)))
+        except ValidationError as err:
+            raise ValidationFailed(f"{location}: {describe_validation_error(err)}") from None
     return records
 
 
@@ -88,36 +86,41 @@ def _resolve_prompt(session: Session, record: CompletionRecord) -> Prompt:
 
 def add_completions(session: Session, records: list[tuple[str, CompletionRecord]]) -> IngestResult:
     """Store the records; one with a known ``external_id`` is skipped if identical, refused if not."""
-    added = unchanged = 0
+    added = 0
     for location, record in records:
-        try:
-            prompt = _resolve_prompt(session, record)
-        except RubricsvcError as err:
-            raise type(err)(f"{location}: {err}") from None
-        digest = content_hash(record.text)
-        if record.external_id is not None:
-            existing = session.scalar(
-                select(Completion).where(Completion.external_id == record.external_id)
-            )
-            if existing is not None:
-                if existing.content_hash != digest or existing.prompt_id != prompt.id:
-                    raise ValidationFailed(
-                        f"{location}: completion {record.external_id!r} is already stored "
-                        "with a different prompt or text"
-                    )
-                unchanged += 1
-                continue
-        session.add(
-            Completion(
-                prompt_id=prompt.id,
-                external_id=record.external_id,
-                text=record.text,
-                messages=[m.model_dump() for m in record.messages] if record.messages else None,
-                content_hash=digest,
-                source=record.source,
-                meta=record.metadata,
-            )
+        added += store_completion(session, location, record)[1]
+    return IngestResult(added=added, unchanged=len(records) - added)
+
+
+def store_completion(
+    session: Session, location: str, record: CompletionRecord
+) -> tuple[Completion, bool]:
+    """The completion of ``record``, stored if new, and whether it was (see ``add_completions``)."""
+    try:
+        prompt = _resolve_prompt(session, record)
+    except RubricsvcError as err:
+        raise type(err)(f"{location}: {err}") from None
+    digest = content_hash(record.text)
+    if record.external_id is not None:
+        existing = session.scalar(
+            select(Completion).where(Completion.external_id == record.external_id)
         )
-        session.flush()
-        added += 1
-    return IngestResult(added=added, unchanged=unchanged)
+        if existing is not None:
+            if existing.content_hash != digest or existing.prompt_id != prompt.id:
+                raise ValidationFailed(
+                    f"{location}: completion {record.external_id!r} is already stored "
+                    "with a different prompt or text"
+                )
+            return existing, False
+    completion = Completion(
+        prompt_id=prompt.id,
+        external_id=record.external_id,
+        text=record.text,
+        messages=[m.model_dump() for m in record.messages] if record.messages else None,
+        content_hash=digest,
+        source=record.source,
+        meta=record.metadata,
+    )
+    session.add(completion)
+    session.flush()
+    return completion, True

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from rubricsvc.errors import ConflictError, NotFoundError
@@ -24,25 +25,31 @@ def get_or_create_prompt(
     reference_answer: str | None = None,
     tags: dict[str, Any] | None = None,
 ) -> Prompt:
-    """The prompt with these messages, created if new.
+    """The prompt with these messages, created if new (see ``store_prompt``)."""
+    prompt, _ = store_prompt(
+        session, messages, external_id=external_id, reference_answer=reference_answer, tags=tags
+    )
+    return prompt
+
+
+def store_prompt(
+    session: Session,
+    messages: list[dict[str, Any]],
+    *,
+    external_id: str | None = None,
+    reference_answer: str | None = None,
+    tags: dict[str, Any] | None = None,
+) -> tuple[Prompt, bool]:
+    """The prompt with these messages, created if new, and whether it was created.
 
     An existing prompt keeps its stored fields; a conflicting external id is an error
-    rather than a silent relabel.
+    rather than a silent relabel. A prompt that a concurrent transaction stores between the
+    lookup and the insert (PostgreSQL) is found as if it had been there all along.
     """
     digest = prompt_hash(messages)
-    prompt = session.scalar(select(Prompt).where(Prompt.content_hash == digest))
+    prompt = _stored(session, digest, external_id, reference_answer)
     if prompt is not None:
-        if external_id and prompt.external_id and prompt.external_id != external_id:
-            raise ConflictError(
-                f"prompt {prompt.id} already has external id {prompt.external_id!r}, "
-                f"not {external_id!r} (same messages)"
-            )
-        if external_id and prompt.external_id is None:
-            _ensure_external_id_free(session, external_id)
-            prompt.external_id = external_id
-        if reference_answer and prompt.reference_answer is None:
-            prompt.reference_answer = reference_answer
-        return prompt
+        return prompt, False
     if external_id:
         _ensure_external_id_free(session, external_id)
     prompt = Prompt(
@@ -52,9 +59,55 @@ def get_or_create_prompt(
         reference_answer=reference_answer,
         tags=tags or {},
     )
-    session.add(prompt)
-    session.flush()
+    if _inserted(session, prompt):
+        return prompt, True
+    # The concurrent transaction has committed: its prompt has these messages, or it took
+    # the external id for other messages.
+    found = _stored(session, digest, external_id, reference_answer)
+    if found is None:
+        raise ConflictError(f"external id {external_id!r} already names a different prompt")
+    return found, False
+
+
+def _stored(
+    session: Session, digest: str, external_id: str | None, reference_answer: str | None
+) -> Prompt | None:
+    """The stored prompt with this content hash, given the external id and reference answer
+    it lacks; None if there is none."""
+    prompt = session.scalar(select(Prompt).where(Prompt.content_hash == digest))
+    if prompt is None:
+        return None
+    if external_id and prompt.external_id and prompt.external_id != external_id:
+        raise ConflictError(
+            f"prompt {prompt.id} already has external id {prompt.external_id!r}, "
+            f"not {external_id!r} (same messages)"
+        )
+    if external_id and prompt.external_id is None:
+        _ensure_external_id_free(session, external_id)
+        prompt.external_id = external_id
+    if reference_answer and prompt.reference_answer is None:
+        prompt.reference_answer = reference_answer
     return prompt
+
+
+def _inserted(session: Session, prompt: Prompt) -> bool:
+    """Insert ``prompt``; False if a concurrent transaction inserted the same key first.
+
+    PostgreSQL makes the second insert wait for the first transaction and then refuses it; the
+    savepoint keeps the caller's transaction usable. SQLite has one writer at a time.
+    """
+    if session.get_bind().dialect.name != "postgresql":
+        session.add(prompt)
+        session.flush()
+        return True
+    session.flush()  # other pending rows: their errors are not this insert's
+    try:
+        with session.begin_nested():
+            session.add(prompt)
+            session.flush()
+    except IntegrityError:
+        return False
+    return True
 
 
 def _ensure_external_id_free(session: Session, external_id: str) -> None:

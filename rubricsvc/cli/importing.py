@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from rubricsvc.cli.context import console, db_session
-from rubricsvc.importers.common import ImportReport
+from rubricsvc.importers.common import ImportReport, Tally
 from rubricsvc.importers.deepresearch_bench import import_deepresearch_bench
 from rubricsvc.importers.healthbench import DEFAULT_SOURCE, import_healthbench
 
@@ -28,7 +28,7 @@ def healthbench(
     """Import HealthBench conversations, rubrics, graded responses, their verdicts and scores."""
     with db_session() as session:
         report = import_healthbench(session, path, source=source)
-    _print_report(report)
+    print_import_report(report)
 
 
 @import_app.command("deepresearch-bench")
@@ -41,19 +41,21 @@ def deepresearch_bench(
     """Import DeepResearch Bench tasks, their criteria and the models' reports (no verdicts)."""
     with db_session() as session:
         report = import_deepresearch_bench(session, path, reports=reports)
-    _print_report(report)
+    print_import_report(report)
 
 
-def _print_report(report: ImportReport) -> None:
+def print_import_report(report: ImportReport, rubrics_only: bool = False) -> None:
+    """What an import stored and found stored; ``rubrics_only``: an import of rubrics alone."""
     rubrics = report.rubrics
     lines = [
-        f"imported {report.source} from {report.path}",
-        f"  prompts:     {_tally(report.prompts.added, report.prompts.unchanged)}",
+        f"imported {report.source}{' rubrics' if rubrics_only else ''} from {report.path}",
+        f"  prompts:     {_tally(report.prompts)}",
         f"  rubrics:     {rubrics['created']} created, {rubrics['new version']} new version(s), "
         f"{rubrics['unchanged']} unchanged ({report.criteria} criteria)",
-        f"  completions: {_tally(report.completions.added, report.completions.unchanged)}",
-        f"  judgments:   {_tally(report.judgments.added, report.judgments.unchanged)}",
     ]
+    if not rubrics_only:
+        lines.append(f"  completions: {_tally(report.completions)}")
+        lines.append(f"  judgments:   {_tally(report.judgments)}")
     if report.scores:
         lines.append(
             f"  scores:      {report.scores} computed from stored verdicts "
@@ -65,5 +67,5 @@ def _print_report(report: ImportReport) -> None:
     console.print("\n".join(lines), soft_wrap=True, markup=False)
 
 
-def _tally(added: int, unchanged: int) -> str:
-    return f"{added} added, {unchanged} already stored"
+def _tally(tally: Tally) -> str:
+    return f"{tally.added} added, {tally.unchanged} already stored"

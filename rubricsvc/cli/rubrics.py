@@ -20,6 +20,7 @@ from rich.progress import (
 )
 
 from rubricsvc.cli.context import CliExit, console, db_session, err_console
+from rubricsvc.cli.importing import print_import_report
 from rubricsvc.cli.render import (
     criteria_table,
     diff_lines,
@@ -28,6 +29,7 @@ from rubricsvc.cli.render import (
     version_summary,
     versions_table,
 )
+from rubricsvc.fileformats import read_text
 from rubricsvc.importers.rubric_formats import RUBRIC_FORMATS, import_rubrics
 from rubricsvc.models import VersionStatus
 from rubricsvc.rubrics import service
@@ -218,15 +220,7 @@ def import_(
     """Import rubrics only (no completions, no verdicts) from a public format, as drafts."""
     with db_session() as session:
         report = import_rubrics(session, format_name, path)
-    rubrics = report.rubrics
-    lines = [
-        f"imported {report.source} rubrics from {report.path}",
-        f"  prompts: {report.prompts.added} added, {report.prompts.unchanged} already stored",
-        f"  rubrics: {rubrics['created']} created, {rubrics['new version']} new version(s), "
-        f"{rubrics['unchanged']} unchanged ({report.criteria} criteria)",
-        *(f"  note: {note}" for note in report.notes),
-    ]
-    console.print("\n".join(lines), soft_wrap=True, markup=False)
+    print_import_report(report, rubrics_only=True)
 
 
 @app.command("add-generic")
@@ -297,7 +291,7 @@ def generate(
         },
     )
     records = load_prompt_records(prompts_file) if prompts_file else []
-    documents = [_read_text(path) for path in evidence]
+    documents = [read_text(path) for path in evidence]
     options = GenerationOptions(name_prefix=name_prefix, with_generic=with_generic)
     with db_session() as session:
         if prompts_file:
@@ -315,13 +309,6 @@ def generate(
                 checkpoint=session.commit,
             )
     _print_generation(report)
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise CliExit(f"{path}: cannot read: {err}", 2) from None
 
 
 def _print_generation(report: GenerationReport) -> None:

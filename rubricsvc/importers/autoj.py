@@ -36,7 +36,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.fileformats import _UniqueKeyLoader
+from rubricsvc.fileformats import UniqueKeyLoader, load_yaml
 from rubricsvc.importers.common import RubricBatch, located, parse
 from rubricsvc.rubrics.schemas import CriterionSpec, RubricSpec
 
@@ -51,7 +51,7 @@ class _Include:
     path: str
 
 
-class _Loader(_UniqueKeyLoader):
+class _Loader(UniqueKeyLoader):
     """Refuses repeated keys (a repeated criterion name would silently drop one) and reads
     ``!include`` tags."""
 
@@ -94,20 +94,8 @@ def _specials_dir(path: Path) -> Path:
     )
 
 
-def _load(file: Path) -> Any:
-    try:
-        return yaml.load(file.read_text(encoding="utf-8"), Loader=_Loader)
-    except OSError as err:
-        raise ValidationFailed(f"{file}: cannot read: {err}") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ValidationFailed(f"{file}{where}: invalid YAML: {problem}") from None
-
-
 def _scenario(file: Path, basics: dict[Path, Any]) -> RubricSpec:
-    document = _load(file)
+    document = load_yaml(file, _Loader)
     if not isinstance(document, dict) or not document:
         raise ValidationFailed(f"{file}: expected a mapping of basics includes and 'extended'")
     sections: list[tuple[str, Any, Path]] = []
@@ -116,7 +104,7 @@ def _scenario(file: Path, basics: dict[Path, Any]) -> RubricSpec:
         if isinstance(value, _Include):
             included = _resolve(file, value.path)
             if included not in basics:
-                basics[included] = _load(included)
+                basics[included] = load_yaml(included, _Loader)
             sections.append((str(key), basics[included], included))
             includes.append({"key": str(key), "path": value.path})
         elif key != EXTENDED:

@@ -10,16 +10,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from rubricsvc.completions import CompletionRecord, add_completions
+from rubricsvc.completions import CompletionRecord, store_completion
 from rubricsvc.errors import RubricsvcError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error, read_records
 from rubricsvc.models import Completion, Prompt, RubricVersion
-from rubricsvc.prompts import get_or_create_prompt, prompt_hash
 from rubricsvc.rubrics.schemas import CriterionSpec, PromptSpec, RubricSpec, normalized_text
-from rubricsvc.rubrics.service import save_rubric
+from rubricsvc.rubrics.service import save_rubric, store_prompt_spec
 
 Record = TypeVar("Record", bound=BaseModel)
 
@@ -67,20 +65,18 @@ def located(location: str) -> Iterator[None]:
         raise type(err)(f"{location}: {err}") from None
 
 
-def read_jsonl(path: Path) -> list[tuple[str, dict[str, Any]]]:
+def read_jsonl(path: Path) -> list[tuple[str, Any]]:
     """The records of a JSON Lines file, each with its ``file:line`` location."""
     if path.suffix.lower() != ".jsonl":
         raise ValidationFailed(f"{path}: expected a .jsonl file")
-    records = []
-    for location, data in read_records(path):
-        if not isinstance(data, dict):
-            raise ValidationFailed(f"{location}: expected a JSON object, got {type(data).__name__}")
-        records.append((location, data))
-    return records
+    return read_records(path)
 
 
-def parse(model: type[Record], location: str, data: dict[str, Any]) -> Record:
-    """``data`` validated as ``model``, or one line naming the location and the field."""
+def parse(model: type[Record], location: str, data: Any) -> Record:
+    """``data``, a JSON object, validated as ``model``; or one line naming the location and
+    the field."""
+    if not isinstance(data, dict):
+        raise ValidationFailed(f"{location}: expected a JSON object, got {type(data).__name__}")
     with located(location):
         return model.model_validate(data)
 
@@ -163,16 +159,9 @@ def _criterion(item: SourceItem, text: str) -> CriterionSpec:
 
 def ensure_prompt(session: Session, spec: PromptSpec, report: ImportReport) -> Prompt:
     """The prompt of ``spec``, created if new, counted either way."""
-    messages = spec.chat()
-    stored = select(Prompt.id).where(Prompt.content_hash == prompt_hash(messages))
-    report.prompts.count(added=session.scalar(stored) is None)
-    return get_or_create_prompt(
-        session,
-        messages,
-        external_id=spec.external_id,
-        reference_answer=spec.reference_answer,
-        tags=spec.tags,
-    )
+    prompt, created = store_prompt_spec(session, spec)
+    report.prompts.count(added=created)
+    return prompt
 
 
 def save_imported_rubric(session: Session, spec: RubricSpec, report: ImportReport) -> RubricVersion:
@@ -190,11 +179,9 @@ def ensure_completion(
     validated = CompletionRecord.model_validate({"prompt_id": prompt.id, **record})
     # The completions service refuses a known external id with other content; the caller
     # already names the file and line, so its errors only say which part of the record.
-    result = add_completions(session, [(label, validated)])
-    report.completions.count(added=result.added == 1)
-    return session.scalars(
-        select(Completion).where(Completion.external_id == validated.external_id)
-    ).one()
+    completion, added = store_completion(session, label, validated)
+    report.completions.count(added=added)
+    return completion
 
 
 @dataclass

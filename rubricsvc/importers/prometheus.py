@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.fileformats import read_records
+from rubricsvc.fileformats import read_items
 from rubricsvc.hashing import content_hash
 from rubricsvc.importers.common import RubricBatch, located, parse
 from rubricsvc.rubrics.schemas import RubricSpec
@@ -64,9 +64,7 @@ def read_prometheus_rubrics(path: Path) -> RubricBatch:
     batch = RubricBatch(source="prometheus", path=str(path), specs=[])
     seen: set[str] = set()
     repeats = 0
-    for location, data in _records(path):
-        if not isinstance(data, dict):
-            raise ValidationFailed(f"{location}: expected a JSON object, got {type(data).__name__}")
+    for location, data in read_items(path, "score rubric"):
         rubric = parse(_ScoreRubric, location, data)
         with located(location):
             spec = _rubric_spec(rubric, path)
@@ -78,19 +76,6 @@ def read_prometheus_rubrics(path: Path) -> RubricBatch:
     if repeats:
         batch.notes.append(f"{repeats} repeated score rubric(s) stored once")
     return batch
-
-
-def _records(path: Path) -> list[tuple[str, Any]]:
-    """Each record with its location: a .json file may hold one rubric or a list of them."""
-    records = []
-    for location, document in read_records(path):
-        if isinstance(document, list):
-            if not document:
-                raise ValidationFailed(f"{location}: the file holds no score rubrics")
-            records += [(f"{location} item {n}", item) for n, item in enumerate(document, 1)]
-        else:
-            records.append((location, document))
-    return records
 
 
 def _rubric_spec(rubric: _ScoreRubric, path: Path) -> RubricSpec:

@@ -13,18 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from pydantic import Field, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.fileformats import describe_validation_error, read_records
+from rubricsvc.fileformats import describe_validation_error, read_items
 from rubricsvc.models import Prompt
-from rubricsvc.prompts import find_prompt, get_or_create_prompt
+from rubricsvc.prompts import find_prompt
 from rubricsvc.rubrics.generation import DraftRequest
 from rubricsvc.rubrics.schemas import PromptSpec
+from rubricsvc.rubrics.service import store_prompt_spec
 
 
 class PromptRecord(PromptSpec):
@@ -32,30 +32,16 @@ class PromptRecord(PromptSpec):
 
     evidence: list[str] = Field(default_factory=list)
 
-    def prompt(self) -> PromptSpec:
-        return PromptSpec.model_validate(self.model_dump(exclude={"evidence"}))
-
 
 def load_prompt_records(path: Path) -> list[PromptRecord]:
     """Every record of a prompts file, validated; one line naming the record if one is not."""
     records = []
-    for location, document in read_records(path):
-        for label, data in _items(location, document):
-            try:
-                records.append(PromptRecord.model_validate(data))
-            except ValidationError as err:
-                raise ValidationFailed(f"{label}: {describe_validation_error(err)}") from None
+    for location, data in read_items(path, "prompt", key="prompts"):
+        try:
+            records.append(PromptRecord.model_validate(data))
+        except ValidationError as err:
+            raise ValidationFailed(f"{location}: {describe_validation_error(err)}") from None
     return records
-
-
-def _items(location: str, document: Any) -> list[tuple[str, Any]]:
-    if isinstance(document, dict) and set(document) == {"prompts"}:
-        document = document["prompts"]
-    if isinstance(document, list):
-        if not document:
-            raise ValidationFailed(f"{location}: the file holds no prompts")
-        return [(f"{location} prompt #{n}", item) for n, item in enumerate(document, start=1)]
-    return [(location, document)]
 
 
 def requests_from_records(
@@ -64,14 +50,7 @@ def requests_from_records(
     """Store the records' prompts (known ones are found by content) and request a draft each."""
     requests = []
     for record in records:
-        spec = record.prompt()
-        prompt = get_or_create_prompt(
-            session,
-            spec.chat(),
-            external_id=spec.external_id,
-            reference_answer=spec.reference_answer,
-            tags=spec.tags,
-        )
+        prompt, _ = store_prompt_spec(session, record)
         requests.append(DraftRequest(prompt.id, (*record.evidence, *evidence)))
     return requests
 

@@ -8,18 +8,13 @@ the range, an empty or over-long text all refuse the draft, and the caller tries
 
 from __future__ import annotations
 
-import json
-import re
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rubricsvc.fileformats import describe_validation_error
+from rubricsvc.judging.verdicts import VerdictParseError, json_object
 from rubricsvc.models import Category
 from rubricsvc.rubrics.generator import MAX_CRITERION_CHARS, GeneratorSpec
 from rubricsvc.rubrics.schemas import CriterionSpec, normalized_text
-
-_FENCE = re.compile(r"\A```(?:json)?[ \t]*\n(?P<body>.*)\n```\Z", re.DOTALL)
 
 
 class DraftError(ValueError):
@@ -48,7 +43,9 @@ def parse_draft(
     least = spec.min_criteria if min_count is None else min_count
     most = spec.max_criteria if max_count is None else max_count
     try:
-        draft = _Draft.model_validate(_json_object(text))
+        draft = _Draft.model_validate(json_object(text))
+    except VerdictParseError as err:
+        raise DraftError(str(err)) from None
     except ValidationError as err:
         raise DraftError(describe_validation_error(err, limit=1)) from None
     count = len(draft.criteria)
@@ -75,19 +72,3 @@ def parse_draft(
             )
         )
     return criteria
-
-
-def _json_object(text: str) -> Any:
-    body = text.strip()
-    fenced = _FENCE.match(body)
-    if fenced:
-        body = fenced.group("body").strip()
-    if not body:
-        raise DraftError("empty reply")
-    try:
-        value = json.loads(body)
-    except json.JSONDecodeError as err:
-        raise DraftError(f"not JSON: {err.msg} at character {err.pos}") from None
-    if not isinstance(value, dict):
-        raise DraftError(f"expected a JSON object, got {type(value).__name__}")
-    return value

@@ -9,18 +9,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.fileformats import describe_validation_error, read_records
+from rubricsvc.fileformats import describe_validation_error, read_items
 from rubricsvc.rubrics.schemas import RubricSpec
-
-
-def _rubric_dicts(location: str, document: Any) -> list[tuple[str, Any]]:
-    if isinstance(document, dict) and set(document) == {"rubrics"}:
-        document = document["rubrics"]
-    if isinstance(document, list):
-        if not document:
-            raise ValidationFailed(f"{location}: the file holds no rubrics")
-        return [(f"{location} rubric #{i + 1}", item) for i, item in enumerate(document)]
-    return [(location, document)]
 
 
 def parse_rubric(location: str, data: Any) -> RubricSpec:
@@ -44,15 +34,14 @@ def load_rubric_files(paths: Iterable[Path]) -> list[RubricSpec]:
     specs: list[RubricSpec] = []
     where: dict[str, str] = {}
     for path in paths:
-        for location, document in read_records(path):
-            for item_location, data in _rubric_dicts(location, document):
-                spec = parse_rubric(item_location, data)
-                if spec.name in where:
-                    raise ValidationFailed(
-                        f"{item_location}: rubric {spec.name!r} is also defined at {where[spec.name]}"
-                    )
-                where[spec.name] = item_location
-                specs.append(spec)
+        for location, data in read_items(path, "rubric", key="rubrics"):
+            spec = parse_rubric(location, data)
+            if spec.name in where:
+                raise ValidationFailed(
+                    f"{location}: rubric {spec.name!r} is also defined at {where[spec.name]}"
+                )
+            where[spec.name] = location
+            specs.append(spec)
     return specs
 
 

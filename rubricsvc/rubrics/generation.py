@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, contains_eager
 
 from rubricsvc.errors import RubricsvcError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error
@@ -37,6 +37,7 @@ from rubricsvc.rubrics.generic import with_generic
 from rubricsvc.rubrics.guided import GuidedTransformers
 from rubricsvc.rubrics.schemas import NAME_PATTERN, CriterionSpec, RubricSpec
 from rubricsvc.rubrics.service import prompt_spec_of, save_rubric
+from rubricsvc.scoring.store import CHUNK
 
 DEFAULT_NAME_PREFIX = "gen/"
 Progress = Callable[[int, int], None]
@@ -105,16 +106,21 @@ def generate_rubrics(
     """Draft a rubric for every requested prompt; see the module docstring."""
     options = options or GenerationOptions()
     report = GenerationReport(generator_hash=spec.config_hash())
+    prompts = _stored_prompts(session, [request.prompt_id for request in requests])
+    all_jobs = [
+        _job(session, spec, report.generator_hash, options, index, request, prompts)
+        for index, request in enumerate(requests)
+    ]
+    drafted = _drafted(session, prompts)
     outcomes: dict[int, DraftOutcome] = {}
     jobs = []
-    for index, request in enumerate(requests):
-        job = _job(session, spec, options, index, request)
-        existing = _existing_draft(session, job)
+    for job in all_jobs:
+        existing = drafted.get((job.prompt.id, job.key))
         if existing is None:
             jobs.append(job)
         else:
             attempts = int(existing.origin_detail.get("attempts", 0))
-            outcomes[index] = _outcome(job, "reused", existing.ref, attempts=attempts)
+            outcomes[job.index] = _outcome(job, "reused", existing.ref, attempts=attempts)
     if progress:
         progress(len(outcomes), len(requests))
     if jobs:
@@ -150,14 +156,16 @@ def rubric_name(prefix: str, prompt: Prompt) -> str:
 def _job(
     session: Session,
     spec: GeneratorSpec,
+    generator_hash: str,
     options: GenerationOptions,
     index: int,
     request: DraftRequest,
+    prompts: dict[int, Prompt],
 ) -> _Job:
-    prompt = find_prompt(session, prompt_id=request.prompt_id)
+    prompt = prompts.get(request.prompt_id) or find_prompt(session, prompt_id=request.prompt_id)
     key = content_hash(
         {
-            "generator_hash": spec.config_hash(),
+            "generator_hash": generator_hash,
             "reference_answer": prompt.reference_answer,
             "evidence": list(request.evidence),
             "with_generic": options.with_generic,
@@ -191,15 +199,35 @@ def _context(reference: str | None, evidence: Sequence[str]) -> str:
     return "".join(parts)
 
 
-def _existing_draft(session: Session, job: _Job) -> RubricVersion | None:
-    """A version drafted before for this prompt with the same generation key, if any."""
-    versions = session.scalars(
-        select(RubricVersion)
-        .join(Rubric, RubricVersion.rubric_id == Rubric.id)
-        .where(Rubric.prompt_id == job.prompt.id, RubricVersion.origin == Origin.LLM)
-        .order_by(RubricVersion.id)
-    )
-    return next((v for v in versions if v.origin_detail.get("generation_key") == job.key), None)
+def _stored_prompts(session: Session, ids: Sequence[int]) -> dict[int, Prompt]:
+    """The stored prompts among ``ids``, by id, read ``CHUNK`` at a time."""
+    unique = list(dict.fromkeys(ids))
+    found: dict[int, Prompt] = {}
+    for start in range(0, len(unique), CHUNK):
+        query = select(Prompt).where(Prompt.id.in_(unique[start : start + CHUNK]))
+        found.update((prompt.id, prompt) for prompt in session.scalars(query))
+    return found
+
+
+def _drafted(session: Session, prompts: dict[int, Prompt]) -> dict[tuple[int, str], RubricVersion]:
+    """The first version drafted for each of these prompts under each generation key."""
+    ids = sorted(prompts)
+    found: dict[tuple[int, str], RubricVersion] = {}
+    for start in range(0, len(ids), CHUNK):
+        versions = session.scalars(
+            select(RubricVersion)
+            .join(RubricVersion.rubric)
+            .options(contains_eager(RubricVersion.rubric))  # for each version's ref
+            .where(Rubric.prompt_id.in_(ids[start : start + CHUNK]))
+            .where(RubricVersion.origin == Origin.LLM)
+            .order_by(RubricVersion.id)
+        )
+        for version in versions:
+            key = version.origin_detail.get("generation_key")
+            prompt_id = version.rubric.prompt_id
+            if prompt_id is not None and isinstance(key, str):
+                found.setdefault((prompt_id, key), version)
+    return found
 
 
 def _outcome(job: _Job, status: str, ref: str | None = None, **extra: Any) -> DraftOutcome:
@@ -228,6 +256,8 @@ class _Drafter:
         self.options = options
         self.backend = backend
         self.report = report
+        self.schema = spec.json_schema() if spec.structured_output else None
+        self.settings = spec.hashed_settings()
 
     def run(
         self, jobs: list[_Job], checkpoint: Callable[[], None] | None
@@ -260,9 +290,7 @@ class _Drafter:
         ]
 
     def _request(self, job: _Job, attempt: int) -> GenerationRequest:
-        sampling = self.spec.sampling(attempt)
-        schema = self.spec.json_schema() if self.spec.structured_output else None
-        return GenerationRequest(job.chat, json_schema=schema, **sampling)
+        return GenerationRequest(job.chat, json_schema=self.schema, **self.spec.sampling(attempt))
 
     def _settle(
         self, job: _Job, result: Generation | BackendError, attempt: int
@@ -296,8 +324,8 @@ class _Drafter:
             "template": template.name,
             "template_sha256": template.sha256,
             "sampling": self.spec.sampling(attempt),
-            "generator_hash": self.spec.config_hash(),
-            "generator": self.spec.hashed_settings(),
+            "generator_hash": self.report.generator_hash,
+            "generator": self.settings,
             "generation_key": job.key,
             "attempts": attempt + 1,
             "inputs": {

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.fileformats import describe_validation_error, read_records
@@ -52,6 +52,9 @@ class GeneratorSpec(BaseModel):
     structured_output: bool = True
     backend_options: dict[str, Any] = Field(default_factory=dict)
     retries: int = Field(default=3, ge=0)  # further attempts after an invalid draft
+    # Read once, when the configuration is validated: the hash and every rendered request of
+    # a run come from the same read of the file.
+    _template: PromptTemplate = PrivateAttr()
 
     @model_validator(mode="after")
     def _consistent(self) -> GeneratorSpec:
@@ -70,11 +73,11 @@ class GeneratorSpec(BaseModel):
                 )
         if not self.themes or len(set(self.themes)) != len(self.themes):
             raise ValueError("themes must be a non-empty list of distinct names")
-        self.prompt_template()
+        self._template = load_template(self.template)
         return self
 
     def prompt_template(self) -> PromptTemplate:
-        return load_template(self.template)
+        return self._template
 
     def weight(self, category: Category) -> float:
         return self.category_weights[category]

@@ -12,7 +12,6 @@ from rubricsvc.models import RubricVersion
 from rubricsvc.rubrics.schemas import CriterionSpec, RubricSpec, normalized_text
 from rubricsvc.rubrics.service import SaveResult, save_rubric, spec_of
 
-GENERIC_THEME = "generic"
 GENERIC_TAG = "generic"
 
 

@@ -44,6 +44,7 @@ from rubricsvc.rubrics.generation import structured_backend
 from rubricsvc.rubrics.generator import GeneratorSpec, with_overrides
 from rubricsvc.rubrics.schemas import CriterionSpec, RubricSpec
 from rubricsvc.rubrics.service import SaveResult, save_rubric, spec_of
+from rubricsvc.scoring.store import CHUNK
 
 DEFAULT_TOLERANCE = 0.02  # values closer than this count as equal (probabilities)
 REFINEMENT_TEMPLATE = "rubric_refinement"
@@ -161,8 +162,11 @@ def _scored_completions(
         .order_by(Completion.id)
     ).all()
     entries = [(score, completion, score.details.get("criteria", [])) for score, completion in rows]
-    ids = {e["judgment_id"] for _, _, es in entries for e in es if e.get("judgment_id")}
-    judgments = {j.id: j for j in session.scalars(select(Judgment).where(Judgment.id.in_(ids)))}
+    ids = sorted({e["judgment_id"] for _, _, es in entries for e in es if e.get("judgment_id")})
+    judgments: dict[int, Judgment] = {}
+    for start in range(0, len(ids), CHUNK):
+        query = select(Judgment).where(Judgment.id.in_(ids[start : start + CHUNK]))
+        judgments.update((j.id, j) for j in session.scalars(query))
     return [
         _Scored(completion, score.value, _values(criteria, judgments))
         for score, completion, criteria in entries

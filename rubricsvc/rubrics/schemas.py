@@ -224,6 +224,8 @@ class RubricSpec(_Strict):
         for theme, weight in self.dimension_weights.items():
             if not math.isfinite(weight) or weight <= 0:
                 raise ValueError(f"dimension_weights.{theme}: must be a positive finite number")
+        if any(c.theme is None for c in self.criteria):
+            raise ValueError("dimension_weights: every criterion needs a theme")
         missing = sorted({str(c.theme) for c in self.criteria} - set(self.dimension_weights))
         if missing:
             raise ValueError(f"dimension_weights has no weight for theme(s): {', '.join(missing)}")

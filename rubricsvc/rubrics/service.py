@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from rubricsvc.errors import ConflictError
@@ -26,7 +25,7 @@ from rubricsvc.models import (
     VersionStatus,
 )
 from rubricsvc.models.base import utcnow
-from rubricsvc.prompts import get_or_create_prompt
+from rubricsvc.prompts import store_prompt
 from rubricsvc.rubrics.repository import latest_version
 from rubricsvc.rubrics.schemas import CriterionSpec, PromptSpec, RubricSpec
 
@@ -98,27 +97,18 @@ def _select_locked(session: Session, name: str) -> Rubric | None:
 
 
 def _prompt_for(session: Session, spec: RubricSpec) -> Prompt | None:
-    if spec.prompt is None:
-        return None
-    prompt = spec.prompt
+    return store_prompt_spec(session, spec.prompt)[0] if spec.prompt else None
 
-    def find_or_create() -> Prompt:
-        return get_or_create_prompt(
-            session,
-            prompt.chat(),
-            external_id=prompt.external_id,
-            reference_answer=prompt.reference_answer,
-            tags=prompt.tags,
-        )
 
-    if _dialect(session) != "postgresql":
-        return find_or_create()  # SQLite: one writer at a time, no race to lose
-    try:
-        with session.begin_nested():
-            return find_or_create()
-    except IntegrityError:
-        # A concurrent transaction stored the same prompt first and has committed: use it.
-        return find_or_create()
+def store_prompt_spec(session: Session, spec: PromptSpec) -> tuple[Prompt, bool]:
+    """The prompt ``spec`` describes, created if new, and whether it was created."""
+    return store_prompt(
+        session,
+        spec.chat(),
+        external_id=spec.external_id,
+        reference_answer=spec.reference_answer,
+        tags=spec.tags,
+    )
 
 
 def _dialect(session: Session) -> str:

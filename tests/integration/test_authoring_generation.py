@@ -31,6 +31,7 @@ from rubricsvc.rubrics.generator import GeneratorSpec
 from rubricsvc.rubrics.generic import GENERIC_CRITERIA
 from rubricsvc.rubrics.repository import resolve_version
 from tests.cli_runner import CliResult, run_cli
+from tests.requirements import prepared_model_dir, require_module
 
 SPEC = GeneratorSpec(backend="scripted", min_criteria=3, max_criteria=5, retries=2)
 VALID = {
@@ -49,7 +50,7 @@ MALFORMED = {
     ),
 }
 REASONS = {
-    "bad JSON": "not JSON",
+    "bad JSON": "not a JSON object",
     "too few criteria": "2 criteria, expected 3 to 5",
     "duplicates": "criteria[3] duplicates criteria[0]",
     "no text": "criteria[2].text",
@@ -195,7 +196,7 @@ def test_the_cli_reports_each_failed_prompt_and_stores_nothing(
     failures = [line for line in result.stderr.splitlines() if line.startswith("failed")]
     assert len(failures) == 2
     assert failures[0].startswith(
-        "failed  sleep: no valid draft after 2 attempt(s); last: not JSON"
+        "failed  sleep: no valid draft after 2 attempt(s); last: the answer is not a JSON object"
     )
     assert (
         "2 prompt(s): 0 created, 0 new version(s), 0 unchanged, 0 reused, 2 failed" in result.stdout
@@ -247,7 +248,8 @@ def _generate_slowly(*args: str, database_url: str) -> CliResult:
 @pytest.mark.model
 @pytest.mark.slow
 def test_the_bundled_model_drafts_ten_valid_rubrics(sqlite_url: str, tmp_path: Path) -> None:
-    pytest.importorskip("torch", reason="needs the transformers extra (make test installs it)")
+    require_module("torch", "transformers")
+    prepared_model_dir()
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(
         "".join(

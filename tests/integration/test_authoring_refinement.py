@@ -140,7 +140,8 @@ def test_nothing_is_stored_when_no_proposal_is_valid(session: Session) -> None:
     generator = ScriptedBackend(text=lambda _r: "Add a criterion about caffeine.")
     with pytest.raises(
         ValidationFailed,
-        match=r"no valid proposal for t/sleep@1 after 3 attempt\(s\); last: not JSON",
+        match=r"no valid proposal for t/sleep@1 after 3 attempt\(s\); "
+        r"last: the answer is not a JSON object",
     ):
         refine(session, version, JUDGE.name, GENERATOR, lambda: generator)
     session.rollback()

@@ -105,7 +105,7 @@ def test_healthbench_rubrics_without_their_verdicts(database_url: str) -> None:
         database_url=database_url,
     )
     assert "100 created" in imported.stdout and "(1157 criteria)" in imported.stdout
-    assert "prompts: 100 added" in imported.stdout
+    assert "prompts:     100 added" in imported.stdout
     weights = [
         c.weight for criteria in _criteria_by_rubric(database_url).values() for c in criteria
     ]

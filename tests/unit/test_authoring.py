@@ -102,10 +102,10 @@ def test_a_valid_draft_is_weighted_by_category() -> None:
 @pytest.mark.parametrize(
     ("reply", "reason"),
     [
-        ("Here is the rubric: {}", "not JSON"),
-        ('{"criteria": [{"text": "Names the capital"', "not JSON"),
-        ("", "empty reply"),
-        ("[1, 2]", "expected a JSON object"),
+        ("Here is the rubric: {}", "not a JSON object"),
+        ('{"criteria": [{"text": "Names the capital"', "not a JSON object"),
+        ("", "not a JSON object"),
+        ("[1, 2]", "JSON list, not an object"),
         (_draft(_item("Names the capital")), "1 criteria, expected 2 to 4"),
         (_draft(*(_item(f"Point {n}") for n in range(5))), "5 criteria, expected 2 to 4"),
         (_draft(_item("Names the capital"), _item("names  the CAPITAL")), "duplicates criteria[0]"),
@@ -242,7 +242,7 @@ def test_prometheus_record_without_a_level_is_refused(tmp_path: Path) -> None:
     del record["score4_description"]
     path = tmp_path / "rubric.json"
     path.write_text(json.dumps([_score_rubric("Is it short?"), record]))
-    with pytest.raises(ValidationFailed, match=r"rubric.json item 2: score4_description"):
+    with pytest.raises(ValidationFailed, match=r"rubric.json score rubric #2: score4_description"):
         read_prometheus_rubrics(path)
 
 

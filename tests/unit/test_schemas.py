@@ -89,3 +89,22 @@ def test_required_pitfall_is_refused() -> None:
     data["criteria"][2]["required"] = True
     with pytest.raises(ValidationError, match="pitfall cannot be required"):
         RubricSpec.model_validate(data)
+
+
+def _themed(weights: dict[str, float] | None) -> RubricSpec:
+    data = rubric_dict(dimension_weights=weights)
+    for criterion, theme in zip(data["criteria"], ["coverage", "coverage", "style"], strict=True):
+        criterion["theme"] = theme
+    return RubricSpec.model_validate(data)
+
+
+def test_dimension_weights_cover_every_theme_and_are_versioned() -> None:
+    weighted = _themed({"coverage": 0.6, "style": 0.4})
+    assert weighted.content_hash() != _themed(None).content_hash()
+    assert weighted.content_hash() != _themed({"coverage": 0.5, "style": 0.5}).content_hash()
+    with pytest.raises(ValidationError, match="no weight for theme"):
+        _themed({"coverage": 1.0})
+    with pytest.raises(ValidationError, match=r"dimension_weights\.style: must be a positive"):
+        _themed({"coverage": 1.0, "style": 0.0})
+    with pytest.raises(ValidationError, match="every criterion needs a theme"):
+        rubric_spec(dimension_weights={"coverage": 1.0})
