@@ -159,6 +159,8 @@ def _score_chunk(
         completion_ids=tuple(chunk.completion_ids),
         rubric_ref=chosen.get("rubric_ref"),
         include_drafts=bool(chosen.get("include_drafts", False)),
+        # The versions found at submission: the job's report reads scores under exactly these.
+        version_ids=tuple(job.params.get("versions", [])),
     )
     options = ScoreOptions(
         aggregation=job.aggregation,

@@ -20,6 +20,9 @@ class Selection:
     sources: tuple[str, ...] = ()
     rubric_ref: str | None = None  # one version for every selected completion of its prompt
     include_drafts: bool = False  # else only approved versions are used
+    # Exactly these versions (each for the completions of its prompt, a shared one for all):
+    # a job pins what it found at submission, so a version approved mid-job changes nothing.
+    version_ids: tuple[int, ...] = ()
 
 
 def _completions(session: Session, selection: Selection) -> list[Completion]:
@@ -64,6 +67,8 @@ def select_work(
 ) -> tuple[list[tuple[Completion, RubricVersion]], list[Completion]]:
     """(completion, version) pairs to score, and the selected completions that have no rubric."""
     completions = _completions(session, selection)
+    if selection.version_ids:
+        return _pair(completions, _versions_by_id(session, selection.version_ids))
     if selection.rubric_ref is not None:
         version = resolve_version(session, selection.rubric_ref)
         if version.status == VersionStatus.RETIRED:
@@ -78,3 +83,28 @@ def select_work(
     work = [(c, v) for c in completions for v in versions.get(c.prompt_id, [])]
     without = [c for c in completions if not versions.get(c.prompt_id)]
     return work, without
+
+
+def _versions_by_id(session: Session, ids: tuple[int, ...]) -> list[RubricVersion]:
+    query = (
+        select(RubricVersion)
+        .where(RubricVersion.id.in_(ids))
+        .options(selectinload(RubricVersion.criteria), selectinload(RubricVersion.rubric))
+        .order_by(RubricVersion.id)
+    )
+    versions = list(session.scalars(query))
+    missing = set(ids) - {v.id for v in versions}
+    if missing:
+        raise NotFoundError(f"no rubric version with id {min(missing)}")
+    return versions
+
+
+def _pair(
+    completions: list[Completion], versions: list[RubricVersion]
+) -> tuple[list[tuple[Completion, RubricVersion]], list[Completion]]:
+    """Each completion with the versions of its prompt's rubrics and the shared ones."""
+    work = [
+        (c, v) for c in completions for v in versions if v.rubric.prompt_id in (None, c.prompt_id)
+    ]
+    paired = {c.id for c, _ in work}
+    return work, [c for c in completions if c.id not in paired]

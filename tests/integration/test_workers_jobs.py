@@ -319,3 +319,29 @@ def test_resume_puts_the_chunks_on_the_judges_queue(seeded: Engine, database_url
         assert bodies == [[c.id] for c in chunks(seeded)]  # ids only
     finally:
         clean_redis(REDIS_URL, prefix)
+
+
+def test_versions_approved_mid_job_do_not_change_it(seeded: Engine) -> None:
+    """Chunks score with the versions found at submission, which the job's report reads."""
+    from rubricsvc.rubrics import service as rubrics
+    from tests.helpers import rubric_spec
+
+    job = submit(seeded).job
+    with session_scope(seeded) as session:
+        pinned = set(session.get(ScoreJob, job.id).params["versions"])  # type: ignore[union-attr]
+        edited = rubric_spec(
+            "load/0",
+            criteria=[{"text": "A criterion added after submission", "weight": 1}],
+            prompt={"text": "Question 0?", "external_id": "p0"},
+        )
+        newer = rubrics.save_rubric(session, edited).version
+        rubrics.approve(session, newer, "tests")
+        newer_id = newer.id
+    assert newer_id not in pinned
+    for chunk in chunks(seeded):
+        assert run(seeded, chunk.id).outcome == "done"
+    with session_scope(seeded) as session:
+        report = jobs.job_report(session, job.id)
+        used = set(session.scalars(select(Score.rubric_version_id)))
+    assert len(report.scores) == 12  # every completion, none lost to the new version
+    assert used == pinned
