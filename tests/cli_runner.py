@@ -20,7 +20,9 @@ class CliResult:
         return json.loads(self.stdout)
 
 
-def run_cli(*args: str, database_url: str, env: dict[str, str] | None = None) -> CliResult:
+def run_cli(
+    *args: str, database_url: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> CliResult:
     full_env = {
         **os.environ,
         "RUBRICSVC_DATABASE_URL": database_url,
@@ -32,6 +34,6 @@ def run_cli(*args: str, database_url: str, env: dict[str, str] | None = None) ->
         capture_output=True,
         text=True,
         env=full_env,
-        timeout=300,
+        timeout=timeout,
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from sqlalchemy.orm import Session
+
+from rubricsvc import db
 from rubricsvc.rubrics.schemas import RubricSpec
 
 
@@ -23,3 +27,13 @@ def rubric_dict(name: str = "t/sleep", **overrides: Any) -> dict[str, Any]:
 
 def rubric_spec(name: str = "t/sleep", **overrides: Any) -> RubricSpec:
     return RubricSpec.model_validate(rubric_dict(name, **overrides))
+
+
+def read_database(database_url: str, read: Callable[[Session], Any]) -> Any:
+    """``read(session)`` on a short-lived connection of its own (the engine is disposed after)."""
+    engine = db.make_engine(database_url)
+    try:
+        with Session(engine) as session:
+            return read(session)
+    finally:
+        engine.dispose()

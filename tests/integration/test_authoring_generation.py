@@ -4,9 +4,6 @@ valid drafts record their origin; the same prompt and generator reuse the stored
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,7 +27,7 @@ from rubricsvc.rubrics.generation import (
 from rubricsvc.rubrics.generator import GeneratorSpec
 from rubricsvc.rubrics.generic import GENERIC_CRITERIA
 from rubricsvc.rubrics.repository import resolve_version
-from tests.cli_runner import CliResult, run_cli
+from tests.cli_runner import run_cli
 from tests.requirements import prepared_model_dir, require_module
 
 SPEC = GeneratorSpec(backend="scripted", min_criteria=3, max_criteria=5, retries=2)
@@ -237,14 +234,6 @@ TEN_PROMPTS = [
 ]
 
 
-def _generate_slowly(*args: str, database_url: str) -> CliResult:
-    """`rubrics generate` as a user runs it, with room for a CPU that other work shares."""
-    env = {**os.environ, "RUBRICSVC_DATABASE_URL": database_url, "COLUMNS": "200"}
-    command = [sys.executable, "-m", "rubricsvc", "rubrics", "generate", *args]
-    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1200)
-    return CliResult(proc.returncode, proc.stdout, proc.stderr)
-
-
 @pytest.mark.model
 @pytest.mark.slow
 def test_the_bundled_model_drafts_ten_valid_rubrics(sqlite_url: str, tmp_path: Path) -> None:
@@ -267,7 +256,10 @@ def test_the_bundled_model_drafts_ten_valid_rubrics(sqlite_url: str, tmp_path: P
         "--retries",
         "5",
     ]
-    result = _generate_slowly(str(prompts), *options, database_url=sqlite_url)
+    # Room for a CPU that other work shares.
+    result = run_cli(
+        "rubrics", "generate", str(prompts), *options, database_url=sqlite_url, timeout=1200
+    )
     assert result.code == 0, result.stderr
     assert "10 prompt(s): 10 created" in result.stdout
 
@@ -289,5 +281,7 @@ def test_the_bundled_model_drafts_ten_valid_rubrics(sqlite_url: str, tmp_path: P
         attempts.append(detail["attempts"])
     print(f"attempts per prompt: {attempts} (total {sum(attempts)})")
 
-    again = _generate_slowly(str(prompts), *options, database_url=sqlite_url)
+    again = run_cli(
+        "rubrics", "generate", str(prompts), *options, database_url=sqlite_url, timeout=1200
+    )
     assert "10 reused, 0 failed; 0 generator request(s)" in again.stdout

@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from rubricsvc import db
 from rubricsvc.models import Completion, Criterion, Judgment, Prompt, Rubric, RubricVersion, Score
 from tests.cli_runner import CliResult, run_cli
+from tests.helpers import read_database
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 HEALTHBENCH = DATA / "healthbench_m42_sample" / "data" / "sample"
@@ -38,15 +38,6 @@ def _records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def _query(database_url: str, read: Callable[[Session], Any]) -> Any:
-    engine = db.make_engine(database_url)
-    try:
-        with Session(engine) as session:
-            return read(session)
-    finally:
-        engine.dispose()
-
-
 def _counts(database_url: str) -> dict[str, int]:
     def read(session: Session) -> dict[str, int]:
         return {
@@ -54,7 +45,7 @@ def _counts(database_url: str) -> dict[str, int]:
             for table in TABLES
         }
 
-    counts: dict[str, int] = _query(database_url, read)
+    counts: dict[str, int] = read_database(database_url, read)
     return counts
 
 
@@ -91,7 +82,7 @@ def test_healthbench_reproduces_the_published_scores(database_url: str) -> None:
         negative = session.scalar(select(func.count()).where(Criterion.weight < 0))
         return total or 0, negative or 0
 
-    assert _query(database_url, criteria) == (1157, 342)
+    assert read_database(database_url, criteria) == (1157, 342)
 
 
 def test_healthbench_keeps_repeated_items_and_their_verdicts(sqlite_url: str) -> None:
@@ -111,7 +102,7 @@ def test_healthbench_keeps_repeated_items_and_their_verdicts(sqlite_url: str) ->
         ]
         return version, list(version.criteria), values
 
-    version, criteria, values = _query(sqlite_url, read)
+    version, criteria, values = read_database(sqlite_url, read)
     texts = [item["criterion"].strip() for item in record["rubrics"]]
     assert [c.text for c in criteria[:10]] == texts[:10]
     assert [c.text for c in criteria[10:13]] == [
@@ -166,7 +157,7 @@ def test_deepresearch_bench_keeps_every_weight_exactly(sqlite_url: str) -> None:
             for v in versions
         }
 
-    stored = _query(sqlite_url, read)
+    stored = read_database(sqlite_url, read)
     assert len(stored) == 100
     assert sum(len(criteria) for _, criteria, _ in stored.values()) == 2517
     for task_id, task in tasks.items():
@@ -191,7 +182,7 @@ def test_deepresearch_bench_keeps_every_weight_exactly(sqlite_url: str) -> None:
         return [(c.external_id, c.source, c.text) for c in rows]
 
     reports = _records(DRB_REPORTS)
-    assert _query(sqlite_url, completions) == [
+    assert read_database(sqlite_url, completions) == [
         (f"drb/{r['id']}/claude-3-7-sonnet-latest", "claude-3-7-sonnet-latest", r["article"])
         for r in reports
     ]
@@ -218,7 +209,7 @@ def test_a_zero_point_item_is_kept_aside_with_its_verdict(sqlite_url: str, tmp_p
         completion = session.scalars(select(Completion)).one()
         return version.origin_detail, completion.meta, len(version.criteria)
 
-    detail, meta, count = _query(sqlite_url, read)
+    detail, meta, count = read_database(sqlite_url, read)
     assert count == len(record["rubrics"]) - 1
     item = record["rubrics"][1]
     axis = next(tag for tag in item["tags"] if tag.startswith("axis:"))

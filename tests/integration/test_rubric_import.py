@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from rubricsvc.rubrics.generator import GeneratorSpec
 from rubricsvc.rubrics.repository import list_versions
 from rubricsvc.rubrics.service import spec_of
 from tests.cli_runner import CliResult, run_cli
+from tests.helpers import read_database
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 DRB = DATA / "deep_research_bench"
@@ -36,18 +36,11 @@ def _ok(*args: str, database_url: str) -> CliResult:
     return result
 
 
-def _read(database_url: str, read: Callable[[Session], Any]) -> Any:
-    engine = db.make_engine(database_url)
-    try:
-        with Session(engine) as session:
-            return read(session)
-    finally:
-        engine.dispose()
-
-
 def _count(database_url: str, table: type) -> int:
     return int(
-        _read(database_url, lambda s: s.scalar(select(func.count()).select_from(table)) or 0)
+        read_database(
+            database_url, lambda s: s.scalar(select(func.count()).select_from(table)) or 0
+        )
     )
 
 
@@ -55,7 +48,7 @@ def _criteria_by_rubric(database_url: str) -> dict[str, list[Criterion]]:
     def read(session: Session) -> dict[str, list[Criterion]]:
         return {v.rubric.name: list(v.criteria) for v in list_versions(session)}
 
-    stored: dict[str, list[Criterion]] = _read(database_url, read)
+    stored: dict[str, list[Criterion]] = read_database(database_url, read)
     return stored
 
 
@@ -164,7 +157,7 @@ def test_autoj_scenarios_with_their_included_basics(database_url: str) -> None:
     assert len(basics) == 28
     assert _count(database_url, Prompt) == 0  # scenario rubrics are shared, not per prompt
     assert (
-        _read(
+        read_database(
             database_url,
             lambda s: s.scalar(select(func.count()).where(Rubric.prompt_id.is_not(None))),
         )
@@ -228,7 +221,7 @@ def _all_rubrics(database_url: str) -> dict[str, tuple[str, dict[str, Any]]]:
             for v in list_versions(session)
         }
 
-    rubrics: dict[str, tuple[str, dict[str, Any]]] = _read(database_url, read)
+    rubrics: dict[str, tuple[str, dict[str, Any]]] = read_database(database_url, read)
     return rubrics
 
 
