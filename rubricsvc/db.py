@@ -135,6 +135,24 @@ def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
 
 
+def insert_for(session: Session, model: type[Any]) -> Any:
+    """An INSERT for ``model`` in the session's dialect, which has ``on_conflict_do_*``.
+
+    Idempotent writes (insert-on-conflict) are how concurrent workers and repeated
+    imports avoid duplicates; both supported databases offer them with the same API.
+    """
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        return postgresql.insert(model)
+    if dialect == "sqlite":
+        from sqlalchemy.dialects import sqlite
+
+        return sqlite.insert(model)
+    raise NotImplementedError(f"no idempotent insert for {dialect}")
+
+
 def display_url(url: str) -> str:
     """``url`` with any password masked, for messages and logs."""
     return make_url(url).render_as_string(hide_password=True)

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 
+def first_line(err: BaseException) -> str:
+    """The first line of ``err``'s message (a database error's own, not SQLAlchemy's wrapper),
+    or its type's name when the message is empty."""
+    text = str(getattr(err, "orig", None) or err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 class RubricsvcError(Exception):
     """Base of all errors a user can act on; ``str(err)`` is a complete one-line message."""
 

@@ -24,6 +24,7 @@ from sqlalchemy import Engine
 
 from rubricsvc.config import get_settings
 from rubricsvc.db import make_engine, session_scope
+from rubricsvc.errors import first_line
 from rubricsvc.scoring import jobs
 from rubricsvc.scoring.judge_configs import find_judge
 from workers.app import SCORE_CHUNK, app, send_chunks
@@ -42,12 +43,6 @@ def engine() -> Engine:
     return _engines[pid]
 
 
-def _first_line(err: BaseException) -> str:
-    """The first line of ``err``'s message, or its type when the message is empty."""
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
-
-
 def backoff(retries: int) -> float:
     """Seconds before retry number ``retries + 1``: doubling from 1 s up to a minute, jittered."""
     delay = min(60.0, 2.0**retries)
@@ -62,7 +57,7 @@ def score_chunk(self: Any, chunk_id: int, **_extra: Any) -> str:
     except Exception as err:
         if not is_transient(err):
             raise
-        log.warning("chunk %s: %s; retrying", chunk_id, _first_line(err))
+        log.warning("chunk %s: %s; retrying", chunk_id, first_line(err))
         raise self.retry(exc=err, countdown=backoff(self.request.retries)) from err
     if run.error:
         log.warning("chunk %s %s: %s", chunk_id, run.outcome, run.error)
@@ -93,7 +88,7 @@ class Reaper:
                     outbox = jobs.reap(session, broker.heartbeat_timeout, broker.requeue_after)
                     jobs.send_after_commit(session, send_chunks, outbox)
             except Exception as err:  # the database or broker is away: try again next time
-                log.warning("reaper: %s", _first_line(err))
+                log.warning("reaper: %s", first_line(err))
 
 
 _reaper: list[Reaper] = []

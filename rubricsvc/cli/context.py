@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.config import get_settings
 from rubricsvc.db import current_revision, head_revision, make_engine, session_scope
-from rubricsvc.errors import RubricsvcError
+from rubricsvc.errors import RubricsvcError, first_line
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -38,7 +38,7 @@ def require_migrated(db: Engine) -> None:
     try:
         current = current_revision(db)
     except OperationalError as err:
-        raise CliExit(f"cannot open database {where}: {_first_line(err)}") from None
+        raise CliExit(f"cannot open database {where}: {first_line(err)}") from None
     head = head_revision()
     if current != head:
         state = "is empty" if current is None else f"is at revision {current}, not {head}"
@@ -57,12 +57,7 @@ def db_session(migrated: bool = True) -> Iterator[Session]:
     except RubricsvcError as err:
         raise CliExit(str(err), err.exit_code) from None
     except SQLAlchemyError as err:
-        raise CliExit(f"database error: {_first_line(err)}") from None
-
-
-def _first_line(err: BaseException) -> str:
-    original = getattr(err, "orig", None) or err
-    return str(original).strip().splitlines()[0] if str(original).strip() else type(err).__name__
+        raise CliExit(f"database error: {first_line(err)}") from None
 
 
 def fail(message: str, code: int = 1) -> None:

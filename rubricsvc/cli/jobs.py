@@ -4,28 +4,18 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from types import ModuleType
-from typing import Protocol
 
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
-from rubricsvc.cli.context import CliExit, _first_line, console, db_session, engine, err_console
+from rubricsvc.cli.context import CliExit, console, db_session, engine, err_console
+from rubricsvc.cli.progress import progress_bar
 from rubricsvc.cli.render import build_table
 from rubricsvc.config import get_settings
 from rubricsvc.db import display_url, session_scope
-from rubricsvc.errors import DependencyMissing, NotFoundError
+from rubricsvc.errors import DependencyMissing, NotFoundError, first_line
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.scoring import jobs
 from rubricsvc.scoring.judge_configs import ensure_judge_config, find_judge
@@ -76,7 +66,7 @@ class _Sender:
             self._send(judge, chunk_ids)
             self.sent += len(chunk_ids)
         except Exception as err:
-            self.error = _first_line(err)
+            self.error = first_line(err)
 
     def check(self, job_id: int) -> None:
         if self.error is not None:
@@ -93,9 +83,7 @@ def score_via_celery(
     """Submit the job, send its chunks after the commit, follow it, read the report back."""
     send = _Sender()
     with db_session() as session:
-        spec = find_judge(session, judge)
-        if mode is not None:
-            spec = spec.with_mode(mode)
+        spec = find_judge(session, judge, mode)
         chunk_judgments = get_settings().broker.chunk_judgments
         submission = jobs.submit(session, spec, selection, options, chunk_judgments)
         jobs.send_after_commit(session, send, submission.outbox)
@@ -136,7 +124,7 @@ def follow(job_id: int, show: bool) -> jobs.JobProgress:
                 except NotFoundError as err:
                     raise CliExit(str(err), err.exit_code) from None
                 except Exception as err:  # the database is away (a restart): try again
-                    message = f"waiting for the database: {_first_line(err)}"
+                    message = f"waiting for the database: {first_line(err)}"
                     if message != waiting:
                         err_console.print(message, soft_wrap=True)
                         waiting = message
@@ -175,34 +163,6 @@ def _hint_if_idle(state: jobs.JobProgress) -> bool:
         )
         return True
     return False
-
-
-class BarUpdate(Protocol):
-    def __call__(self, done: int, total: int, detail: str = "") -> None: ...
-
-
-def _no_bar(done: int, total: int, detail: str = "") -> None:
-    pass
-
-
-@contextmanager
-def progress_bar(label: str, enabled: bool, detail: bool = False) -> Iterator[BarUpdate]:
-    """A progress bar on stderr, updated with ``(done, total[, detail])`` (a no-op when not
-    ``enabled`` or without a terminal); ``detail`` adds a column for the detail text."""
-    if not (enabled and sys.stderr.isatty()):
-        yield _no_bar
-        return
-    columns: list[ProgressColumn] = [TextColumn(label), BarColumn(), MofNCompleteColumn()]
-    if detail:
-        columns.append(TextColumn("{task.fields[detail]}"))
-    columns.append(TimeElapsedColumn())
-    with Progress(*columns, console=err_console, transient=True) as progress:
-        task = progress.add_task(label, total=None, detail="")
-
-        def update(done: int, total: int, detail: str = "") -> None:
-            progress.update(task, completed=done, total=total, detail=detail)
-
-        yield update
 
 
 def _print_state(state: jobs.JobProgress) -> None:
@@ -313,9 +273,7 @@ def worker_command(
     """Run a Celery worker for one judge's queue."""
     workers_app = _workers_app()
     with db_session() as session:
-        spec: JudgeSpec = find_judge(session, judge)
-        if mode is not None:
-            spec = spec.with_mode(mode)
+        spec: JudgeSpec = find_judge(session, judge, mode)
         ensure_judge_config(session, spec)  # so the worker processes find it by name
     app = workers_app.app
     app.conf.rubricsvc_judge = spec.name

@@ -10,17 +10,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
 from rubricsvc.cli.context import CliExit, console, db_session, err_console
 from rubricsvc.cli.importing import print_import_report
+from rubricsvc.cli.progress import progress_bar
 from rubricsvc.cli.render import (
     criteria_table,
     diff_lines,
@@ -31,6 +24,7 @@ from rubricsvc.cli.render import (
 )
 from rubricsvc.fileformats import read_text
 from rubricsvc.importers.rubric_formats import RUBRIC_FORMATS, import_rubrics
+from rubricsvc.judging.backends import backend_from_spec
 from rubricsvc.models import VersionStatus
 from rubricsvc.rubrics import service
 from rubricsvc.rubrics.diff import diff_versions
@@ -48,7 +42,6 @@ from rubricsvc.rubrics.generation import (
 )
 from rubricsvc.rubrics.generator import (
     GeneratorSpec,
-    create_generator_backend,
     load_generator_file,
     with_overrides,
 )
@@ -298,14 +291,14 @@ def generate(
             requests = requests_from_records(session, records, documents)
         else:
             requests = requests_from_database(session, prompt, all_prompts, documents)
-        with _Progress("drafting") as progress:
+        with progress_bar("drafting", enabled=True) as update:
             report = generate_rubrics(
                 session,
                 requests,
                 spec,
-                lambda: create_generator_backend(spec),
+                lambda: backend_from_spec(spec),
                 options,
-                progress=progress.update,
+                progress=update,
                 checkpoint=session.commit,
             )
     _print_generation(report)
@@ -353,9 +346,7 @@ def refine_(
     options = RefineOptions(aggregation, tolerance, max_proposals, propose)
     with db_session() as session:
         version = resolve_version(session, ref)
-        report = refine(
-            session, version, judge, spec, lambda: create_generator_backend(spec), options
-        )
+        report = refine(session, version, judge, spec, lambda: backend_from_spec(spec), options)
         _print_refinement(report, len(version.criteria))
 
 
@@ -374,28 +365,3 @@ def _print_refinement(report: RefinementReport, criteria: int) -> None:
             f"after {report.attempts} attempt(s)"
         )
     console.print("\n".join(lines), soft_wrap=True, markup=False)
-
-
-class _Progress:
-    """A progress bar on stderr (when it is a terminal) while something runs."""
-
-    def __init__(self, label: str) -> None:
-        self.bar: Progress | None = None
-        if sys.stderr.isatty():
-            columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-            self.bar = Progress(*columns, console=err_console, transient=True)
-        self.task: TaskID | None = None
-
-    def __enter__(self) -> _Progress:
-        if self.bar is not None:
-            self.bar.start()
-            self.task = self.bar.add_task("", total=None)
-        return self
-
-    def update(self, done: int, total: int) -> None:
-        if self.bar is not None and self.task is not None:
-            self.bar.update(self.task, completed=done, total=total)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()

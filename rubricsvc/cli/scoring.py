@@ -7,20 +7,19 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from sqlalchemy import select
 
 from rubricsvc.cli.context import console, db_session, err_console
 from rubricsvc.cli.jobs import score_via_celery, unfinished_exit
+from rubricsvc.cli.progress import progress_bar
 from rubricsvc.cli.render import build_table
 from rubricsvc.config import get_settings
 from rubricsvc.judging.aggregation import AGGREGATIONS, DEFAULT_MIN_COVERAGE
-from rubricsvc.judging.backends import JudgeBackend, create_backend
-from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec, VerdictMode
+from rubricsvc.judging.backends import backend_from_spec
+from rubricsvc.judging.config import BUILTIN_JUDGES, VerdictMode
 from rubricsvc.models import Completion, JudgeConfig, Prompt, RubricVersion, Score
 from rubricsvc.scoring.judge_configs import ensure_judge_config, find_judge, load_judge_file
 from rubricsvc.scoring.selection import Selection
@@ -33,13 +32,6 @@ judges_app = typer.Typer(help="Judge configurations.", no_args_is_help=True)
 class Via(enum.StrEnum):
     INPROCESS = "inprocess"
     CELERY = "celery"
-
-
-def backend_for(spec: JudgeSpec) -> JudgeBackend:
-    options = dict(spec.backend_options)
-    if spec.model is not None:
-        options["model"] = spec.model
-    return create_backend(spec.backend, **options)
 
 
 def score_command(
@@ -89,16 +81,14 @@ def score_command(
             raise unfinished_exit(state)
         return
     with db_session() as session:
-        spec = find_judge(session, judge)
-        if mode is not None:
-            spec = spec.with_mode(mode)
-        with _progress_bar(enabled=not as_json) as update:
+        spec = find_judge(session, judge, mode)
+        with progress_bar("judging", enabled=not as_json) as update:
             report = score(
                 session,
                 spec,
                 selection,
                 options,
-                backend_factory=lambda: backend_for(spec),
+                backend_factory=lambda: backend_from_spec(spec),
                 progress=update,
                 checkpoint=session.commit,
             )
@@ -106,37 +96,6 @@ def score_command(
         console.print_json(json.dumps(asdict(report)))
         return
     _print_report(report, breakdown)
-
-
-class _progress_bar:
-    """A progress bar on stderr while judgments are made; a no-op for --json or no terminal."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.progress: Progress | None = None
-        if enabled and sys.stderr.isatty():
-            self.progress = Progress(
-                TextColumn("judging"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=err_console,
-                transient=True,
-            )
-        self.task: Any = None
-
-    def __enter__(self) -> Any:
-        if self.progress is not None:
-            self.progress.start()
-            self.task = self.progress.add_task("judging", total=None)
-        return self.update
-
-    def update(self, done: int, total: int) -> None:
-        if self.progress is not None:
-            self.progress.update(self.task, completed=done, total=total)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.progress is not None:
-            self.progress.stop()
 
 
 def _fmt(value: float | None) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.templates import PromptTemplate, load_template
@@ -63,14 +63,19 @@ class JudgeSpec(BaseModel):
     # Retries of transient backend errors and unparseable output (not part of the hash).
     retries: int = Field(default=2, ge=0)
     retry_backoff: float = Field(default=0.5, ge=0.0)
+    _template: PromptTemplate = PrivateAttr()
 
     @model_validator(mode="after")
     def _template_exists(self) -> JudgeSpec:
-        self.prompt_template()
+        # Read once: the hash and every rendered prompt then come from the same text, and
+        # hashing the config (per chunk, per lookup) reads no file.
+        self._template = load_template(self.template or DEFAULT_TEMPLATES[self.mode])
         return self
 
     def prompt_template(self) -> PromptTemplate:
-        return load_template(self.template or DEFAULT_TEMPLATES[self.mode])
+        """The template, read when the spec was validated (so a changed ``mode`` or ``template``
+        needs ``model_validate``, as ``with_mode`` does, not ``model_copy``)."""
+        return self._template
 
     def hashed_settings(self) -> dict[str, Any]:
         """What determines a verdict: the config hash covers exactly this."""
@@ -102,9 +107,9 @@ class JudgeSpec(BaseModel):
         """The same judge in another mode, named ``NAME:MODE``."""
         if mode == self.mode:
             return self
-        return self.model_copy(
-            update={"mode": mode, "template": None, "name": f"{self.name}:{mode.value}"}
-        )
+        # Validated anew (not model_copy): the other mode has another template to load.
+        changed = {"mode": mode, "template": None, "name": f"{self.name}:{mode.value}"}
+        return JudgeSpec.model_validate({**self.model_dump(), **changed})
 
 
 BUILTIN_JUDGES: dict[str, JudgeSpec] = {

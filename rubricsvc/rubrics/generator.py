@@ -16,7 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.fileformats import describe_validation_error, read_records
 from rubricsvc.hashing import content_hash
-from rubricsvc.judging.backends import JudgeBackend, create_backend
 from rubricsvc.judging.config import OPERATIONAL_OPTIONS
 from rubricsvc.judging.templates import PromptTemplate, load_template
 from rubricsvc.models import Category
@@ -161,11 +160,3 @@ def with_overrides(spec: GeneratorSpec, **overrides: Any) -> GeneratorSpec:
         return GeneratorSpec.model_validate(data)
     except ValidationError as err:
         raise ValidationFailed(f"generator: {describe_validation_error(err)}") from None
-
-
-def create_generator_backend(spec: GeneratorSpec) -> JudgeBackend:
-    """The backend ``spec`` names, configured with its model and options."""
-    options = dict(spec.backend_options)
-    if spec.model is not None:
-        options["model"] = spec.model
-    return create_backend(spec.backend, **options)

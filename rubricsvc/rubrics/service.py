@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import func, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from rubricsvc.db import insert_for
 from rubricsvc.errors import ConflictError
 from rubricsvc.hashing import content_hash
 from rubricsvc.models import (
@@ -70,9 +69,8 @@ def _locked_rubric(
     rubric = _select_locked(session, spec.name)
     if rubric is not None:
         return rubric, False
-    insert = pg_insert if _dialect(session) == "postgresql" else sqlite_insert
     inserted = session.scalar(
-        insert(Rubric)
+        insert_for(session, Rubric)
         .values(
             name=spec.name,
             prompt_id=prompt.id if prompt else None,
@@ -109,10 +107,6 @@ def store_prompt_spec(session: Session, spec: PromptSpec) -> tuple[Prompt, bool]
         reference_answer=spec.reference_answer,
         tags=spec.tags,
     )
-
-
-def _dialect(session: Session) -> str:
-    return session.get_bind().dialect.name
 
 
 def _append_version(

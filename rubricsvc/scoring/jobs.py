@@ -26,6 +26,7 @@ from typing import Any
 from sqlalchemy import event, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from rubricsvc.db import insert_for
 from rubricsvc.errors import ConflictError, NotFoundError
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
@@ -50,7 +51,7 @@ from rubricsvc.scoring.service import (
     ScoreOptions,
     ScoreReport,
 )
-from rubricsvc.scoring.store import CHUNK, _insert
+from rubricsvc.scoring.store import CHUNK
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +177,7 @@ def _add_chunks(
 def _insert_job(session: Session, **values: Any) -> int | None:
     """Insert a job unless its key is taken (then None): insert-on-conflict-nothing."""
     job_id: int | None = session.scalar(
-        _insert(session, ScoreJob)
+        insert_for(session, ScoreJob)
         .values(**values)
         .on_conflict_do_nothing(index_elements=["job_key"])
         .returning(ScoreJob.id)
@@ -453,6 +454,10 @@ def progress(session: Session, job_id: int) -> JobProgress:
 
 def list_jobs(session: Session, limit: int = 50) -> list[ScoreJob]:
     return list(session.scalars(select(ScoreJob).order_by(ScoreJob.id.desc()).limit(limit)))
+
+
+def count_jobs(session: Session) -> int:
+    return session.scalar(select(func.count(ScoreJob.id))) or 0
 
 
 def job_report(session: Session, job_id: int) -> ScoreReport:

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.errors import ConflictError, NotFoundError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error, read_records
-from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec
+from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec, VerdictMode
 from rubricsvc.models import JudgeConfig
 
 
@@ -54,8 +54,13 @@ def stored_spec(row: JudgeConfig) -> JudgeSpec:
     return JudgeSpec.model_validate(row.settings["spec"])
 
 
-def find_judge(session: Session, name: str) -> JudgeSpec:
-    """A judge by name: stored configs first, then the built-in ones."""
+def find_judge(session: Session, name: str, mode: VerdictMode | None = None) -> JudgeSpec:
+    """A judge by name (stored configs first, then the built-in ones), in ``mode`` if given."""
+    spec = _named_judge(session, name)
+    return spec if mode is None else spec.with_mode(mode)
+
+
+def _named_judge(session: Session, name: str) -> JudgeSpec:
     row = session.scalar(select(JudgeConfig).where(JudgeConfig.name == name))
     if row is not None and "spec" in row.settings:
         return stored_spec(row)

@@ -6,22 +6,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from rubricsvc.db import insert_for
 from rubricsvc.models import Judgment, JudgmentStatus, Score
 
 # Keeps IN (...) lists and multi-row inserts well under every driver's parameter limit.
 CHUNK = 500
-
-
-def _insert(session: Session, model: type[Any]) -> Any:
-    dialect = session.get_bind().dialect.name
-    if dialect == "postgresql":
-        return postgresql.insert(model)
-    if dialect == "sqlite":
-        return sqlite.insert(model)
-    raise NotImplementedError(f"no idempotent insert for {dialect}")
 
 
 def judgments_by_key(session: Session, keys: Iterable[str]) -> dict[str, Judgment]:
@@ -43,7 +34,7 @@ def save_judgments(session: Session, rows: Sequence[dict[str, Any]]) -> None:
         return
     for start in range(0, len(rows), CHUNK):
         chunk = rows[start : start + CHUNK]
-        statement = _insert(session, Judgment).values(chunk)
+        statement = insert_for(session, Judgment).values(chunk)
         excluded = statement.excluded
         # Retrying a failed judgment overwrites it; a concurrent writer's ok row is kept.
         statement = statement.on_conflict_do_update(
@@ -73,7 +64,7 @@ def save_judgments(session: Session, rows: Sequence[dict[str, Any]]) -> None:
 def save_scores(session: Session, rows: Sequence[dict[str, Any]]) -> None:
     """Insert or replace scores on (completion, rubric version, judge config, aggregation)."""
     for start in range(0, len(rows), CHUNK):
-        statement = _insert(session, Score).values(rows[start : start + CHUNK])
+        statement = insert_for(session, Score).values(rows[start : start + CHUNK])
         excluded = statement.excluded
         statement = statement.on_conflict_do_update(
             index_elements=["completion_id", "rubric_version_id", "judge_config_id", "aggregation"],

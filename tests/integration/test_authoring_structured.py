@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session
 
+from rubricsvc.judging.backends import backend_from_spec
 from rubricsvc.judging.backends.base import BackendError
 from rubricsvc.judging.types import Generation, GenerationRequest
 from rubricsvc.prompts import get_or_create_prompt
 from rubricsvc.rubrics.generation import DraftRequest, generate_rubrics
-from rubricsvc.rubrics.generator import GeneratorSpec, create_generator_backend
+from rubricsvc.rubrics.generator import GeneratorSpec
 from rubricsvc.rubrics.repository import resolve_version
 from tests.fake_openai import FakeOpenAI, chat_completion, serving
 from tests.requirements import prepared_model_dir, require_module
@@ -75,7 +76,7 @@ def test_an_openai_endpoint_receives_the_schema(session: Session, endpoint: Fake
         session, [{"role": "user", "content": "Sleep tips?"}], external_id="s"
     )
     report = generate_rubrics(
-        session, [DraftRequest(prompt.id)], spec, lambda: create_generator_backend(spec)
+        session, [DraftRequest(prompt.id)], spec, lambda: backend_from_spec(spec)
     )
     assert [o.status for o in report.outcomes] == ["created"]
     (body,) = endpoint.bodies

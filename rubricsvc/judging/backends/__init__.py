@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, Protocol
 
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.backends.base import BackendError, ContextLengthError, JudgeBackend
@@ -37,4 +37,31 @@ def create_backend(name: str, **options: Any) -> JudgeBackend:
     return backend
 
 
-__all__ = ["BACKENDS", "BackendError", "ContextLengthError", "JudgeBackend", "create_backend"]
+class BackendChoice(Protocol):
+    """A config that names a backend: a judge spec, a generator spec."""
+
+    @property
+    def backend(self) -> str: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def backend_options(self) -> dict[str, Any]: ...
+
+
+def backend_from_spec(spec: BackendChoice) -> JudgeBackend:
+    """The backend ``spec`` names, configured with its model and options."""
+    options = dict(spec.backend_options)
+    if spec.model is not None:
+        options["model"] = spec.model
+    return create_backend(spec.backend, **options)
+
+
+__all__ = [
+    "BACKENDS",
+    "BackendChoice",
+    "BackendError",
+    "ContextLengthError",
+    "JudgeBackend",
+    "backend_from_spec",
+    "create_backend",
+]
