@@ -98,6 +98,23 @@ class ScoringSettings(BaseSettings):
     use_drafts: bool = False
 
 
+class ApiSettings(BaseSettings):
+    """The HTTP service (``rubricsvc serve``)."""
+
+    model_config = SettingsConfigDict(env_prefix="RUBRICSVC_API_", env_file=".env", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, gt=0, lt=65536)
+    # Larger request bodies are refused with 413 before they are read.
+    max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    # Items per request: completions in one ingest, pairs in one reward batch.
+    max_completions: int = Field(default=10_000, gt=0)
+    max_reward_items: int = Field(default=1024, gt=0)
+    max_generate_prompts: int = Field(default=16, gt=0)
+    # Without a broker, score jobs run in the server on this many threads (0: never).
+    local_job_threads: int = Field(default=1, ge=0)
+
+
 class Settings(BaseSettings):
     """All settings of rubricsvc."""
 
@@ -107,6 +124,7 @@ class Settings(BaseSettings):
     broker: BrokerSettings = Field(default_factory=BrokerSettings)
     judge: JudgeSettings = Field(default_factory=JudgeSettings)
     scoring: ScoringSettings = Field(default_factory=ScoringSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
 
 
 @lru_cache(maxsize=1)

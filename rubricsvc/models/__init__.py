@@ -1,5 +1,6 @@
 """The ORM: every table is imported here so Alembic's autogenerate sees all of them."""
 
+from rubricsvc.models.apikey import ApiKey
 from rubricsvc.models.base import Base
 from rubricsvc.models.completion import Completion
 from rubricsvc.models.judging import JudgeConfig, Judgment, JudgmentStatus
@@ -25,6 +26,7 @@ from rubricsvc.models.scoring import (
 
 __all__ = [
     "MUTABLE_VERSION_COLUMNS",
+    "ApiKey",
     "Base",
     "Category",
     "ChunkStatus",

@@ -1,0 +1,113 @@
+"""One JSON error shape for every failure the service reports.
+
+    {"error": {"status": 422, "code": "validation_error", "message": "...", "field": "body.items.0.text",
+               "details": [{"field": ..., "message": ...}]}}
+
+``field`` names the first offending input where there is one; ``message`` is one line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from rubricsvc.errors import (
+    ConflictError,
+    DependencyMissing,
+    ImmutableError,
+    NotFoundError,
+    RubricsvcError,
+    ValidationFailed,
+)
+
+# Each error of the library maps to one status and code.
+_STATUS: list[tuple[type[RubricsvcError], int, str]] = [
+    (NotFoundError, 404, "not_found"),
+    (ValidationFailed, 422, "invalid"),
+    (ImmutableError, 409, "immutable"),
+    (ConflictError, 409, "conflict"),
+    (DependencyMissing, 503, "unavailable"),
+]
+_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+          405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
+          422: "invalid", 429: "too_many_requests", 503: "unavailable"}  # fmt: skip
+
+
+class ApiError(Exception):
+    """Raised by routes: becomes the error shape with this status."""
+
+    def __init__(
+        self, status: int, message: str, field: str | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.field = field
+        self.code = code or _CODES.get(status, "error")
+
+
+def error_body(
+    status: int,
+    code: str,
+    message: str,
+    field: str | None = None,
+    details: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    error: dict[str, Any] = {"status": status, "code": code, "message": message}
+    if field is not None:
+        error["field"] = field
+    if details:
+        error["details"] = details
+    return {"error": error}
+
+
+def error_response(
+    status: int, code: str, message: str, field: str | None = None, **kwargs: Any
+) -> JSONResponse:
+    return JSONResponse(error_body(status, code, message, field, **kwargs), status_code=status)
+
+
+def field_path(location: tuple[Any, ...] | list[Any]) -> str:
+    """``("body", "items", 0, "text")`` -> ``body.items.0.text``."""
+    return ".".join(str(part) for part in location)
+
+
+def validation_details(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"field": field_path(e.get("loc", ())), "message": str(e.get("msg", ""))} for e in errors
+    ]
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        details = validation_details(list(exc.errors()))
+        first = details[0] if details else {"field": None, "message": "invalid request"}
+        message = str(first["message"])
+        if first["field"]:
+            message = f"{first['field']}: {message}"
+        return error_response(422, "validation_error", message, first["field"], details=details)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, exc.code, exc.message, exc.field)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        response = error_response(
+            exc.status_code, _CODES.get(exc.status_code, "error"), str(exc.detail)
+        )
+        if exc.headers:
+            response.headers.update(exc.headers)
+        return response
+
+    @app.exception_handler(RubricsvcError)
+    async def _library(_request: Request, exc: RubricsvcError) -> JSONResponse:
+        for kind, status, code in _STATUS:
+            if isinstance(exc, kind):
+                return error_response(status, code, str(exc))
+        return error_response(400, "bad_request", str(exc))

@@ -1,0 +1,85 @@
+"""Prometheus metrics of one app: requests, latency, judgments, cache hits, failures.
+
+Each app has its own registry (several apps in one process, as in tests, do not collide).
+Route labels are route templates (``/v1/rubrics/{name}``), never raw paths, so the number
+of series stays bounded whatever clients send.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "rubricsvc_http_requests",
+            "HTTP requests by route template, method and status.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "rubricsvc_http_request_duration_seconds",
+            "Time to answer an HTTP request.",
+            ["method", "route"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+            registry=self.registry,
+        )
+        self.judgments = Counter(
+            "rubricsvc_judgments",
+            "Judgments needed by requests served here, by judge and outcome "
+            "(computed, cached: a cache hit, failed).",
+            ["judge", "outcome"],
+            registry=self.registry,
+        )
+        self.rewards = Counter(
+            "rubricsvc_rewards",
+            "Rewards returned, by judge and whether they have a value (ok) or are null.",
+            ["judge", "outcome"],
+            registry=self.registry,
+        )
+
+    def count_judgments(self, judge: str, computed: int, cached: int, failed: int) -> None:
+        for outcome, n in (("computed", computed), ("cached", cached), ("failed", failed)):
+            if n:
+                self.judgments.labels(judge, outcome).inc(n)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class MetricsMiddleware:
+    """Counts and times every request by its route template (pure ASGI: no body buffering)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route: Any = scope.get("route")
+            template = getattr(route, "path", None) or "(unmatched)"
+            method = scope.get("method", "")
+            self.metrics.requests.labels(method, template, str(status)).inc()
+            self.metrics.latency.labels(method, template).observe(time.perf_counter() - started)

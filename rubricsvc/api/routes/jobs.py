@@ -1,0 +1,147 @@
+"""/v1/score-jobs: submit a selection for scoring, follow it, page through its scores.
+
+With a broker configured, a job's chunks go to the Celery workers of its judge, exactly as
+from ``rubricsvc score --via celery``. Without one, the server runs the chunks itself on a
+background thread (``RUBRICSVC_API_LOCAL_JOB_THREADS``), with the same claims and records.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from fastapi import APIRouter, Depends, Path, Response
+from sqlalchemy.orm import Session
+
+from rubricsvc.api.deps import app_state, db, require
+from rubricsvc.api.errors import ApiError
+from rubricsvc.api.routes.common import Paging
+from rubricsvc.api.schemas import JobIn, JobOut, Page, ScoreOut
+from rubricsvc.api.state import AppState
+from rubricsvc.apikeys import Scope
+from rubricsvc.judging.aggregation import AGGREGATIONS
+from rubricsvc.scoring import jobs
+from rubricsvc.scoring.judge_configs import find_judge
+from rubricsvc.scoring.selection import Selection
+from rubricsvc.scoring.service import ScoreOptions
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/v1/score-jobs", tags=["score jobs"])
+JOB_ID = Path(ge=1, le=2**31 - 1)
+
+
+def _job_out(session: Session, job_id: int, created: bool | None = None) -> JobOut:
+    return JobOut(**jobs.progress(session, job_id).as_dict(), created=created)
+
+
+def check_aggregation(name: str) -> None:
+    if name not in AGGREGATIONS:
+        choices = ", ".join(sorted(AGGREGATIONS))
+        raise ApiError(
+            422, f"unknown aggregation {name!r}; choose one of {choices}", "body.aggregation"
+        )
+
+
+@router.post(
+    "",
+    response_model=JobOut,
+    status_code=202,
+    dependencies=[Depends(require(Scope.SCORE))],
+    responses={200: {"model": JobOut, "description": "The same work was submitted before."}},
+)
+def submit_job(
+    body: JobIn,
+    response: Response,
+    session: Session = Depends(db),
+    state: AppState = Depends(app_state),
+) -> JobOut:
+    """Submit the selected completions for scoring; the same work again returns its job."""
+    check_aggregation(body.aggregation)
+    include_drafts = (
+        state.settings.scoring.use_drafts if body.include_drafts is None else body.include_drafts
+    )
+    selection = Selection(
+        completion_ids=tuple(body.completion_ids),
+        prompt_external_ids=tuple(body.prompt_ids),
+        sources=tuple(body.sources),
+        rubric_ref=body.rubric,
+        include_drafts=include_drafts,
+    )
+    spec = find_judge(session, body.judge, body.mode)
+    options = ScoreOptions(aggregation=body.aggregation, min_coverage=body.min_coverage)
+    submission = jobs.submit(
+        session, spec, selection, options, state.settings.broker.chunk_judgments
+    )
+    jobs.send_after_commit(session, _sender(state), submission.outbox)
+    session.commit()  # the chunks are sent (or started) once this commit is done
+    if not submission.created:
+        response.status_code = 200
+    return _job_out(session, submission.job.id, submission.created)
+
+
+def _sender(state: AppState) -> jobs.Sender:
+    runner = state.local_jobs()
+    if runner is None:
+        if not state.settings.broker.url:
+            raise ApiError(
+                503, "no broker is configured and local jobs are off", code="unavailable"
+            )
+
+        def send(judge: str, chunk_ids: Sequence[int]) -> None:
+            from workers.app import send_chunks
+
+            send_chunks(judge, chunk_ids)
+
+        return send
+
+    def run_here(_judge: str, chunk_ids: Sequence[int]) -> None:
+        for chunk_id in chunk_ids:
+            runner.submit(_run_chunk, state, chunk_id)
+
+    return run_here
+
+
+def _run_chunk(state: AppState, chunk_id: int) -> None:
+    from workers.chunks import run_chunk
+
+    try:
+        run = run_chunk(state.engine, chunk_id, state.judges.get, state.settings.broker)
+    except Exception:  # a transient error left the chunk pending; `jobs resume` sends it again
+        log.exception("chunk %d stopped", chunk_id)
+        return
+    if run.report is not None:
+        report = run.report
+        state.metrics.count_judgments(report.judge, report.computed, report.cached, report.failed)
+
+
+@router.get("", response_model=Page, dependencies=[Depends(require(Scope.READ))])
+def list_jobs(paging: Paging = Depends(), session: Session = Depends(db)) -> Page:
+    found = jobs.list_jobs(session, limit=paging.offset + paging.limit)[paging.offset :]
+    total = jobs.count_jobs(session)
+    return paging.page([_job_out(session, job.id) for job in found], total)
+
+
+@router.get("/{job_id}", response_model=JobOut, dependencies=[Depends(require(Scope.READ))])
+def get_job(job_id: int = JOB_ID, session: Session = Depends(db)) -> JobOut:
+    return _job_out(session, job_id)
+
+
+@router.get("/{job_id}/results", response_model=Page, dependencies=[Depends(require(Scope.READ))])
+def job_results(
+    job_id: int = JOB_ID, paging: Paging = Depends(), session: Session = Depends(db)
+) -> Page:
+    """The job's scores so far, each with its per-criterion breakdown."""
+    report = jobs.job_report(session, job_id)
+    window = report.scores[paging.offset : paging.offset + paging.limit]
+    return paging.page([ScoreOut(**asdict(s)) for s in window], len(report.scores))
+
+
+@router.post(
+    "/{job_id}/cancel", response_model=JobOut, dependencies=[Depends(require(Scope.SCORE))]
+)
+def cancel_job(job_id: int = JOB_ID, session: Session = Depends(db)) -> JobOut:
+    """Stop a job: chunks not yet started are cancelled; running ones finish."""
+    jobs.cancel(session, job_id)
+    session.flush()
+    return _job_out(session, job_id)

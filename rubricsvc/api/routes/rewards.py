@@ -1,0 +1,169 @@
+"""Rewards for RL loops: ``/v1/rewards`` and the route OpenRLHF's remote reward client calls.
+
+Both score synchronously in the server with a judge loaded once and kept; a pair already
+judged comes from the cache. A reward is null where the score is masked (judge failures
+below the coverage floor) or the prompt has no usable rubric: never a silent zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from fastapi import APIRouter, Depends, Query
+from sqlalchemy.orm import Session
+
+from rubricsvc.api.deps import app_state, require, require_with_query_key
+from rubricsvc.api.errors import ApiError
+from rubricsvc.api.routes.jobs import check_aggregation
+from rubricsvc.api.schemas import OpenRLHFIn, OpenRLHFOut, RewardOut, RewardsIn, RewardsOut
+from rubricsvc.api.state import AppState
+from rubricsvc.apikeys import Scope
+from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
+from rubricsvc.judging.config import VerdictMode
+from rubricsvc.scoring.judge_configs import find_judge
+from rubricsvc.scoring.rewards import RewardBatch, RewardRequest, compute_rewards
+from rubricsvc.scoring.service import ScoreOptions
+
+router = APIRouter(tags=["rewards"])
+
+
+def _rewards(
+    state: AppState,
+    requests: list[RewardRequest],
+    *,
+    judge: str,
+    mode: VerdictMode | None,
+    aggregation: str,
+    min_coverage: float,
+    include_drafts: bool | None,
+    source: str,
+) -> RewardBatch:
+    check_aggregation(aggregation)
+    limit = state.settings.api.max_reward_items
+    if len(requests) > limit:
+        raise ApiError(413, f"{len(requests)} items: at most {limit} per request", "body.items")
+    drafts = state.settings.scoring.use_drafts if include_drafts is None else include_drafts
+    options = ScoreOptions(aggregation=aggregation, min_coverage=min_coverage)
+    session: Session
+    with state.sessions() as session:
+        spec = find_judge(session, judge, mode)
+    with state.reward_lock(spec.name), state.sessions() as session:
+        batch = compute_rewards(
+            session,
+            spec,
+            requests,
+            options,
+            lambda: state.judges.get(spec),
+            source=source,
+            include_drafts=drafts,
+        )
+        session.commit()
+    state.metrics.count_judgments(spec.name, batch.computed, batch.cached, batch.failed)
+    nulls = sum(1 for r in batch.rewards if r is None)
+    state.metrics.rewards.labels(spec.name, "ok").inc(len(batch.rewards) - nulls)
+    state.metrics.rewards.labels(spec.name, "null").inc(nulls)
+    return batch
+
+
+@router.post("/v1/rewards", response_model=RewardsOut, dependencies=[Depends(require(Scope.SCORE))])
+def rewards(body: RewardsIn, state: AppState = Depends(app_state)) -> RewardsOut:
+    """One reward (or null) per (prompt, completion) pair, scored against the prompt's rubric."""
+    requests = [
+        RewardRequest(
+            completion=item.completion,
+            prompt_id=item.prompt_id,
+            prompt=(
+                item.prompt
+                if isinstance(item.prompt, str) or item.prompt is None
+                else [m.model_dump() for m in item.prompt]
+            ),
+            rubric=item.rubric,
+        )
+        for item in body.items
+    ]
+    batch = _rewards(
+        state,
+        requests,
+        judge=body.judge,
+        mode=body.mode,
+        aggregation=body.aggregation,
+        min_coverage=body.min_coverage,
+        include_drafts=body.include_drafts,
+        source=body.source,
+    )
+    return RewardsOut(
+        rewards=batch.rewards,
+        results=[RewardOut(**asdict(r)) for r in batch.results],
+        judge=batch.judge,
+        judge_config_hash=batch.judge_config_hash,
+        aggregation=batch.aggregation,
+        judgments=batch.judgments,
+        computed=batch.computed,
+        cached=batch.cached,
+        failed=batch.failed,
+    )
+
+
+@router.post(
+    "/v1/openrlhf/reward",
+    response_model=OpenRLHFOut,
+    dependencies=[Depends(require_with_query_key(Scope.SCORE))],
+)
+def openrlhf_reward(
+    body: OpenRLHFIn,
+    state: AppState = Depends(app_state),
+    judge: str = Query("embedded", min_length=1, description="The judge config to score with."),
+    aggregation: str = Query("rar"),
+    min_coverage: float = Query(DEFAULT_MIN_COVERAGE, ge=0, le=1),
+    masked: float | None = Query(
+        None,
+        description="The reward to send for a masked score. OpenRLHF needs a number for every "
+        "sample; without this, a batch with a masked score is refused (503) rather than "
+        "scored as a silent zero, and OpenRLHF's client retries it.",
+    ),
+) -> OpenRLHFOut:
+    """OpenRLHF's remote reward model contract: ``{"query", "prompts", "labels"}`` in,
+    ``{"rewards", "scores", "extra_logs"}`` out. Each query is the prompt followed by the
+    response; each label is the prompt's external id (``--label_key``), else the prompt
+    text is looked up by its hash as one user message."""
+    requests = []
+    for index, (query, prompt) in enumerate(zip(body.query, body.prompts, strict=True)):
+        if not query.startswith(prompt):
+            raise ApiError(
+                422, f"query {index} does not start with its prompt", f"body.query.{index}"
+            )
+        label = body.labels[index] if body.labels else None
+        response = query[len(prompt) :]
+        if label:
+            requests.append(RewardRequest(completion=response, prompt_id=label))
+        else:
+            requests.append(RewardRequest(completion=response, prompt=prompt))
+    batch = _rewards(
+        state,
+        requests,
+        judge=judge,
+        mode=None,
+        aggregation=aggregation,
+        min_coverage=min_coverage,
+        include_drafts=None,
+        source="openrlhf",
+    )
+    missing = [i for i, r in enumerate(batch.rewards) if r is None]
+    if missing and masked is None:
+        first = batch.results[missing[0]]
+        raise ApiError(
+            503,
+            f"{len(missing)} of {len(batch.rewards)} scores are masked (item {missing[0]}: "
+            f"{first.status}); pass ?masked=VALUE to send a fixed reward for them",
+            code="masked",
+        )
+    values = [masked if r is None else r for r in batch.rewards]
+    filled = [float(v) for v in values if v is not None]
+    return OpenRLHFOut(
+        rewards=filled,
+        scores=filled,
+        extra_logs={
+            "rubric_coverage": [r.coverage for r in batch.results],
+            "rubric_masked": [1.0 if r.reward is None else 0.0 for r in batch.results],
+        },
+    )

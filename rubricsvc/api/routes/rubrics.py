@@ -1,0 +1,204 @@
+"""/v1/rubrics: create (new content becomes a new version), read, diff, review, generate.
+
+Rubric names may hold slashes (``demo/sleep-advice``), so the name is the rest of the path
+and the routes with a suffix (``/versions``, ``/diff``) are declared before the bare one.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Body, Depends, Path, Query, Response
+from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from rubricsvc.api.deps import app_state, db, require
+from rubricsvc.api.errors import ApiError
+from rubricsvc.api.routes.common import Paging, version_out
+from rubricsvc.api.schemas import (
+    DraftOut,
+    GenerateIn,
+    GenerateOut,
+    Page,
+    ReviewIn,
+    SavedRubric,
+    VersionOut,
+)
+from rubricsvc.api.state import AppState
+from rubricsvc.apikeys import Scope
+from rubricsvc.errors import NotFoundError
+from rubricsvc.judging.backends import backend_from_spec
+from rubricsvc.models import Rubric, RubricVersion, VersionStatus
+from rubricsvc.rubrics import service
+from rubricsvc.rubrics.diff import diff_versions
+from rubricsvc.rubrics.draft_inputs import requests_from_database
+from rubricsvc.rubrics.generation import GenerationOptions, generate_rubrics
+from rubricsvc.rubrics.generator import GeneratorSpec, with_overrides
+from rubricsvc.rubrics.repository import get_rubric, latest_version, list_versions
+from rubricsvc.rubrics.schemas import RubricSpec
+
+router = APIRouter(prefix="/v1/rubrics", tags=["rubrics"])
+
+NAME = Path(description="The rubric's name (may contain slashes).", max_length=200)
+NUMBER = Path(ge=1, le=2**31 - 1, description="The version number (N in NAME@N).")
+
+
+def _version(session: Session, name: str, number: int | None = None) -> RubricVersion:
+    rubric = get_rubric(session, name)
+    if rubric is None:
+        raise NotFoundError(f"no rubric named {name!r}")
+    if number is None:
+        found = latest_version(session, rubric)
+    else:
+        found = session.scalar(
+            select(RubricVersion).where(
+                RubricVersion.rubric_id == rubric.id, RubricVersion.number == number
+            )
+        )
+    if found is None:
+        raise NotFoundError(f"rubric {name!r} has no version {number}")
+    return found
+
+
+@router.get("", response_model=Page, dependencies=[Depends(require(Scope.READ))])
+def list_rubrics(
+    status: VersionStatus | None = Query(None, description="Only versions in this status."),
+    all_versions: bool = Query(False, description="Every version, not only each latest."),
+    paging: Paging = Depends(),
+    session: Session = Depends(db),
+) -> Page:
+    versions = list_versions(session, status=status, all_versions=all_versions)
+    window = versions[paging.offset : paging.offset + paging.limit]
+    return paging.page([version_out(v) for v in window], len(versions))
+
+
+@router.post(
+    "",
+    response_model=SavedRubric,
+    status_code=201,
+    dependencies=[Depends(require(Scope.AUTHOR))],
+    responses={200: {"model": SavedRubric, "description": "Same content as the latest version."}},
+)
+def create_rubric(
+    response: Response,
+    spec: RubricSpec = Body(description="A rubric in the rubric file format (one rubric)."),
+    session: Session = Depends(db),
+) -> SavedRubric:
+    """Save a rubric: a new rubric, a new version of it, or (same content) the latest one."""
+    result = service.save_rubric(session, spec)
+    if result.outcome == "unchanged":
+        response.status_code = 200
+    return SavedRubric(outcome=result.outcome, version=version_out(result.version))
+
+
+@router.post("/generate", response_model=GenerateOut, dependencies=[Depends(require(Scope.AUTHOR))])
+def generate(
+    body: GenerateIn, session: Session = Depends(db), state: AppState = Depends(app_state)
+) -> GenerateOut:
+    """Draft a rubric for each prompt with the server's generator; drafts await review."""
+    limit = state.settings.api.max_generate_prompts
+    if len(body.prompt_ids) > limit:
+        raise ApiError(
+            413, f"{len(body.prompt_ids)} prompts: at most {limit} per request", "body.prompt_ids"
+        )
+    try:
+        spec = with_overrides(
+            GeneratorSpec(),
+            min_criteria=body.min_criteria,
+            max_criteria=body.max_criteria,
+            temperature=body.temperature,
+            seed=body.seed,
+            retries=body.retries,
+        )
+    except ValidationError as err:  # pragma: no cover - with_overrides raises ValidationFailed
+        raise ApiError(422, str(err), "body") from None
+    requests = requests_from_database(session, body.prompt_ids)
+    options = GenerationOptions(name_prefix=body.name_prefix, with_generic=body.with_generic)
+    report = generate_rubrics(
+        session, requests, spec, lambda: backend_from_spec(spec), options, checkpoint=session.commit
+    )
+    return GenerateOut(
+        generator_hash=report.generator_hash,
+        drafts=[
+            DraftOut(
+                prompt=o.prompt, status=o.status, ref=o.ref, attempts=o.attempts, error=o.error
+            )
+            for o in report.outcomes
+        ],
+        backend_requests=report.backend_requests,
+    )
+
+
+@router.get(
+    "/{name:path}/versions", response_model=Page, dependencies=[Depends(require(Scope.READ))]
+)
+def list_rubric_versions(
+    name: str = NAME, paging: Paging = Depends(), session: Session = Depends(db)
+) -> Page:
+    rubric = session.scalar(
+        select(Rubric).where(Rubric.name == name).options(selectinload(Rubric.versions))
+    )
+    if rubric is None:
+        raise NotFoundError(f"no rubric named {name!r}")
+    versions = sorted(rubric.versions, key=lambda v: v.number)
+    window = versions[paging.offset : paging.offset + paging.limit]
+    return paging.page([version_out(v) for v in window], len(versions))
+
+
+@router.get(
+    "/{name:path}/versions/{number}",
+    response_model=VersionOut,
+    dependencies=[Depends(require(Scope.READ))],
+)
+def get_rubric_version(
+    name: str = NAME, number: int = NUMBER, session: Session = Depends(db)
+) -> VersionOut:
+    return version_out(_version(session, name, number))
+
+
+@router.post(
+    "/{name:path}/versions/{number}/approve",
+    response_model=VersionOut,
+    dependencies=[Depends(require(Scope.AUTHOR))],
+)
+def approve_version(
+    name: str = NAME,
+    number: int = NUMBER,
+    body: ReviewIn | None = None,
+    session: Session = Depends(db),
+) -> VersionOut:
+    """Approve a draft: scoring and rewards use approved versions by default."""
+    version = _version(session, name, number)
+    return version_out(service.approve(session, version, body.reviewer if body else None))
+
+
+@router.post(
+    "/{name:path}/versions/{number}/retire",
+    response_model=VersionOut,
+    dependencies=[Depends(require(Scope.AUTHOR))],
+)
+def retire_version(
+    name: str = NAME,
+    number: int = NUMBER,
+    body: ReviewIn | None = None,
+    session: Session = Depends(db),
+) -> VersionOut:
+    """Take a version out of use; it stays stored so past scores remain traceable."""
+    version = _version(session, name, number)
+    return version_out(service.retire(session, version, body.reviewer if body else None))
+
+
+@router.get("/{name:path}/diff", dependencies=[Depends(require(Scope.READ))])
+def diff(
+    name: str = NAME,
+    old: int = Query(ge=1, le=2**31 - 1, alias="from", description="The older version number."),
+    new: int = Query(ge=1, le=2**31 - 1, alias="to", description="The newer version number."),
+    session: Session = Depends(db),
+) -> dict[str, object]:
+    """How version ``to`` differs from version ``from``: criteria added, removed, changed."""
+    return diff_versions(_version(session, name, old), _version(session, name, new)).to_dict()
+
+
+@router.get("/{name:path}", response_model=VersionOut, dependencies=[Depends(require(Scope.READ))])
+def get_rubric_latest(name: str = NAME, session: Session = Depends(db)) -> VersionOut:
+    """The rubric's latest version."""
+    return version_out(_version(session, name))

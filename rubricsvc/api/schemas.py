@@ -1,0 +1,248 @@
+"""Request and response bodies: what the OpenAPI schema documents and clients send."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
+from rubricsvc.judging.config import VerdictMode
+from rubricsvc.rubrics.schemas import Message
+
+MAX_PAGE = 500
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Page(BaseModel):
+    items: list[Any]
+    total: int
+    limit: int
+    offset: int
+    next_offset: int | None = Field(
+        description="Pass as offset for the next page; null at the end."
+    )
+
+
+class PromptOut(BaseModel):
+    id: int
+    external_id: str | None
+    messages: list[dict[str, Any]]
+    reference_answer: str | None
+    tags: dict[str, Any]
+    content_hash: str
+    created_at: datetime | None
+
+
+class PromptIn(_Body):
+    text: str | None = Field(default=None, min_length=1, description="One user message.")
+    messages: list[Message] | None = Field(default=None, min_length=1)
+    external_id: str | None = Field(default=None, min_length=1, max_length=200)
+    reference_answer: str | None = None
+    tags: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _text_xor_messages(self) -> PromptIn:
+        if (self.text is None) == (self.messages is None):
+            raise ValueError("give exactly one of 'text' or 'messages'")
+        return self
+
+
+class CreatedPrompt(BaseModel):
+    created: bool
+    prompt: PromptOut
+
+
+class VersionOut(BaseModel):
+    id: int
+    ref: str
+    rubric: str
+    number: int
+    status: str
+    origin: str
+    parent_id: int | None
+    content_hash: str
+    prompt_id: int | None
+    reviewed_by: str | None
+    created_at: datetime | None
+    rubric_spec: dict[str, Any] = Field(description="The version in the rubric file format.")
+
+
+class SavedRubric(BaseModel):
+    outcome: str = Field(description="created, new version, or unchanged")
+    version: VersionOut
+
+
+class ReviewIn(_Body):
+    reviewer: str | None = Field(default=None, max_length=200)
+
+
+class GenerateIn(_Body):
+    """Drafting with the server's generator (the bundled model unless the server is configured
+    otherwise); a client chooses only what to draft and the sampling, never a backend URL."""
+
+    prompt_ids: list[str] = Field(min_length=1, description="External ids of stored prompts.")
+    name_prefix: str = Field(default="gen/", min_length=1, max_length=100)
+    with_generic: bool = False
+    min_criteria: int | None = Field(default=None, ge=1, le=100)
+    max_criteria: int | None = Field(default=None, ge=1, le=100)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    retries: int | None = Field(default=None, ge=0, le=10)
+
+
+class DraftOut(BaseModel):
+    prompt: str
+    status: str
+    ref: str | None
+    attempts: int
+    error: str | None
+
+
+class GenerateOut(BaseModel):
+    generator_hash: str
+    drafts: list[DraftOut]
+    backend_requests: int
+
+
+class CompletionOut(BaseModel):
+    id: int
+    prompt_id: int
+    external_id: str | None
+    text: str
+    source: str | None
+    metadata: dict[str, Any]
+    created_at: datetime | None
+
+
+class IngestOut(BaseModel):
+    added: int
+    unchanged: int
+
+
+class JobIn(_Body):
+    judge: str = Field(default="embedded", min_length=1)
+    mode: VerdictMode | None = None
+    aggregation: str = "rar"
+    min_coverage: float = Field(default=DEFAULT_MIN_COVERAGE, ge=0, le=1)
+    completion_ids: list[int] = Field(default_factory=list)
+    prompt_ids: list[str] = Field(default_factory=list, description="Prompt external ids.")
+    sources: list[str] = Field(default_factory=list)
+    rubric: str | None = Field(default=None, description="One rubric version (REF) for all.")
+    include_drafts: bool | None = None
+
+
+class JobOut(BaseModel):
+    id: int
+    status: str
+    judge: str
+    aggregation: str
+    total: int
+    done: int
+    cached: int
+    failed: int
+    requests: int
+    chunks: dict[str, int]
+    workers: list[str]
+    error: str | None
+    created_at: str | None
+    updated_at: str | None
+    created: bool | None = Field(default=None, description="On submission: false if found.")
+
+
+class ScoreOut(BaseModel):
+    completion_id: int
+    completion_external_id: str | None
+    prompt_external_id: str | None
+    source: str | None
+    rubric: str
+    value: float | None
+    coverage: float
+    status: str
+    reasons: list[str]
+    criteria: list[dict[str, Any]]
+
+
+class RewardItem(_Body):
+    completion: str = Field(description="The response to score.")
+    prompt_id: str | None = Field(default=None, description="The prompt's external id.")
+    prompt: str | list[Message] | None = Field(
+        default=None,
+        description="The prompt itself (text is one user message), found by its hash.",
+    )
+    rubric: str | None = Field(default=None, description="A rubric version (REF) to use.")
+
+    @model_validator(mode="after")
+    def _prompt_given(self) -> RewardItem:
+        if self.prompt_id is None and self.prompt is None:
+            raise ValueError("give prompt_id or prompt")
+        return self
+
+
+class RewardsIn(_Body):
+    items: list[RewardItem] = Field(min_length=1)
+    judge: str = Field(default="embedded", min_length=1)
+    mode: VerdictMode | None = None
+    aggregation: str = "rar"
+    min_coverage: float = Field(default=DEFAULT_MIN_COVERAGE, ge=0, le=1)
+    include_drafts: bool | None = None
+    source: str = Field(default="rewards", min_length=1, max_length=200)
+
+
+class RewardOut(BaseModel):
+    reward: float | None
+    status: str
+    coverage: float
+    rubric: str | None
+    completion_id: int | None
+    reasons: list[str]
+    criteria: list[dict[str, Any]]
+
+
+class RewardsOut(BaseModel):
+    rewards: list[float | None] = Field(description="One per item, null where masked.")
+    results: list[RewardOut]
+    judge: str
+    judge_config_hash: str
+    aggregation: str
+    judgments: int
+    computed: int
+    cached: int
+    failed: int
+
+
+class OpenRLHFIn(BaseModel):
+    """The body of OpenRLHF's remote reward model client."""
+
+    query: list[str] = Field(min_length=1, description="Prompt and response, as the policy saw it.")
+    prompts: list[str] = Field(description="The prompt part of each query.")
+    labels: list[str | None] | None = Field(
+        default=None, description="Each prompt's external id (OpenRLHF's --label_key column)."
+    )
+
+    @model_validator(mode="after")
+    def _same_lengths(self) -> OpenRLHFIn:
+        if len(self.prompts) != len(self.query):
+            raise ValueError("prompts must have one entry per query")
+        if self.labels is not None and len(self.labels) != len(self.query):
+            raise ValueError("labels must have one entry per query")
+        return self
+
+
+class OpenRLHFOut(BaseModel):
+    rewards: list[float]
+    scores: list[float]
+    extra_logs: dict[str, list[float]]
+
+
+class JudgeOut(BaseModel):
+    name: str
+    backend: str
+    model: str | None
+    mode: str
+    stored: bool
+    config_hash: str | None

@@ -1,0 +1,52 @@
+"""What one app holds for its lifetime: the database, loaded judges, metrics, local job runner."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from rubricsvc.api.metrics import Metrics
+from rubricsvc.config import Settings
+from rubricsvc.judging.backends.kept import KeptBackends
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    metrics: Metrics = field(default_factory=Metrics)
+    judges: KeptBackends = field(default_factory=KeptBackends)
+    # One lock per judge around a whole reward batch: the model runs one batch at a time
+    # anyway, and holding the lock before the write transaction starts keeps SQLite's single
+    # writer from timing out behind a long judge call.
+    _reward_locks: dict[str, threading.Lock] = field(default_factory=dict)
+    _locks_guard: threading.Lock = field(default_factory=threading.Lock)
+    _jobs: ThreadPoolExecutor | None = None
+
+    def reward_lock(self, judge: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._reward_locks.setdefault(judge, threading.Lock())
+
+    def local_jobs(self) -> ThreadPoolExecutor | None:
+        """Threads that run score jobs in this process when there is no broker (or None)."""
+        threads = self.settings.api.local_job_threads
+        if self.settings.broker.url or threads == 0:
+            return None
+        with self._locks_guard:
+            if self._jobs is None:
+                self._jobs = ThreadPoolExecutor(threads, thread_name_prefix="rubricsvc-job")
+            return self._jobs
+
+    def close(self) -> None:
+        if self._jobs is not None:
+            self._jobs.shutdown(wait=False, cancel_futures=True)
+        self.judges.close_all()
+        self.engine.dispose()

@@ -1,0 +1,100 @@
+"""API keys: created with scopes, stored as a hash, checked on every request but health.
+
+Scopes: ``read`` (list and fetch), ``author`` (prompts, rubrics, completions; includes read),
+``score`` (score jobs and rewards; includes read) and ``admin`` (everything). A secret is
+shown once, when it is created: ``rsk_`` and 43 URL-safe characters (256 random bits).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from rubricsvc.errors import ConflictError, NotFoundError, ValidationFailed
+from rubricsvc.models import ApiKey
+from rubricsvc.models.base import utcnow
+
+SECRET_PREFIX = "rsk_"
+
+
+class Scope(enum.StrEnum):
+    READ = "read"
+    AUTHOR = "author"
+    SCORE = "score"
+    ADMIN = "admin"
+
+
+# What each scope allows besides itself.
+_IMPLIED: dict[Scope, frozenset[Scope]] = {
+    Scope.READ: frozenset(),
+    Scope.AUTHOR: frozenset({Scope.READ}),
+    Scope.SCORE: frozenset({Scope.READ}),
+    Scope.ADMIN: frozenset(Scope),
+}
+
+
+def allows(scopes: list[str], needed: Scope) -> bool:
+    held = {Scope(s) for s in scopes if s in Scope.__members__.values()}
+    return any(needed == s or needed in _IMPLIED[s] for s in held)
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class CreatedKey:
+    key: ApiKey
+    secret: str  # shown once; only its hash is stored
+
+
+def create_key(session: Session, name: str, scopes: list[str]) -> CreatedKey:
+    if not scopes:
+        raise ValidationFailed("give at least one scope: " + ", ".join(s.value for s in Scope))
+    unknown = [s for s in scopes if s not in {m.value for m in Scope}]
+    if unknown:
+        raise ValidationFailed(
+            f"unknown scope {unknown[0]!r}; choose from {', '.join(s.value for s in Scope)}"
+        )
+    if session.scalar(select(ApiKey.id).where(ApiKey.name == name)) is not None:
+        raise ConflictError(f"an API key named {name!r} exists; revoke it or pick another name")
+    secret = SECRET_PREFIX + secrets.token_urlsafe(32)
+    key = ApiKey(
+        name=name,
+        prefix=secret[: len(SECRET_PREFIX) + 6],
+        key_hash=hash_secret(secret),
+        scopes=sorted(set(scopes)),
+    )
+    session.add(key)
+    session.flush()
+    return CreatedKey(key, secret)
+
+
+def authenticate(session: Session, secret: str) -> ApiKey | None:
+    """The live key with this secret, or None."""
+    digest = hash_secret(secret)
+    key = session.scalar(select(ApiKey).where(ApiKey.key_hash == digest))
+    # The lookup is by hash; compare again in constant time so timing says nothing either way.
+    if key is None or key.revoked_at is not None or not hmac.compare_digest(key.key_hash, digest):
+        return None
+    return key
+
+
+def list_keys(session: Session) -> list[ApiKey]:
+    return list(session.scalars(select(ApiKey).order_by(ApiKey.id)))
+
+
+def revoke_key(session: Session, name: str) -> ApiKey:
+    key = session.scalar(select(ApiKey).where(ApiKey.name == name))
+    if key is None:
+        raise NotFoundError(f"no API key named {name!r}")
+    if key.revoked_at is None:
+        session.execute(update(ApiKey).where(ApiKey.id == key.id).values(revoked_at=utcnow()))
+        session.refresh(key)
+    return key

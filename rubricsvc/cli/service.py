@@ -1,0 +1,88 @@
+"""``rubricsvc serve`` (the HTTP API) and ``rubricsvc keys ...`` (its API keys)."""
+
+from __future__ import annotations
+
+import typer
+
+from rubricsvc.apikeys import Scope, create_key, list_keys, revoke_key
+from rubricsvc.cli.context import (
+    CliExit,
+    console,
+    db_session,
+    engine,
+    err_console,
+    require_migrated,
+)
+from rubricsvc.cli.render import build_table
+from rubricsvc.config import get_settings
+from rubricsvc.db import display_url
+
+keys_app = typer.Typer(help="API keys of the HTTP service.", no_args_is_help=True)
+
+
+@keys_app.command("create")
+def keys_create(
+    name: str = typer.Argument(..., help="A name for the key (who or what uses it)."),
+    scope: list[Scope] = typer.Option(
+        ..., "--scope", help="read, author, score or admin (repeatable)."
+    ),
+) -> None:
+    """Create a key and print its secret: it is shown this once, only its hash is stored."""
+    with db_session() as session:
+        created = create_key(session, name, [s.value for s in scope])
+    err_console.print(
+        f"API key {name!r} ({', '.join(created.key.scopes)}); keep the secret, it is not shown again:"
+    )
+    print(created.secret)
+
+
+@keys_app.command("list")
+def keys_list() -> None:
+    """Keys with their scopes (never their secrets)."""
+    with db_session() as session:
+        keys = list_keys(session)
+    rows = [
+        [
+            k.name,
+            k.prefix + "...",
+            ", ".join(k.scopes),
+            f"{k.created_at:%Y-%m-%d %H:%M}" if k.created_at else "",
+            "revoked" if k.revoked_at else "active",
+        ]
+        for k in keys
+    ]
+    headers = ["name", "key", "scopes", "created", "state"]
+    console.print(
+        build_table(f"{len(rows)} key(s)", headers, rows, flexible="scopes", width=console.width)
+    )
+
+
+@keys_app.command("revoke")
+def keys_revoke(name: str = typer.Argument(..., help="The key's name.")) -> None:
+    """Revoke a key: requests with it get 401 from then on."""
+    with db_session() as session:
+        revoke_key(session, name)
+    console.print(f"API key {name!r} revoked")
+
+
+def serve_command(
+    host: str | None = typer.Option(None, help="Address to listen on (RUBRICSVC_API_HOST)."),
+    port: int | None = typer.Option(None, help="Port (RUBRICSVC_API_PORT)."),
+    log_level: str = typer.Option("info", help="uvicorn's log level."),
+) -> None:
+    """Run the HTTP API (uvicorn, one process; judges load on first use and stay loaded)."""
+    try:
+        import uvicorn
+
+        from rubricsvc.api import create_app
+    except ImportError as err:
+        raise CliExit(f"{err.name} is not installed: pip install 'rubricsvc[api]'", 6) from None
+    settings = get_settings()
+    require_migrated(engine())
+    host = host or settings.api.host
+    port = port or settings.api.port
+    err_console.print(
+        f"rubricsvc API on http://{host}:{port} (docs at /docs), "
+        f"database {display_url(settings.db.url)}"
+    )
+    uvicorn.run(create_app(settings, engine()), host=host, port=port, log_level=log_level)

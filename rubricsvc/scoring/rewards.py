@@ -1,0 +1,204 @@
+"""Rewards for RL loops: (prompt, completion) pairs in, one reward or None per pair out.
+
+The one seam the reward endpoint, the OpenRLHF-shaped route and the trainer's reward function
+share. Each pair's prompt is found by its external id or by the hash of its messages (a plain
+string is one user message); the completion is stored (once per prompt, text and source, so
+every reward can be traced to what produced it) and scored in-process by ``score``, whose
+judgment cache makes a repeated pair free. A reward is None where the score is masked (judge
+failures over the coverage floor) or the prompt has no usable rubric: never a zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select, tuple_
+from sqlalchemy.orm import Session
+
+from rubricsvc.errors import NotFoundError, ValidationFailed
+from rubricsvc.hashing import content_hash
+from rubricsvc.judging.backends.base import JudgeBackend
+from rubricsvc.judging.config import JudgeSpec
+from rubricsvc.models import Completion, Prompt
+from rubricsvc.prompts import prompt_hash
+from rubricsvc.scoring.selection import Selection
+from rubricsvc.scoring.service import ScoredCompletion, ScoreOptions, score
+from rubricsvc.scoring.store import CHUNK
+
+DEFAULT_SOURCE = "rewards"
+Messages = list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class RewardRequest:
+    completion: str
+    prompt_id: str | None = None  # the prompt's external id
+    prompt: str | Messages | None = None  # else the prompt itself, found by its hash
+    rubric: str | None = None  # a rubric version (REF) instead of the prompt's latest usable one
+
+    def messages(self) -> Messages:
+        if isinstance(self.prompt, str):
+            return [{"role": "user", "content": self.prompt}]
+        return list(self.prompt or [])
+
+
+@dataclass
+class RewardResult:
+    reward: float | None
+    status: str  # a score status (ok, partial, masked, gated, ...) or no_rubric, ambiguous
+    coverage: float = 0.0
+    rubric: str | None = None
+    completion_id: int | None = None
+    reasons: list[str] = field(default_factory=list)
+    criteria: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class RewardBatch:
+    judge: str
+    judge_config_hash: str
+    aggregation: str
+    results: list[RewardResult]
+    judgments: int = 0
+    computed: int = 0
+    cached: int = 0
+    failed: int = 0
+    backend_requests: int = 0
+
+    @property
+    def rewards(self) -> list[float | None]:
+        return [r.reward for r in self.results]
+
+
+def compute_rewards(
+    session: Session,
+    spec: JudgeSpec,
+    requests: Sequence[RewardRequest],
+    options: ScoreOptions,
+    backend_factory: Callable[[], JudgeBackend],
+    *,
+    source: str = DEFAULT_SOURCE,
+    include_drafts: bool = False,
+) -> RewardBatch:
+    """Score each pair against its prompt's rubric; raises NotFoundError for an unknown prompt."""
+    prompts = find_prompts(session, requests)
+    completions = _store_completions(session, requests, prompts, source)
+    batch = RewardBatch(spec.name, spec.config_hash(), options.aggregation, [])
+    scored: dict[tuple[int, str | None], list[ScoredCompletion]] = {}
+    by_rubric: dict[str | None, list[int]] = {}
+    for request, completion in zip(requests, completions, strict=True):
+        by_rubric.setdefault(request.rubric, []).append(completion.id)
+    for rubric, ids in by_rubric.items():
+        selection = Selection(
+            completion_ids=tuple(sorted(set(ids))),
+            rubric_ref=rubric,
+            include_drafts=include_drafts,
+        )
+        report = score(session, spec, selection, options, backend_factory)
+        batch.aggregation = report.aggregation
+        batch.judgments += report.judgments
+        batch.computed += report.computed
+        batch.cached += report.cached
+        batch.failed += report.failed
+        batch.backend_requests += report.backend_requests
+        for entry in report.scores:
+            scored.setdefault((entry.completion_id, rubric), []).append(entry)
+    batch.results = [
+        _result(completion.id, scored.get((completion.id, request.rubric), []))
+        for request, completion in zip(requests, completions, strict=True)
+    ]
+    return batch
+
+
+def find_prompts(session: Session, requests: Sequence[RewardRequest]) -> list[Prompt]:
+    """Each request's stored prompt, in order; NotFoundError names the first one missing."""
+    external_ids = {r.prompt_id for r in requests if r.prompt_id is not None}
+    hashes = {prompt_hash(r.messages()) for r in requests if r.prompt_id is None}
+    by_external: dict[str, Prompt] = {}
+    by_hash: dict[str, Prompt] = {}
+    for start in range(0, max(len(external_ids), len(hashes)), CHUNK):
+        ids = sorted(external_ids)[start : start + CHUNK]
+        digests = sorted(hashes)[start : start + CHUNK]
+        for row in session.scalars(
+            select(Prompt).where(Prompt.external_id.in_(ids) | Prompt.content_hash.in_(digests))
+        ):
+            if row.external_id is not None:
+                by_external[row.external_id] = row
+            by_hash[row.content_hash] = row
+    found: list[Prompt] = []
+    for index, request in enumerate(requests):
+        prompt: Prompt | None
+        if request.prompt_id is not None:
+            prompt = by_external.get(request.prompt_id)
+            missing = f"no prompt with external id {request.prompt_id!r}"
+        elif request.prompt is None:
+            raise ValidationFailed(f"item {index}: give prompt_id or prompt")
+        else:
+            prompt = by_hash.get(prompt_hash(request.messages()))
+            missing = "no stored prompt has these messages (store it first, or pass prompt_id)"
+        if prompt is None:
+            raise NotFoundError(f"item {index}: {missing}")
+        found.append(prompt)
+    return found
+
+
+def _store_completions(
+    session: Session, requests: Sequence[RewardRequest], prompts: Sequence[Prompt], source: str
+) -> list[Completion]:
+    """One completion per distinct (prompt, text) for ``source``: reused if already stored."""
+    wanted = {
+        (p.id, content_hash(r.completion)): r.completion
+        for r, p in zip(requests, prompts, strict=True)
+    }
+    stored: dict[tuple[int, str], Completion] = {}
+    keys = sorted(wanted)
+    for start in range(0, len(keys), CHUNK):
+        part = keys[start : start + CHUNK]
+        for completion in session.scalars(
+            select(Completion)
+            .where(tuple_(Completion.prompt_id, Completion.content_hash).in_(part))
+            .where(Completion.source == source)
+            .order_by(Completion.id)
+        ):
+            stored.setdefault((completion.prompt_id, completion.content_hash), completion)
+    for key, text in wanted.items():
+        if key not in stored:
+            completion = Completion(
+                prompt_id=key[0], text=text, content_hash=key[1], source=source, meta={}
+            )
+            session.add(completion)
+            stored[key] = completion
+    session.flush()
+    return [
+        stored[(p.id, content_hash(r.completion))] for r, p in zip(requests, prompts, strict=True)
+    ]
+
+
+def _result(completion_id: int, scores: list[ScoredCompletion]) -> RewardResult:
+    if not scores:
+        return RewardResult(
+            None,
+            "no_rubric",
+            completion_id=completion_id,
+            reasons=["the prompt has no usable rubric version (approve one, or include drafts)"],
+        )
+    if len(scores) > 1:
+        names = ", ".join(s.rubric for s in scores)
+        return RewardResult(
+            None,
+            "ambiguous",
+            completion_id=completion_id,
+            reasons=[f"the prompt has {len(scores)} usable rubrics ({names}): pass rubric"],
+        )
+    entry = scores[0]
+    return RewardResult(
+        entry.value,
+        entry.status,
+        entry.coverage,
+        entry.rubric,
+        completion_id,
+        entry.reasons,
+        entry.criteria,
+    )
