@@ -1,8 +1,9 @@
 """API keys: created with scopes, stored as a hash, checked on every request but health.
 
-Scopes: ``read`` (list and fetch), ``author`` (prompts, rubrics, completions; includes read),
-``score`` (score jobs and rewards; includes read) and ``admin`` (everything). A secret is
-shown once, when it is created: ``rsk_`` and 43 URL-safe characters (256 random bits).
+Scopes: ``read`` (list and fetch), ``author`` (write prompts, rubrics, completions), ``score``
+(submit score jobs, get rewards) and ``admin`` (everything). Only ``admin`` implies the others,
+so a trainer's key can be ``score`` alone and a dashboard's ``read`` alone. A secret is shown
+once, when it is created: ``rsk_`` and 43 URL-safe characters (256 random bits).
 """
 
 from __future__ import annotations
@@ -30,18 +31,8 @@ class Scope(enum.StrEnum):
     ADMIN = "admin"
 
 
-# What each scope allows besides itself.
-_IMPLIED: dict[Scope, frozenset[Scope]] = {
-    Scope.READ: frozenset(),
-    Scope.AUTHOR: frozenset({Scope.READ}),
-    Scope.SCORE: frozenset({Scope.READ}),
-    Scope.ADMIN: frozenset(Scope),
-}
-
-
 def allows(scopes: list[str], needed: Scope) -> bool:
-    held = {Scope(s) for s in scopes if s in Scope.__members__.values()}
-    return any(needed == s or needed in _IMPLIED[s] for s in held)
+    return needed.value in scopes or Scope.ADMIN.value in scopes
 
 
 def hash_secret(secret: str) -> str:

@@ -20,8 +20,8 @@ from rubricsvc.db import make_engine, make_sessionmaker
 DESCRIPTION = """Rubrics, completions, score jobs and rewards.
 
 Every route but `/healthz` needs an API key (`rubricsvc keys create NAME --scope ...`) sent as
-`Authorization: Bearer <key>`. Scopes: `read`; `author` (prompts, rubrics, completions; and
-read); `score` (score jobs, rewards; and read); `admin` (everything). Errors have one shape:
+`Authorization: Bearer <key>`. Scopes: `read` (every GET), `author` (write prompts, rubrics,
+completions), `score` (submit score jobs, rewards), `admin` (everything). Errors have one shape:
 `{"error": {"status", "code", "message", "field"}}`.
 """
 

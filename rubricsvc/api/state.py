@@ -47,6 +47,8 @@ class AppState:
 
     def close(self) -> None:
         if self._jobs is not None:
-            self._jobs.shutdown(wait=False, cancel_futures=True)
+            # Chunks not started stay pending (submitting the job again runs them); the one
+            # running finishes, so nothing is left half-written when the engine goes.
+            self._jobs.shutdown(wait=True, cancel_futures=True)
         self.judges.close_all()
         self.engine.dispose()

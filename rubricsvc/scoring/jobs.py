@@ -456,6 +456,16 @@ def list_jobs(session: Session, limit: int = 50) -> list[ScoreJob]:
     return list(session.scalars(select(ScoreJob).order_by(ScoreJob.id.desc()).limit(limit)))
 
 
+def pending_chunks(session: Session, job_id: int) -> list[int]:
+    return list(
+        session.scalars(
+            select(ScoreChunk.id)
+            .where(ScoreChunk.job_id == job_id, ScoreChunk.status == ChunkStatus.PENDING)
+            .order_by(ScoreChunk.position)
+        )
+    )
+
+
 def count_jobs(session: Session) -> int:
     return session.scalar(select(func.count(ScoreJob.id))) or 0
 

@@ -73,7 +73,12 @@ def submit_job(
     submission = jobs.submit(
         session, spec, selection, options, state.settings.broker.chunk_judgments
     )
-    jobs.send_after_commit(session, _sender(state), submission.outbox)
+    outbox = submission.outbox
+    if not submission.created and state.local_jobs() is not None:
+        # Local chunks die with the server that ran them: submitting again runs what is left
+        # (a claim is atomic, so a chunk another thread still holds is skipped).
+        outbox = {spec.name: jobs.pending_chunks(session, submission.job.id)}
+    jobs.send_after_commit(session, _sender(state), outbox)
     session.commit()  # the chunks are sent (or started) once this commit is done
     if not submission.created:
         response.status_code = 200

@@ -1,0 +1,369 @@
+"""Every route of the HTTP API: success, no key (401), wrong scope (403), malformed input (422
+naming the field), on SQLite and PostgreSQL. The rubric used is made of check criteria, so
+routes that score answer without loading a model; the model routes have their own tests.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tests.requirements import require_module
+
+require_module("fastapi", "api")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from rubricsvc.db import make_engine, session_scope  # noqa: E402
+from rubricsvc.judging.config import BUILTIN_JUDGES  # noqa: E402
+from rubricsvc.rubrics.schemas import RubricSpec  # noqa: E402
+from rubricsvc.rubrics.service import save_rubric  # noqa: E402
+from rubricsvc.scoring import jobs  # noqa: E402
+from rubricsvc.scoring.selection import Selection  # noqa: E402
+from rubricsvc.scoring.service import ScoreOptions  # noqa: E402
+from tests.api_harness import WORD_RUBRIC, api_client, bearer  # noqa: E402
+
+SEA = "api-sea"
+GOOD = "The sea is blue and calm today."
+
+
+@dataclass
+class Route:
+    """One route: how to call it well, with which scope, and how to call it badly."""
+
+    method: str
+    path: str
+    scope: str
+    ok: dict[str, Any] = field(default_factory=dict)  # httpx request arguments
+    ok_status: int = 200
+    bad: dict[str, Any] | None = None  # a malformed request ...
+    bad_field: str | None = None  # ... and the field its 422 must name
+    bad_path: str | None = None  # a malformed path instead of a malformed body or query
+
+    @property
+    def id(self) -> str:
+        return f"{self.method} {self.path}"
+
+
+DRAFT = {**WORD_RUBRIC, "name": "api/draft", "prompt": {"text": "Another prompt."}}
+RUBRIC = "/v1/rubrics/api/blue-sea"
+
+ROUTES = [
+    Route("GET", "/v1/prompts", "read", bad={"params": {"limit": "x"}}, bad_field="query.limit"),
+    Route(
+        "POST",
+        "/v1/prompts",
+        "author",
+        ok={"json": {"text": "A new prompt.", "external_id": "p-new"}},
+        ok_status=201,
+        bad={"json": {"text": 5}},
+        bad_field="body.text",
+    ),
+    Route("GET", "/v1/prompts/1", "read", bad_path="/v1/prompts/abc", bad_field="path.prompt_id"),
+    Route(
+        "GET", "/v1/rubrics", "read", bad={"params": {"status": "bogus"}}, bad_field="query.status"
+    ),
+    Route(
+        "POST",
+        "/v1/rubrics",
+        "author",
+        ok={"json": {**WORD_RUBRIC, "name": "api/copy"}},
+        ok_status=201,
+        bad={"json": {**WORD_RUBRIC, "criteria": [{"text": "x", "weight": "heavy"}]}},
+        bad_field="body.criteria.0.weight",
+    ),
+    Route(
+        "POST",
+        "/v1/rubrics/generate",
+        "author",
+        # success: test_api_models.py (drafting needs the model)
+        ok={},
+        bad={"json": {"prompt_ids": []}},
+        bad_field="body.prompt_ids",
+    ),
+    Route(
+        "GET", f"{RUBRIC}/versions", "read", bad={"params": {"limit": 0}}, bad_field="query.limit"
+    ),
+    Route(
+        "GET",
+        f"{RUBRIC}/versions/1",
+        "read",
+        bad_path=f"{RUBRIC}/versions/one",
+        bad_field="path.number",
+    ),
+    Route(
+        "POST",
+        "/v1/rubrics/api/draft/versions/1/approve",
+        "author",
+        ok={"json": {"reviewer": "ann"}},
+        bad={"json": {"reviewer": 5}},
+        bad_field="body.reviewer",
+    ),
+    Route(
+        "POST",
+        f"{RUBRIC}/versions/1/retire",
+        "author",
+        ok={"json": {"reviewer": "ann"}},
+        bad={"json": {"reviewer": ["ann"]}},
+        bad_field="body.reviewer",
+    ),
+    Route(
+        "GET",
+        f"{RUBRIC}/diff",
+        "read",
+        ok={"params": {"from": 1, "to": 1}},
+        bad={"params": {"from": 1, "to": "x"}},
+        bad_field="query.to",
+    ),
+    Route("GET", RUBRIC, "read", bad_path="/v1/rubrics/" + "n" * 201, bad_field="path.name"),
+    Route(
+        "POST",
+        "/v1/completions",
+        "author",
+        ok={"json": [{"prompt_external_id": SEA, "text": GOOD, "external_id": "c-1"}]},
+        bad={"json": [{"prompt_external_id": SEA}]},
+        bad_field="body.0.text",
+    ),
+    Route(
+        "POST",
+        "/v1/completions/jsonl",
+        "author",
+        ok={
+            "content": f'{{"prompt_external_id": "{SEA}", "text": "Waves."}}\n',
+            "headers": {"content-type": "application/x-ndjson"},
+        },
+        bad={
+            "content": f'{{"prompt_external_id": "{SEA}"}}\n',
+            "headers": {"content-type": "application/x-ndjson"},
+        },
+        bad_field="line.1.text",
+    ),
+    Route("GET", "/v1/completions", "read", bad={"params": {"limit": -1}}, bad_field="query.limit"),
+    Route(
+        "GET",
+        "/v1/completions/1",
+        "read",
+        bad_path="/v1/completions/x",
+        bad_field="path.completion_id",
+    ),
+    Route(
+        "POST",
+        "/v1/score-jobs",
+        "score",
+        ok={"json": {"prompt_ids": [SEA]}},
+        ok_status=202,
+        bad={"json": {"prompt_ids": [SEA], "min_coverage": 2}},
+        bad_field="body.min_coverage",
+    ),
+    Route(
+        "GET", "/v1/score-jobs", "read", bad={"params": {"offset": "x"}}, bad_field="query.offset"
+    ),
+    Route("GET", "/v1/score-jobs/1", "read", bad_path="/v1/score-jobs/0", bad_field="path.job_id"),
+    Route(
+        "GET",
+        "/v1/score-jobs/1/results",
+        "read",
+        bad={"params": {"limit": 10_000}},
+        bad_field="query.limit",
+    ),
+    Route(
+        "POST",
+        "/v1/score-jobs/1/cancel",
+        "score",
+        bad_path="/v1/score-jobs/x/cancel",
+        bad_field="path.job_id",
+    ),
+    Route(
+        "POST",
+        "/v1/rewards",
+        "score",
+        ok={"json": {"items": [{"prompt_id": SEA, "completion": GOOD}]}},
+        bad={"json": {"items": [{"prompt_id": SEA}]}},
+        bad_field="body.items.0.completion",
+    ),
+    Route(
+        "POST",
+        "/v1/openrlhf/reward",
+        "score",
+        ok={"json": {"query": ["Q: " + GOOD], "prompts": ["Q: "], "labels": [SEA]}},
+        bad={"json": {"query": ["Q: x"], "prompts": 5}},
+        bad_field="body.prompts",
+    ),
+    Route("GET", "/v1/judges", "read"),  # takes no input: nothing to malform
+    Route("GET", "/metrics", "read"),  # takes no input: nothing to malform
+]
+WRONG_SCOPE = {"read": "author", "author": "read", "score": "read"}
+
+
+def _call(client: TestClient, route: Route, auth: dict[str, str], **overrides: Any) -> Any:
+    request = {**route.ok, **overrides}
+    extra = request.pop("headers", {})
+    path = request.pop("path", route.path)
+    return client.request(route.method, path, headers={**extra, **auth}, **request)
+
+
+@pytest.fixture
+def api(database_url: str) -> Any:
+    yield from _seeded_api(database_url)
+
+
+@pytest.fixture
+def sqlite_api(sqlite_url: str) -> Any:
+    """For the key checks, which read no data: SQLite only, to keep the suite short."""
+    yield from _seeded_api(sqlite_url)
+
+
+def _seeded_api(database_url: str) -> Any:
+    with api_client(database_url, rubrics=[WORD_RUBRIC]) as (client, keys):
+        engine = make_engine(database_url)
+        with session_scope(engine) as session:
+            # A draft to approve, and a pending job (never sent) to read and cancel.
+            save_rubric(session, RubricSpec.model_validate(DRAFT))
+        response = client.post(
+            "/v1/completions",
+            json=[{"prompt_external_id": SEA, "text": "Grey waves.", "external_id": "seed"}],
+            headers=bearer(keys["author"]),
+        )
+        assert response.status_code == 200, response.text
+        with session_scope(engine) as session:
+            jobs.submit(
+                session,
+                BUILTIN_JUDGES["embedded"],
+                Selection(prompt_external_ids=(SEA,)),
+                ScoreOptions(aggregation="healthbench"),  # not the work the route submits
+                chunk_judgments=256,
+            )
+        engine.dispose()
+        yield client, keys
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.id)
+def test_route_without_a_key_is_401(sqlite_api: Any, route: Route) -> None:
+    client, _ = sqlite_api
+    response = _call(client, route, {})
+    assert response.status_code == 401, response.text
+    assert response.json()["error"]["code"] == "unauthorized"
+    bogus = _call(client, route, bearer("rsk_not-a-key"))
+    assert bogus.status_code == 401, bogus.text
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.id)
+def test_route_with_the_wrong_scope_is_403(sqlite_api: Any, route: Route) -> None:
+    client, keys = sqlite_api
+    response = _call(client, route, bearer(keys[WRONG_SCOPE[route.scope]]))
+    assert response.status_code == 403, response.text
+    error = response.json()["error"]
+    assert error["code"] == "forbidden" and route.scope in error["message"]
+
+
+@pytest.mark.parametrize("route", [r for r in ROUTES if r.bad_field], ids=lambda r: r.id)
+def test_malformed_input_is_422_naming_the_field(api: Any, route: Route) -> None:
+    client, keys = api
+    overrides: dict[str, Any] = dict(route.bad or {})
+    if route.bad_path:
+        overrides["path"] = route.bad_path
+    response = _call(client, route, bearer(keys[route.scope]), **overrides)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["field"] == route.bad_field, error
+    assert error["message"].startswith(route.bad_field)
+
+
+@pytest.mark.parametrize(
+    "route", [r for r in ROUTES if r.path != "/v1/rubrics/generate"], ids=lambda r: r.id
+)
+def test_route_succeeds_with_its_scope_and_with_admin(api: Any, route: Route) -> None:
+    client, keys = api
+    response = _call(client, route, bearer(keys[route.scope]))
+    assert response.status_code == route.ok_status, response.text
+    if route.path == "/metrics":
+        assert "rubricsvc_http_requests_total" in response.text
+    else:
+        assert response.json() is not None
+    if route.method == "GET":  # admin holds every scope (writes are not repeatable)
+        again = _call(client, route, bearer(keys["admin"]))
+        assert again.status_code == route.ok_status, again.text
+
+
+def test_health_needs_no_key_and_reports_the_database(api: Any) -> None:
+    client, _ = api
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json()["status"] == "ok"
+
+
+def test_rewards_are_the_rubric_scores_and_null_without_a_rubric(api: Any) -> None:
+    client, keys = api
+    client.post("/v1/prompts", json={"text": "No rubric here."}, headers=bearer(keys["author"]))
+    response = client.post(
+        "/v1/rewards",
+        json={
+            "items": [
+                {"prompt_id": SEA, "completion": GOOD},  # blue, short: 4/4
+                {"prompt": "Write one sentence about the sea.", "completion": "Grey waves."},
+                {"prompt": "No rubric here.", "completion": "Anything."},
+            ]
+        },
+        headers=bearer(keys["score"]),
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["rewards"] == [pytest.approx(1.0), pytest.approx(0.25), None]
+    assert [r["status"] for r in body["results"]] == ["ok", "ok", "no_rubric"]
+    assert body["results"][0]["rubric"] == "api/blue-sea@1"
+
+
+def test_an_unknown_prompt_in_a_reward_batch_is_404_naming_the_item(api: Any) -> None:
+    client, keys = api
+    response = client.post(
+        "/v1/rewards",
+        json={
+            "items": [
+                {"prompt_id": SEA, "completion": GOOD},
+                {"prompt_id": "nope", "completion": "x"},
+            ]
+        },
+        headers=bearer(keys["score"]),
+    )
+    assert response.status_code == 404
+    assert response.json()["error"]["message"].startswith("item 1:")
+
+
+def test_a_score_job_runs_in_the_server_and_pages_its_results(api: Any) -> None:
+    client, keys = api
+    client.post(
+        "/v1/completions",
+        json=[{"prompt_external_id": SEA, "text": f"Blue wave {i}."} for i in range(5)],
+        headers=bearer(keys["author"]),
+    )
+    submitted = client.post(
+        "/v1/score-jobs",
+        json={"sources": [], "prompt_ids": [SEA], "aggregation": "healthbench"},
+        headers=bearer(keys["score"]),
+    )
+    assert submitted.status_code == 202, submitted.text
+    job_id = submitted.json()["id"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        state = client.get(f"/v1/score-jobs/{job_id}", headers=bearer(keys["read"])).json()
+        if state["status"] not in {"pending", "running"}:
+            break
+        time.sleep(0.2)
+    assert state["status"] == "done", state
+    first = client.get(
+        f"/v1/score-jobs/{job_id}/results", params={"limit": 4}, headers=bearer(keys["read"])
+    ).json()
+    rest = client.get(
+        f"/v1/score-jobs/{job_id}/results",
+        params={"offset": first["next_offset"]},
+        headers=bearer(keys["read"]),
+    ).json()
+    scores = first["items"] + rest["items"]
+    # The seed completion ("Grey waves.") and the five blue ones, each once.
+    assert first["total"] == 6 and rest["next_offset"] is None
+    assert len({s["completion_id"] for s in scores}) == 6
+    assert all(len(s["criteria"]) == 2 for s in scores)
+    assert sorted(s["value"] for s in scores) == [0.25] + [1.0] * 5
