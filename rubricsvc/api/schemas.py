@@ -12,6 +12,7 @@ from rubricsvc.judging.config import VerdictMode
 from rubricsvc.rubrics.schemas import Message
 
 MAX_PAGE = 500
+MAX_OFFSET = 10**9  # bounded so that offset + limit fits any database integer
 
 
 class _Body(BaseModel):

@@ -8,7 +8,7 @@ from fastapi import Query
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
-from rubricsvc.api.schemas import MAX_PAGE, CompletionOut, Page, PromptOut, VersionOut
+from rubricsvc.api.schemas import MAX_OFFSET, MAX_PAGE, CompletionOut, Page, PromptOut, VersionOut
 from rubricsvc.models import Completion, Prompt, RubricVersion
 from rubricsvc.rubrics.service import spec_of
 
@@ -17,7 +17,7 @@ class Paging:
     def __init__(
         self,
         limit: int = Query(50, ge=1, le=MAX_PAGE, description=f"Items per page (1-{MAX_PAGE})."),
-        offset: int = Query(0, ge=0, description="Items to skip."),
+        offset: int = Query(0, ge=0, le=MAX_OFFSET, description="Items to skip."),
     ) -> None:
         self.limit = limit
         self.offset = offset
