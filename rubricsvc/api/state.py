@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
@@ -24,14 +25,16 @@ class AppState:
     sessions: sessionmaker[Session]
     metrics: Metrics = field(default_factory=Metrics)
     judges: KeptBackends = field(default_factory=KeptBackends)
-    # One lock per judge around a whole reward batch: the model runs one batch at a time
-    # anyway, and holding the lock before the write transaction starts keeps SQLite's single
-    # writer from timing out behind a long judge call.
+    # On SQLite, one lock per judge around a whole reward batch: holding it before the write
+    # transaction starts keeps SQLite's single writer from timing out behind a long judge
+    # call. PostgreSQL takes concurrent batches (the model itself still runs one at a time).
     _reward_locks: dict[str, threading.Lock] = field(default_factory=dict)
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)
     _jobs: ThreadPoolExecutor | None = None
 
-    def reward_lock(self, judge: str) -> threading.Lock:
+    def reward_lock(self, judge: str) -> AbstractContextManager[object]:
+        if self.engine.dialect.name != "sqlite":
+            return nullcontext()
         with self._locks_guard:
             return self._reward_locks.setdefault(judge, threading.Lock())
 
