@@ -1,0 +1,214 @@
+"""GRPO on TRL with rubric rewards, end to end on CPU: the real SmolLM2-135M-Instruct as policy
+and as judge, a real migrated SQLite database, real TRL. Kept small (short completions, few
+steps, one torch thread: on a busy 2-core machine one thread is several times faster)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rubricsvc.db import make_engine, session_scope
+from rubricsvc.rubrics.schemas import RubricSpec
+from rubricsvc.rubrics.service import approve, save_rubric
+from rubricsvc.scoring.judge_configs import ensure_judge_config
+from tests.cli_runner import run_cli
+from tests.integration.test_trainer_rewards import FAILING_JUDGE
+from tests.requirements import prepared_model_dir, require_module
+
+pytestmark = [pytest.mark.model, pytest.mark.slow]
+
+HELLO = {"type": "contains", "text": "hello"}
+GREETING: dict[str, Any] = {
+    "name": "grpo/greet",
+    "prompt": {"external_id": "grpo-greet", "text": "Say hello to a friend in a few words."},
+    "criteria": [
+        {"text": "Uses the word hello", "weight": 2, "kind": "check", "check": HELLO},
+        {"text": "The reply is a friendly greeting", "weight": 1},  # the model judges this one
+    ],
+}
+HELD_OUT: dict[str, Any] = {
+    "name": "grpo/held-out",
+    "prompt": {"external_id": "grpo-team", "text": "Greet your team in a few words."},
+    "criteria": [{"text": "Uses the word hello", "weight": 1, "kind": "check", "check": HELLO}],
+}
+STORM: dict[str, Any] = {
+    "name": "grpo/storm",
+    "prompt": {"external_id": "grpo-storm", "text": "Describe a storm in a few words."},
+    "criteria": [{"text": "Mentions the wind", "weight": 1}],
+}
+
+
+def _seed(database_url: str, *rubrics: dict[str, Any]) -> None:
+    engine = make_engine(database_url)
+    with session_scope(engine) as session:
+        for data in rubrics:
+            approve(session, save_rubric(session, RubricSpec.model_validate(data)).version)
+        ensure_judge_config(session, FAILING_JUDGE)
+    engine.dispose()
+
+
+def _load_weights(folder: Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    weights: dict[str, Any] = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        weights.update(load_file(str(path)))
+    return weights
+
+
+def test_rubricsvc_train_runs_grpo_and_the_policy_changes(sqlite_url: str, tmp_path: Path) -> None:
+    require_module("trl", "trainer")
+    model_dir = prepared_model_dir()
+    _seed(sqlite_url, GREETING, HELD_OUT)
+    config = {
+        "name": "five",
+        "policy": str(model_dir),
+        "prompts": ["grpo-greet"],
+        "reward": {"judge": "embedded"},  # SmolLM2-135M judges the judge criterion
+        "grpo": {
+            "num_generations": 4,
+            "per_device_train_batch_size": 4,
+            "max_completion_length": 16,
+            "learning_rate": 5e-5,
+            "max_steps": 5,
+        },
+        "monitors": {
+            "gold": {
+                "scorer": {"judge": "embedded", "rubric": "grpo/held-out"},
+                "prompts": ["grpo-team"],
+                "every": 5,
+            }
+        },
+        "output_dir": str(tmp_path / "runs"),
+        "save_policy": True,
+        "threads": 1,
+    }
+    config_file = tmp_path / "train.yaml"
+    config_file.write_text(yaml.safe_dump(config), encoding="utf-8")
+
+    result = run_cli("train", str(config_file), database_url=sqlite_url, timeout=1500)
+    assert result.code == 0, result.stderr[-3000:]
+    assert "beta=0.0" in result.stdout and "epsilon_high=0.28" in result.stdout
+
+    run = tmp_path / "runs" / "five"
+    resolved = yaml.safe_load((run / "config.yaml").read_text())
+    assert resolved["grpo"]["loss_type"] == "dapo" and resolved["grpo"]["beta"] == 0.0
+    trl_args = json.loads((run / "grpo_args.json").read_text())
+    assert trl_args["mask_truncated_completions"] is True and trl_args["scale_rewards"] == "group"
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4, 5]
+    assert all("rubric/reward" in m and "text/words" in m for m in metrics)
+    assert any("criteria/The reply is a friendly greeting" in m for m in metrics)
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert {s["step"] for s in samples} == {1, 2, 3, 4, 5}
+    assert all(s["prompt_id"] == "grpo-greet" and s["completion"] is not None for s in samples)
+    gold = [json.loads(line) for line in (run / "gold.jsonl").read_text().splitlines()]
+    assert [g["step"] for g in gold] == [0, 5]
+    plots = {p.name for p in (run / "plots").glob("*.png")}
+    assert {"reward.png", "length.png", "criteria.png", "gold.png"} <= plots
+
+    before, after = _load_weights(model_dir), _load_weights(run / "policy")
+    changed = [
+        name
+        for name, tensor in before.items()
+        if name in after and not bool((after[name].float() == tensor.float()).all())
+    ]
+    assert changed, "no parameter of the policy changed in 5 GRPO steps"
+
+
+def test_a_masked_score_reaches_trl_as_none_and_is_left_out_of_the_loss(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    require_module("trl", "trainer")
+    import pandas as pd
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trainer.config import ScorerSettings
+    from trainer.rewards import RubricReward
+
+    model_dir = prepared_model_dir()
+    _seed(sqlite_url, GREETING, STORM)
+    torch.set_num_threads(1)
+    # The judge of this run always fails: the storm rubric (a judged criterion only) is
+    # masked; the greeting rubric keeps its check, so its coverage stays above the floor.
+    reward = RubricReward(
+        ScorerSettings(database_url=sqlite_url, judge="always-fails", min_coverage=0.5)
+    )
+    seen: list[list[float | None]] = []
+
+    def recording(prompts: Any, completions: Any, **kwargs: Any) -> list[float | None]:
+        rewards = reward(prompts, completions, **kwargs)
+        seen.append(rewards)
+        return rewards
+
+    def run(prompt_ids: list[str], name: str) -> GRPOTrainer:
+        rows = [
+            {"prompt": [{"role": "user", "content": p}], "prompt_id": pid}
+            for pid, p in [
+                ("grpo-greet", GREETING["prompt"]["text"]),
+                ("grpo-storm", STORM["prompt"]["text"]),
+            ]
+            if pid in prompt_ids
+        ]
+        args = GRPOConfig(
+            output_dir=str(tmp_path / name),
+            num_generations=4,
+            per_device_train_batch_size=4 * len(rows),
+            max_completion_length=8,
+            max_steps=1,
+            learning_rate=1e-4,
+            beta=0.0,
+            loss_type="dapo",
+            # Truncated completions stay in the loss here, so a zero loss below comes from
+            # the masked rewards alone.
+            mask_truncated_completions=False,
+            report_to=[],
+            save_strategy="no",
+            use_cpu=True,
+            log_completions=True,  # TRL writes each sample's reward and advantage
+            num_completions_to_print=0,
+            disable_tqdm=True,
+            seed=0,
+        )
+        trainer = GRPOTrainer(
+            model=str(model_dir),
+            reward_funcs=[recording],
+            args=args,
+            train_dataset=Dataset.from_list(rows),
+        )
+        trainer.train()
+        return trainer
+
+    mixed = run(["grpo-greet", "grpo-storm"], "mixed")
+    table = pd.read_parquet(next((tmp_path / "mixed" / "completions").glob("*.parquet")))
+    storm = table[table["prompt"].astype(str).str.contains("storm")]
+    greet = table[~table["prompt"].astype(str).str.contains("storm")]
+    assert len(storm) == len(greet) == 4
+    assert sum(r is None for r in seen[0]) == 4  # None went to TRL, not a zero
+    assert storm["recording"].isna().all()  # TRL kept it as "no reward"
+    assert (storm["advantage"] == 0.0).all()  # no advantage: it moves nothing
+    assert greet["recording"].notna().all()
+    assert mixed.state.log_history[0]["rewards/recording/mean"] == pytest.approx(
+        sum(greet["recording"]) / 4
+    )
+
+    # Only masked samples: the loss is exactly zero and no parameter moves.
+    before = {n: p.detach().clone() for n, p in initial_parameters(model_dir).items()}
+    masked_only = run(["grpo-storm"], "masked")
+    summary = masked_only.state.log_history[-1]
+    assert summary["rubric/masked_fraction"] == 1.0 and summary["reward"] is None
+    assert summary["train_loss"] == 0.0
+    after = dict(masked_only.model.named_parameters())
+    assert all(torch.equal(before[n], after[n].detach()) for n in before)
+
+
+def initial_parameters(model_dir: Path) -> dict[str, Any]:
+    from transformers import AutoModelForCausalLM
+
+    return dict(AutoModelForCausalLM.from_pretrained(str(model_dir)).named_parameters())

@@ -1,0 +1,223 @@
+"""The rubric reward for TRL and the verl and OpenRLHF adapters, on a real migrated SQLite
+database. The rubrics are check criteria (computed, no model) except where a test is about a
+judge failing, which uses the platform's fault-injecting backend; the model-judged path is
+exercised by the GRPO tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from rubricsvc.db import make_engine, session_scope
+from rubricsvc.judging.config import JudgeSpec, VerdictMode
+from rubricsvc.rubrics.schemas import RubricSpec
+from rubricsvc.rubrics.service import approve, save_rubric
+from rubricsvc.scoring.judge_configs import ensure_judge_config
+from tests.requirements import require_module
+from trainer.adapters.verl import compute_score
+from trainer.config import ScorerSettings, Via
+from trainer.rewards import AsyncRubricReward, RubricReward
+
+BLUE: dict[str, Any] = {
+    "name": "tr/blue",
+    "prompt": {"external_id": "tr-sea", "text": "Write one sentence about the sea."},
+    "criteria": [
+        {
+            "text": "Uses the word blue",
+            "weight": 3,
+            "kind": "check",
+            "check": {"type": "contains", "text": "blue"},
+        },
+        {
+            "text": "Stays under 8 words",
+            "weight": 1,
+            "kind": "check",
+            "check": {"type": "word_count", "max": 8},
+        },
+    ],
+}
+JUDGED: dict[str, Any] = {
+    "name": "tr/judged",
+    "prompt": {"external_id": "tr-judged", "text": "Describe a storm."},
+    "criteria": [{"text": "Mentions the wind", "weight": 1}],
+}
+FAILING_JUDGE = JudgeSpec(
+    name="always-fails",
+    backend="faulty",
+    mode=VerdictMode.CRITERION_PROB,
+    backend_options={"inner": "scripted", "failure_rate": 1.0, "seed": 0},
+    retries=0,
+    retry_backoff=0,
+)
+SEA_MESSAGES = [{"role": "user", "content": "Write one sentence about the sea."}]
+
+
+def seed(database_url: str, *rubrics: dict[str, Any]) -> None:
+    engine = make_engine(database_url)
+    with session_scope(engine) as session:
+        for data in rubrics:
+            approve(session, save_rubric(session, RubricSpec.model_validate(data)).version)
+        ensure_judge_config(session, FAILING_JUDGE)
+    engine.dispose()
+
+
+@pytest.fixture
+def database(sqlite_url: str) -> str:
+    seed(sqlite_url, BLUE, JUDGED)
+    return sqlite_url
+
+
+def test_rewards_follow_the_rubric_by_prompt_id_or_by_prompt_hash(database: str) -> None:
+    reward = RubricReward(ScorerSettings(database_url=database))
+    logged: dict[str, list[float]] = {}
+    completions = [
+        [{"role": "assistant", "content": "The blue sea."}],  # both criteria: 1.0
+        [{"role": "assistant", "content": "The sea is wide and deep and very very old."}],
+        [{"role": "assistant", "content": "A blue sea, wide and deep, very very old indeed."}],
+    ]
+    rewards = reward(
+        prompts=[SEA_MESSAGES] * 3,
+        completions=completions,
+        prompt_id=["tr-sea", "tr-sea", None],  # the third is found by its messages' hash
+        log_metric=lambda name, value: logged.setdefault(name, []).append(value),
+    )
+    assert rewards == pytest.approx([1.0, 0.0, 0.75])
+    assert logged["criteria/Uses the word blue"] == [pytest.approx(2 / 3)]
+    assert logged["criteria/Stays under 8 words"] == [pytest.approx(1 / 3)]
+    assert logged["rubric/masked_fraction"] == [0.0]
+
+
+def test_a_masked_score_is_none_never_zero(database: str) -> None:
+    reward = RubricReward(ScorerSettings(database_url=database, judge="always-fails"))
+    rewards = reward(
+        prompts=[[{"role": "user", "content": "Describe a storm."}], SEA_MESSAGES],
+        completions=["The wind howls.", "The blue sea."],
+        prompt_id=["tr-judged", "tr-sea"],
+    )
+    assert rewards == [None, 1.0]
+    assert reward.last_results[0].status == "masked"
+
+
+def test_the_reward_is_picklable_and_async_gives_the_same_rewards(database: str) -> None:
+    reward = RubricReward(ScorerSettings(database_url=database))
+    args: dict[str, Any] = {
+        "prompts": [SEA_MESSAGES] * 2,
+        "completions": ["Blue.", "Grey water, cold and wide and very deep indeed."],
+        "prompt_id": ["tr-sea", "tr-sea"],
+    }
+    first = reward(**args)
+    copy = pickle.loads(pickle.dumps(reward))
+    assert copy(**args) == first == pytest.approx([1.0, 0.0])
+    async_reward = pickle.loads(
+        pickle.dumps(AsyncRubricReward(ScorerSettings(database_url=database)))
+    )
+    assert asyncio.run(async_reward(**args)) == first
+
+
+def test_verl_compute_score_with_verls_signature(database: str) -> None:
+    settings = {"database_url": database}  # verl passes custom_reward_function.reward_kwargs
+    by_ground_truth = compute_score("rubrics", "The blue sea.", "tr-sea", None, **settings)
+    assert by_ground_truth == {"score": 1.0, "masked": 0.0, "coverage": 1.0}
+    by_extra_info = compute_score(
+        data_source="rubrics",
+        solution_str="A grey sea.",
+        ground_truth="",
+        extra_info={"prompt_id": "tr-sea", "index": 0},
+        **settings,
+    )
+    assert by_extra_info["score"] == pytest.approx(0.25)
+    by_prompt = compute_score("rubrics", "Blue!", None, {"prompt": SEA_MESSAGES}, **settings)
+    assert by_prompt["score"] == 1.0
+    masked = compute_score(
+        "rubrics", "Wind.", "tr-judged", {}, masked_score=-1.0, judge="always-fails", **settings
+    )
+    assert masked == {"score": -1.0, "masked": 1.0, "coverage": 0.0}
+
+
+# --- over HTTP: the real API (`rubricsvc serve`) on a free port ------------------------------
+
+
+@pytest.fixture
+def api(database: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    require_module("fastapi", "api")
+    require_module("uvicorn", "api")
+    from rubricsvc.apikeys import create_key
+    from tests.servers import free_port
+
+    engine = make_engine(database)
+    with session_scope(engine) as session:
+        secret = create_key(session, "trainer", ["score"]).secret
+    engine.dispose()
+    monkeypatch.setenv("RUBRICSVC_REWARD_API_KEY", secret)
+    port = free_port()
+    env = {**os.environ, "RUBRICSVC_DATABASE_URL": database, "RUBRICSVC_BROKER_URL": ""}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "rubricsvc", "serve", "--port", str(port), "--log-level", "warning"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        import httpx
+
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the API did not start: {server.stderr.read().decode() if server.stderr else ''}"
+                )
+            time.sleep(0.3)
+        yield base_url
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+
+
+def test_rewards_over_http_match_the_in_process_ones(api: str, database: str) -> None:
+    args: dict[str, Any] = {
+        "prompts": [SEA_MESSAGES] * 3,
+        "completions": ["The blue sea.", "A grey sea, cold and wide and very deep.", "Blue"],
+        "prompt_id": ["tr-sea", "tr-sea", None],
+    }
+    over_http = RubricReward(ScorerSettings(via=Via.HTTP, base_url=api))(**args)
+    in_process = RubricReward(ScorerSettings(database_url=database))(**args)
+    assert over_http == in_process == pytest.approx([1.0, 0.0, 1.0])
+
+
+def test_openrlhf_reward_func_with_openrlhfs_signature(
+    api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require_module("torch", "transformers")
+    from trainer.adapters.openrlhf import reward_func
+
+    monkeypatch.setenv("RUBRICSVC_REWARD_URL", api)
+    prompt = "Write one sentence about the sea."
+    responses = [" The blue sea.", " A grey sea, cold and wide and very deep."]
+    out = reward_func([prompt + r for r in responses], [prompt, prompt], ["tr-sea", "tr-sea"])
+    assert out["rewards"].tolist() == pytest.approx([1.0, 0.0])
+    assert out["scores"].tolist() == pytest.approx([1.0, 0.0])
+    assert out["extra_logs"]["rubric_masked"].tolist() == [0.0, 0.0]
+    # A masked score: refused unless a value for it is configured (never a silent zero).
+    monkeypatch.setenv("RUBRICSVC_REWARD_JUDGE", "always-fails")
+    storm = "Describe a storm."
+    with pytest.raises(Exception, match="HTTP 503"):
+        reward_func([storm + " Wind."], [storm], ["tr-judged"])
+    monkeypatch.setenv("RUBRICSVC_REWARD_MASKED", "-1")
+    masked = reward_func([storm + " Wind."], [storm], ["tr-judged"])
+    assert masked["rewards"].tolist() == [-1.0]
+    assert masked["extra_logs"]["rubric_masked"].tolist() == [1.0]

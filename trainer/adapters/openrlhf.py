@@ -1,0 +1,64 @@
+"""OpenRLHF's custom reward function, backed by the rubricsvc API.
+
+OpenRLHF loads a Python file given as ``--remote_rm_url /path/to/openrlhf.py`` and calls its
+``reward_func(queries, prompts, labels)``: queries are prompt + response strings, prompts the
+prompt strings, labels the ``--label_key`` column (here: each prompt's external id). This
+file forwards them to the API's ``POST /v1/openrlhf/reward`` and returns what OpenRLHF
+expects: ``{"rewards": tensor, "scores": tensor, "extra_logs": {name: tensor}}``.
+
+Settings come from environment variables (set them for OpenRLHF's workers):
+``RUBRICSVC_REWARD_URL`` (e.g. ``http://scorer:8000``, required), ``RUBRICSVC_REWARD_API_KEY``,
+``RUBRICSVC_REWARD_JUDGE`` (default ``embedded``), ``RUBRICSVC_REWARD_AGGREGATION`` (``rar``),
+``RUBRICSVC_REWARD_MASKED`` (the reward sent for a masked score; unset, the API refuses a batch
+with one, with HTTP 503, and OpenRLHF's client retries it) and ``RUBRICSVC_REWARD_TIMEOUT``
+(seconds, default 600).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from rubricsvc.errors import ValidationFailed
+from trainer.config import ScorerSettings, Via
+from trainer.scorers import post_json
+
+ROUTE = "/v1/openrlhf/reward"
+
+
+def api_settings() -> ScorerSettings:
+    base_url = os.environ.get("RUBRICSVC_REWARD_URL")
+    if not base_url:
+        raise ValidationFailed(
+            "set RUBRICSVC_REWARD_URL to the rubricsvc API (e.g. http://host:8000)"
+        )
+    timeout = float(os.environ.get("RUBRICSVC_REWARD_TIMEOUT", "600"))
+    return ScorerSettings(via=Via.HTTP, base_url=base_url, timeout=timeout)
+
+
+def query_params() -> dict[str, str]:
+    params = {
+        "judge": os.environ.get("RUBRICSVC_REWARD_JUDGE", "embedded"),
+        "aggregation": os.environ.get("RUBRICSVC_REWARD_AGGREGATION", "rar"),
+    }
+    if os.environ.get("RUBRICSVC_REWARD_MASKED"):
+        params["masked"] = os.environ["RUBRICSVC_REWARD_MASKED"]
+    return params
+
+
+def reward_func(
+    queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any], **kwargs: Any
+) -> dict[str, Any]:
+    """OpenRLHF's reward-function signature; see the module docstring."""
+    import torch
+
+    body = {"query": list(queries), "prompts": list(prompts), "labels": list(labels)}
+    data = post_json(api_settings(), ROUTE, body, query_params())
+    rewards = torch.tensor([float(r) for r in data["rewards"]], dtype=torch.float32)
+    scores = torch.tensor([float(s) for s in data.get("scores", data["rewards"])])
+    extra = {
+        name: torch.tensor(values, dtype=torch.float32)
+        for name, values in (data.get("extra_logs") or {}).items()
+    }
+    return {"rewards": rewards, "scores": scores, "extra_logs": extra}

@@ -1,0 +1,70 @@
+"""verl's custom reward function, backed by rubric rewards.
+
+In a verl config::
+
+    custom_reward_function:
+      path: /path/to/rubricsvc/trainer/adapters/verl.py
+      name: compute_score
+      reward_kwargs: {judge: embedded, via: http, base_url: "http://scorer:8000"}
+
+verl calls ``compute_score(data_source, solution_str, ground_truth, extra_info)`` once per
+response; ``reward_kwargs`` arrive as keyword arguments and are the fields of the trainer's
+reward settings (judge, mode, aggregation, via, base_url, database_url, ...). The prompt is
+``extra_info["prompt_id"]`` (an external id) when the data set has it, else ``ground_truth``
+(put the prompt's external id in the reward model's ground-truth column), else
+``extra_info["prompt"]`` (found by the hash of its messages).
+
+verl needs a number for every response, so a masked score (no usable rubric, or judge
+failures below the coverage floor) is returned as ``masked_score`` (default 0.0) with
+``masked: 1.0`` beside it in the result dict, which verl logs with the other extra keys.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from rubricsvc.errors import ValidationFailed
+from rubricsvc.scoring.rewards import RewardRequest
+from trainer.config import ScorerSettings
+from trainer.scorers import Scorer, make_scorer
+
+
+@lru_cache(maxsize=8)
+def _scorer(settings_json: str) -> Scorer:
+    # One scorer per distinct settings for the life of the worker: the judge loads once.
+    return make_scorer(ScorerSettings.model_validate_json(settings_json))
+
+
+def reward_request(
+    solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None
+) -> RewardRequest:
+    info = extra_info or {}
+    if info.get("prompt_id"):
+        return RewardRequest(solution_str, prompt_id=str(info["prompt_id"]))
+    if isinstance(ground_truth, str) and ground_truth:
+        return RewardRequest(solution_str, prompt_id=ground_truth)
+    if info.get("prompt"):
+        return RewardRequest(solution_str, prompt=info["prompt"])
+    raise ValidationFailed(
+        "no prompt to find a rubric for: set extra_info.prompt_id, ground_truth or extra_info.prompt"
+    )
+
+
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict[str, Any] | None = None,
+    masked_score: float = 0.0,
+    **settings: Any,
+) -> dict[str, Any]:
+    """verl's reward signature; ``score`` is the rubric reward, the other keys are logged."""
+    scorer = _scorer(ScorerSettings.model_validate(settings).model_dump_json())
+    result = scorer.score([reward_request(solution_str, ground_truth, extra_info)])[0]
+    masked = result.reward is None
+    return {
+        "score": masked_score if masked else float(result.reward or 0.0),
+        "masked": 1.0 if masked else 0.0,
+        "coverage": result.coverage,
+    }

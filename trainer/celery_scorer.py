@@ -1,0 +1,122 @@
+"""Rewards scored by Celery workers: a score job per batch, followed until it finishes.
+
+For a policy whose judge runs on other machines (vLLM on GPU workers): the trainer stores
+the completions, submits a job for exactly those completions, sends its chunks after the
+commit, waits, and reads the scores back. Needs RUBRICSVC_BROKER_URL and a worker for the
+judge's queue (`rubricsvc worker --judge NAME`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from rubricsvc.errors import DependencyMissing, RubricsvcError
+from rubricsvc.scoring.rewards import RewardRequest, RewardResult
+from trainer.config import ScorerSettings
+
+POLL_SECONDS = 0.5
+
+
+def _result(completion_id: int, scores: Sequence[Any]) -> RewardResult:
+    """As the in-process path reports it: None without exactly one usable rubric."""
+    if not scores:
+        return RewardResult(None, "no_rubric", completion_id=completion_id)
+    if len(scores) > 1:
+        return RewardResult(None, "ambiguous", completion_id=completion_id)
+    s = scores[0]
+    return RewardResult(
+        s.value, s.status, s.coverage, s.rubric, completion_id, s.reasons, s.criteria
+    )
+
+
+class CeleryScorer:
+    """Scores through a job for the workers of the judge's queue; picklable (settings only)."""
+
+    def __init__(self, settings: ScorerSettings) -> None:
+        self.settings = settings
+        self._engine: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"settings": self.settings}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["settings"])  # type: ignore[misc]
+
+    def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
+        from rubricsvc.db import make_engine
+
+        if self._engine is None:
+            self._engine = make_engine(self.settings.database_url)
+        ids = self._store(requests)
+        by_rubric: dict[str | None, list[int]] = {}
+        for request, completion_id in zip(requests, ids, strict=True):
+            by_rubric.setdefault(request.rubric or self.settings.rubric, []).append(completion_id)
+        scored: dict[tuple[int, str | None], list[Any]] = {}
+        for rubric, completion_ids in by_rubric.items():
+            for entry in self._run_job(rubric, completion_ids):
+                scored.setdefault((entry.completion_id, rubric), []).append(entry)
+        return [
+            _result(cid, scored.get((cid, r.rubric or self.settings.rubric), []))
+            for r, cid in zip(requests, ids, strict=True)
+        ]
+
+    def _store(self, requests: Sequence[RewardRequest]) -> list[int]:
+        from rubricsvc.completions import CompletionRecord, store_completion
+        from rubricsvc.db import session_scope
+        from rubricsvc.scoring.rewards import find_prompts
+
+        with session_scope(self._engine) as session:
+            prompts = find_prompts(session, requests)
+            ids = []
+            for index, (request, prompt) in enumerate(zip(requests, prompts, strict=True)):
+                record = CompletionRecord(
+                    prompt_id=prompt.id, text=request.completion, source=self.settings.source
+                )
+                completion, _ = store_completion(session, f"item {index}", record)
+                ids.append(completion.id)
+        return ids
+
+    def _run_job(self, rubric: str | None, completion_ids: list[int]) -> list[Any]:
+        from rubricsvc.config import get_settings
+        from rubricsvc.db import session_scope
+        from rubricsvc.scoring import jobs
+        from rubricsvc.scoring.judge_configs import find_judge
+        from rubricsvc.scoring.selection import Selection
+        from rubricsvc.scoring.service import ScoreOptions
+
+        try:
+            from workers.app import send_chunks
+        except ImportError as err:
+            raise DependencyMissing(
+                f"rewards on workers need the workers extra ({err.name} is missing)"
+            ) from None
+        selection = Selection(
+            completion_ids=tuple(sorted(set(completion_ids))),
+            rubric_ref=rubric,
+            include_drafts=self.settings.include_drafts,
+        )
+        options = ScoreOptions(
+            aggregation=self.settings.aggregation, min_coverage=self.settings.min_coverage
+        )
+        with session_scope(self._engine) as session:
+            spec = find_judge(session, self.settings.judge, self.settings.mode)
+            chunk_judgments = get_settings().broker.chunk_judgments
+            submission = jobs.submit(session, spec, selection, options, chunk_judgments)
+            jobs.send_after_commit(session, send_chunks, submission.outbox)
+            job_id = submission.job.id
+        deadline = time.monotonic() + self.settings.timeout
+        while True:
+            with session_scope(self._engine) as session:
+                state = jobs.progress(session, job_id)
+                if state.finished:
+                    if state.status != "done":
+                        raise RubricsvcError(f"reward job {job_id} {state.status}: {state.error}")
+                    return list(jobs.job_report(session, job_id).scores)
+            if time.monotonic() > deadline:
+                raise RubricsvcError(
+                    f"reward job {job_id} not finished after {self.settings.timeout:g}s "
+                    f"({state.done}/{state.total}): is a worker running for {self.settings.judge}?"
+                )
+            time.sleep(POLL_SECONDS)

@@ -1,0 +1,156 @@
+"""The training config: a YAML file validated here, every default explicit and written to the run.
+
+The GRPO defaults are the ones rubric-reward training converged on; each field says why.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from rubricsvc.errors import ValidationFailed
+from rubricsvc.fileformats import describe_validation_error
+from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
+from rubricsvc.judging.config import VerdictMode
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Via(enum.StrEnum):
+    INPROCESS = "inprocess"  # this process scores with a kept judge (SQLite or PostgreSQL)
+    CELERY = "celery"  # a job for the workers of the judge's queue
+    HTTP = "http"  # the HTTP API's /v1/rewards
+
+
+class ScorerSettings(Strict):
+    """How rewards are computed: which judge, against which rubric, through which path."""
+
+    judge: str = "embedded"
+    mode: VerdictMode | None = None  # None: the judge's own verdict mode
+    aggregation: str = "rar"
+    min_coverage: float = Field(default=DEFAULT_MIN_COVERAGE, ge=0.0, le=1.0)
+    include_drafts: bool = False
+    # One rubric version (REF) for every prompt, e.g. a shared scenario rubric; None: each
+    # prompt's latest usable rubric.
+    rubric: str | None = None
+    source: str = "trainer"  # the completions' source, so every reward traces back to its run
+    via: Via = Via.INPROCESS
+    database_url: str | None = None  # None: RUBRICSVC_DATABASE_URL
+    base_url: str | None = None  # for via: http
+    # The variable holding the API key (the key itself is never in a config).
+    api_key_env: str = "RUBRICSVC_REWARD_API_KEY"
+    timeout: float = Field(default=600.0, gt=0)
+
+    @model_validator(mode="after")
+    def _http_needs_url(self) -> ScorerSettings:
+        if self.via == Via.HTTP and not self.base_url:
+            raise ValueError("via http needs base_url")
+        return self
+
+
+class GrpoSettings(Strict):
+    """What is handed to TRL's GRPOConfig (names are TRL's)."""
+
+    # No KL term: rubric rewards are bounded and the policy should move; the reference
+    # model is then never loaded (half the memory).
+    beta: float = Field(default=0.0, ge=0.0)
+    # Overlong filtering (DAPO): a completion cut by max_completion_length has an unreliable
+    # reward (the judge saw half an answer), so it is left out of the loss.
+    mask_truncated_completions: bool = True
+    # Token-level loss normalized over the active tokens of the accumulated batch (DAPO):
+    # no length bias, unlike the per-sequence mean of the original GRPO loss.
+    loss_type: Literal["dapo", "bnpo", "dr_grpo", "grpo"] = "dapo"
+    epsilon: float = Field(default=0.2, gt=0.0)
+    # Clip-higher (DAPO): a wider upper bound lets rare good tokens grow; keeps entropy up.
+    epsilon_high: float = Field(default=0.28, gt=0.0)
+    # Advantages: rewards minus the group mean, divided by the group standard deviation.
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    # Several generations per prompt: the group is the baseline, so it must be big enough
+    # to contain both better and worse answers.
+    num_generations: int = Field(default=4, ge=2)
+    max_completion_length: int = Field(default=64, ge=1)
+    temperature: float = Field(default=1.0, gt=0.0)
+    learning_rate: float = Field(default=1e-5, gt=0.0)
+    lr_scheduler_type: str = "constant"
+    per_device_train_batch_size: int = Field(default=8, ge=1)  # completions per step
+    gradient_accumulation_steps: int = Field(default=1, ge=1)
+    num_iterations: int = Field(default=1, ge=1)
+    max_steps: int = Field(default=20, ge=1)
+    logging_steps: int = Field(default=1, ge=1)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _groups_fit(self) -> GrpoSettings:
+        batch = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        if batch % self.num_generations:
+            raise ValueError(
+                f"per_device_train_batch_size x gradient_accumulation_steps ({batch}) must be a "
+                f"multiple of num_generations ({self.num_generations})"
+            )
+        return self
+
+
+class GoldSettings(Strict):
+    """Shadow scoring of held-out prompts with a second judge (see trainer/monitors.py)."""
+
+    scorer: ScorerSettings
+    prompts: list[str] = Field(min_length=1)  # held-out prompts' external ids
+    every: int = Field(default=5, ge=1)  # steps between evaluations
+    window: int = Field(default=3, ge=2)  # evaluations the slopes are fitted on
+    min_slope: float = Field(default=0.0, ge=0.0)  # per evaluation; both must pass it
+    max_new_tokens: int | None = None  # None: grpo.max_completion_length
+
+
+class MonitorSettings(Strict):
+    gold: GoldSettings | None = None
+    ngram: int = Field(default=3, ge=1)  # repetition: share of repeated n-grams
+    saturation_threshold: float = Field(default=0.95, gt=0.0, le=1.0)
+    saturation_steps: int = Field(default=5, ge=1)
+
+
+class TrainConfig(Strict):
+    """One training run: policy, prompts, reward, GRPO settings, monitors and output."""
+
+    name: str = "run"
+    policy: str | None = None  # a model folder; None: the embedded SmolLM2-135M-Instruct
+    prompts: list[str] = Field(min_length=1)  # training prompts' external ids
+    reward: ScorerSettings = Field(default_factory=ScorerSettings)
+    # Control run: train on uniform random rewards (the rubric reward is still computed and
+    # logged), to tell learning from noise.
+    random_rewards: bool = False
+    grpo: GrpoSettings = Field(default_factory=GrpoSettings)
+    monitors: MonitorSettings = Field(default_factory=MonitorSettings)
+    output_dir: Path = Path("runs")  # the run directory is OUTPUT_DIR/NAME
+    save_policy: bool = False  # write the trained weights to the run directory
+    samples_per_step: int = Field(default=8, ge=0)  # completions kept in samples.jsonl per step
+    threads: int | None = Field(default=None, ge=1)  # torch threads; None: torch's default
+
+    @property
+    def run_dir(self) -> Path:
+        return self.output_dir / self.name
+
+
+def load_config(path: Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """The config in ``path`` (YAML), with ``overrides`` on top; one-line errors name the field."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ValidationFailed(f"{path}: cannot read ({err.strerror})") from None
+    except yaml.YAMLError as err:
+        raise ValidationFailed(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ValidationFailed(f"{path}: expected a mapping of settings")
+    data.update(overrides or {})
+    # Relative paths in the file are relative to the file, not to where the command runs.
+    if "output_dir" in data and not Path(str(data["output_dir"])).is_absolute():
+        data["output_dir"] = str(path.parent / str(data["output_dir"]))
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as err:
+        raise ValidationFailed(f"{path}: {describe_validation_error(err)}") from None

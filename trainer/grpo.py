@@ -1,0 +1,180 @@
+"""GRPO on TRL's GRPOTrainer with rubric rewards: the launcher behind ``rubricsvc train``.
+
+TRL's trainer is configured, not copied: this module turns a ``TrainConfig`` into TRL's
+``GRPOConfig``, a prompt dataset read from the platform, the rubric reward and the run's
+callbacks, then calls ``GRPOTrainer.train``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from rubricsvc.errors import DependencyMissing, NotFoundError
+from rubricsvc.models import Prompt
+from trainer.config import TrainConfig
+from trainer.monitors import GoldMonitor, SaturationTracker
+from trainer.recording import RecordingReward
+from trainer.rewards import PROMPT_ID_COLUMN, RandomControlReward, RubricReward
+from trainer.rundir import RunDirectory
+from trainer.scorers import make_scorer
+
+log = logging.getLogger(__name__)
+
+# Why each default is what it is: printed and logged at the start of every run.
+DEFAULT_REASONS = {
+    "beta": "KL coefficient; 0 = no KL term, no reference model",
+    "mask_truncated_completions": "overlong filtering: truncated completions left out of the loss",
+    "loss_type": "token-level loss over the active tokens of the batch (no length bias)",
+    "epsilon": "lower clip",
+    "epsilon_high": "clip-higher: a wider upper clip keeps exploration",
+    "scale_rewards": "advantages normalized within each prompt's group",
+    "num_generations": "completions per prompt (the group)",
+}
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    trainer: Any  # trl.GRPOTrainer
+    steps: int
+
+
+def policy_path(config: TrainConfig) -> str:
+    if config.policy:
+        return config.policy
+    from rubricsvc.config import get_settings
+    from rubricsvc.judging.embedded import embedded_model_dir
+
+    return str(embedded_model_dir(get_settings().judge.model_dir))
+
+
+def load_prompts(database_url: str | None, external_ids: list[str]) -> list[list[dict[str, Any]]]:
+    """The chat messages of each prompt, in order; NotFoundError names a missing one."""
+    from rubricsvc.db import make_engine, session_scope
+
+    engine = make_engine(database_url)
+    try:
+        with session_scope(engine) as session:
+            rows = session.scalars(select(Prompt).where(Prompt.external_id.in_(external_ids)))
+            found = {p.external_id: list(p.messages) for p in rows}
+    finally:
+        engine.dispose()
+    missing = [pid for pid in external_ids if pid not in found]
+    if missing:
+        raise NotFoundError(f"no prompt with external id {missing[0]!r}")
+    return [found[pid] for pid in external_ids]
+
+
+def grpo_arguments(config: TrainConfig, output_dir: Path) -> dict[str, Any]:
+    """The keyword arguments of TRL's GRPOConfig for this run."""
+    import torch
+
+    g = config.grpo
+    return {
+        "output_dir": str(output_dir),
+        "beta": g.beta,
+        "mask_truncated_completions": g.mask_truncated_completions,
+        "loss_type": g.loss_type,
+        "epsilon": g.epsilon,
+        "epsilon_high": g.epsilon_high,
+        "scale_rewards": g.scale_rewards,
+        "num_generations": g.num_generations,
+        "max_completion_length": g.max_completion_length,
+        "temperature": g.temperature,
+        "learning_rate": g.learning_rate,
+        "lr_scheduler_type": g.lr_scheduler_type,
+        "per_device_train_batch_size": g.per_device_train_batch_size,
+        "gradient_accumulation_steps": g.gradient_accumulation_steps,
+        "num_iterations": g.num_iterations,
+        "max_steps": g.max_steps,
+        "logging_steps": g.logging_steps,
+        "seed": g.seed,
+        "data_seed": g.seed,
+        "report_to": [],  # the run directory is the record; no tracker is assumed
+        "save_strategy": "no",
+        "log_completions": False,  # samples.jsonl keeps them
+        "use_cpu": not torch.cuda.is_available(),
+        "bf16": False,  # the bundled model degenerates in bfloat16 on CPU
+        "disable_tqdm": True,
+    }
+
+
+def describe_defaults(config: TrainConfig) -> list[str]:
+    """One line per GRPO setting that shapes the objective, with its reason."""
+    values = config.grpo.model_dump()
+    lines = [f"{name}={values[name]!r} ({why})" for name, why in DEFAULT_REASONS.items()]
+    if config.random_rewards:
+        lines.append("random_rewards=True (control run: uniform random rewards)")
+    return lines
+
+
+def train(config: TrainConfig, say: Callable[[str], None] = log.info) -> TrainResult:
+    """Run GRPO for ``config``; everything it keeps is in ``config.run_dir``."""
+    try:
+        import torch
+        from datasets import Dataset
+        from trl import GRPOConfig, GRPOTrainer
+    except ImportError as err:
+        raise DependencyMissing(
+            f"training needs the trainer extra ({err.name} is missing): "
+            "pip install 'rubricsvc[trainer,transformers]'"
+        ) from None
+    from trainer.callbacks import HeldOut, RunCallback
+
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    run = RunDirectory(config.run_dir)
+    messages = load_prompts(config.reward.database_url, config.prompts)
+    dataset = Dataset.from_list(
+        [
+            {"prompt": m, PROMPT_ID_COLUMN: pid}
+            for pid, m in zip(config.prompts, messages, strict=True)
+        ]
+    )
+    rubric = RubricReward(config.reward)
+    inner = RandomControlReward(rubric, config.grpo.seed) if config.random_rewards else rubric
+    reward = RecordingReward(inner, run, config.samples_per_step, config.monitors.ngram)
+
+    gold = held_out = None
+    gold_settings = config.monitors.gold
+    if gold_settings is not None:
+        gold = GoldMonitor(
+            make_scorer(config.reward),
+            make_scorer(gold_settings.scorer),
+            gold_settings.window,
+            gold_settings.min_slope,
+        )
+        held_out = HeldOut(
+            gold_settings.prompts,
+            load_prompts(gold_settings.scorer.database_url, gold_settings.prompts),
+        )
+    callback = RunCallback(
+        run,
+        SaturationTracker(config.monitors.saturation_threshold, config.monitors.saturation_steps),
+        gold,
+        held_out,
+        gold_settings.every if gold_settings else 1,
+        (gold_settings.max_new_tokens if gold_settings else None)
+        or config.grpo.max_completion_length,
+    )
+    arguments = grpo_arguments(config, run.path / "trl")
+    run.write_config(config.model_dump(mode="json"), arguments)
+    for line in describe_defaults(config):
+        say(f"GRPO {line}")
+    trainer = GRPOTrainer(
+        model=policy_path(config),
+        reward_funcs=[reward],
+        args=GRPOConfig(**arguments),
+        train_dataset=dataset,
+        callbacks=[callback],
+    )
+    trainer.train()
+    if config.save_policy:
+        trainer.save_model(str(run.path / "policy"))
+    return TrainResult(run.path, trainer, trainer.state.global_step)

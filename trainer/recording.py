@@ -1,0 +1,73 @@
+"""The reward TRL calls during a run: the rubric (or control) reward, plus what the run keeps.
+
+Around the reward it writes samples.jsonl (prompts, completions, rewards per step) and logs
+length and repetition through TRL's ``log_metric`` hook, so they land in metrics.jsonl with
+the step they belong to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from trainer.rewards import RandomControlReward, RubricReward, completion_text
+from trainer.rundir import SAMPLES, RunDirectory
+from trainer.textstats import text_stats
+
+
+def _prompt_text(prompt: Any) -> str:
+    if isinstance(prompt, list) and prompt:
+        return str(prompt[-1].get("content", ""))
+    return str(prompt)
+
+
+class RecordingReward:
+    """Calls ``inner`` and keeps samples and text statistics for the run directory."""
+
+    def __init__(
+        self,
+        inner: RubricReward | RandomControlReward,
+        run: RunDirectory,
+        samples_per_step: int = 8,
+        ngram: int = 3,
+    ) -> None:
+        self.inner = inner
+        self.run = run
+        self.samples_per_step = samples_per_step
+        self.ngram = ngram
+        self.__name__ = inner.__name__
+
+    @property
+    def rubric(self) -> RubricReward:
+        return self.inner.rubric if isinstance(self.inner, RandomControlReward) else self.inner
+
+    def __call__(
+        self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
+    ) -> list[float | None]:
+        rewards = self.inner(prompts, completions, **kwargs)
+        texts = [completion_text(c) for c in completions]
+        log_metric = kwargs.get("log_metric")
+        if log_metric is not None:
+            for name, value in text_stats(texts, self.ngram).items():
+                log_metric(name, value)
+        state = kwargs.get("trainer_state")
+        # The reward is computed before the optimizer step it feeds: that step's number.
+        step = (state.global_step if state is not None else 0) + 1
+        results = self.rubric.last_results
+        prompt_ids = kwargs.get(self.rubric.prompt_id_column) or [None] * len(texts)
+        for index in range(min(self.samples_per_step, len(texts))):
+            result = results[index] if index < len(results) else None
+            self.run.append(
+                SAMPLES,
+                {
+                    "step": step,
+                    "prompt_id": prompt_ids[index],
+                    "prompt": _prompt_text(prompts[index]),
+                    "completion": texts[index],
+                    "reward": rewards[index],
+                    "rubric_reward": result.reward if result else None,
+                    "status": result.status if result else None,
+                    "rubric": result.rubric if result else None,
+                },
+            )
+        return rewards

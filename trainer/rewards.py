@@ -1,0 +1,145 @@
+"""Rubric rewards with TRL's reward-function signature.
+
+``RubricReward(settings)(prompts=..., completions=..., **columns) -> list[float | None]``:
+each prompt's rubric is found by the dataset's ``prompt_id`` column (a prompt's external id)
+or, without one, by the hash of the prompt's messages. ``None`` where the score is masked
+(judge failures below the coverage floor) or the prompt has no usable rubric: TRL then leaves
+the completion out of the advantage baseline and gives it no advantage, so it does not move
+the policy. Per-criterion pass rates go to TRL's ``log_metric`` hook.
+
+Instances are picklable (settings only; the judge loads on first call). ``AsyncRubricReward``
+is the same reward as a coroutine, which TRL runs next to other async rewards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rubricsvc.scoring.rewards import RewardRequest, RewardResult
+from trainer.config import ScorerSettings
+from trainer.scorers import Scorer, make_scorer
+
+PROMPT_ID_COLUMN = "prompt_id"
+# A criterion counts as passed at value >= 0.5 (a "Yes" verdict, or a probability above even).
+PASS_VALUE = 0.5
+LogMetric = Callable[[str, float], None]
+
+
+def completion_text(completion: Any) -> str:
+    """A TRL completion as text: a string, or the content of its (last) assistant message."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list) and completion:
+        content = completion[-1].get("content", "")
+        if isinstance(content, list):  # content blocks
+            return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        return str(content)
+    return ""
+
+
+def reward_requests(
+    prompts: Sequence[Any], completions: Sequence[Any], prompt_ids: Sequence[Any] | None
+) -> list[RewardRequest]:
+    requests = []
+    for index, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+        prompt_id = prompt_ids[index] if prompt_ids is not None else None
+        if prompt_id:
+            requests.append(RewardRequest(completion_text(completion), prompt_id=str(prompt_id)))
+        else:
+            requests.append(RewardRequest(completion_text(completion), prompt=prompt))
+    return requests
+
+
+def criterion_pass_rates(results: Sequence[RewardResult]) -> dict[str, float]:
+    """Per criterion text, the share of judged completions that met it (failed ones left out)."""
+    met: dict[str, list[bool]] = defaultdict(list)
+    for result in results:
+        for criterion in result.criteria:
+            value = criterion.get("value")
+            if value is None or criterion.get("status") == "failed":
+                continue
+            met[str(criterion.get("text", ""))].append(float(value) >= PASS_VALUE)
+    return {text: sum(flags) / len(flags) for text, flags in met.items() if flags}
+
+
+def metric_name(criterion: str) -> str:
+    """A metric name for a criterion: short, and free of the characters loggers mind."""
+    short = " ".join(criterion.split())[:60]
+    return "criteria/" + short.replace("/", "-")
+
+
+def log_rubric_metrics(results: Sequence[RewardResult], log_metric: LogMetric) -> None:
+    rewards = [r.reward for r in results if r.reward is not None]
+    if rewards:
+        log_metric("rubric/reward", sum(rewards) / len(rewards))
+    log_metric("rubric/masked_fraction", 1 - len(rewards) / max(len(results), 1))
+    for text, rate in criterion_pass_rates(results).items():
+        log_metric(metric_name(text), rate)
+
+
+class RubricReward:
+    """A rubric reward for TRL's GRPOTrainer (sync); see the module docstring."""
+
+    __name__ = "rubric"  # the name TRL logs the reward under (rewards/rubric/mean)
+
+    def __init__(
+        self,
+        settings: ScorerSettings | None = None,
+        *,
+        prompt_id_column: str = PROMPT_ID_COLUMN,
+        scorer: Scorer | None = None,
+    ) -> None:
+        self.scorer = scorer or make_scorer(settings or ScorerSettings())
+        self.prompt_id_column = prompt_id_column
+        self.last_results: list[RewardResult] = []
+
+    def score(
+        self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
+    ) -> list[RewardResult]:
+        """The full results (reward, status, per-criterion breakdown) of one batch."""
+        requests = reward_requests(prompts, completions, kwargs.get(self.prompt_id_column))
+        results = self.scorer.score(requests)
+        self.last_results = results
+        log_metric = kwargs.get("log_metric")
+        if log_metric is not None:
+            log_rubric_metrics(results, log_metric)
+        return results
+
+    def __call__(
+        self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
+    ) -> list[float | None]:
+        return [r.reward for r in self.score(prompts, completions, **kwargs)]
+
+
+class AsyncRubricReward(RubricReward):
+    """The same reward as a coroutine: scoring runs in a thread, so TRL's loop stays free."""
+
+    __name__ = "rubric_async"
+
+    async def __call__(  # type: ignore[override]
+        self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
+    ) -> list[float | None]:
+        results = await asyncio.to_thread(self.score, prompts, completions, **kwargs)
+        return [r.reward for r in results]
+
+
+class RandomControlReward:
+    """The random-reward control: uniform rewards in [0, 1] for training, while the rubric
+    reward is still computed and logged (rubric/reward), so the two runs compare on it."""
+
+    __name__ = "random_control"
+
+    def __init__(self, rubric: RubricReward, seed: int = 0) -> None:
+        self.rubric = rubric
+        self.seed = seed
+        self._rng = random.Random(seed)
+
+    def __call__(
+        self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
+    ) -> list[float | None]:
+        self.rubric.score(prompts, completions, **kwargs)
+        return [self._rng.random() for _ in completions]

@@ -1,0 +1,59 @@
+"""The run directory: what a run was told, what it measured, what it wrote, what alarmed.
+
+config.yaml       the resolved config (every default filled in)
+grpo_args.json    the full argument set handed to TRL's GRPOConfig
+metrics.jsonl     one line per logged step (TRL's metrics and the monitors')
+samples.jsonl     prompts, completions and rewards, per step
+gold.jsonl        gold-monitor evaluations
+alarms.jsonl      monitor alarms (gold divergence, saturated criteria)
+plots/*.png       reward, gold score, length, repetition, criteria
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+METRICS = "metrics.jsonl"
+SAMPLES = "samples.jsonl"
+GOLD = "gold.jsonl"
+ALARMS = "alarms.jsonl"
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: NaN and infinities become null (JSON has neither)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+class RunDirectory:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "plots").mkdir(exist_ok=True)
+
+    def write_config(self, config: dict[str, Any], grpo_args: dict[str, Any]) -> None:
+        text = yaml.safe_dump(_clean(config), sort_keys=False, allow_unicode=True)
+        (self.path / "config.yaml").write_text(text, encoding="utf-8")
+        args = json.dumps(_clean(grpo_args), indent=2, sort_keys=True, default=str)
+        (self.path / "grpo_args.json").write_text(args + "\n", encoding="utf-8")
+
+    def append(self, name: str, record: dict[str, Any]) -> None:
+        with (self.path / name).open("a", encoding="utf-8") as out:
+            out.write(json.dumps(_clean(record), ensure_ascii=False, default=str) + "\n")
+
+    def read(self, name: str) -> list[dict[str, Any]]:
+        path = self.path / name
+        if not path.exists():
+            return []
+        lines = path.read_text(encoding="utf-8").splitlines()
+        return [json.loads(line) for line in lines if line.strip()]

@@ -1,0 +1,161 @@
+"""Where rewards come from: the platform in this process, or its HTTP API.
+
+A scorer turns (prompt, completion) pairs into ``RewardResult``s. Both kinds are picklable
+(TRL and data loaders may copy a reward function into other processes): they hold settings
+only, and build their database engine, judge backend or HTTP client on first use.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any, Protocol
+
+from sqlalchemy import Engine
+
+from rubricsvc.errors import DependencyMissing, RubricsvcError
+from rubricsvc.scoring.rewards import RewardRequest, RewardResult
+from trainer.config import ScorerSettings, Via
+
+
+class Scorer(Protocol):
+    settings: ScorerSettings
+
+    def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]: ...
+
+
+class InProcessScorer:
+    """Scores with ``compute_rewards``; the judge model is loaded once and kept."""
+
+    def __init__(self, settings: ScorerSettings) -> None:
+        self.settings = settings
+        self._engine: Engine | None = None
+        self._backends: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"settings": self.settings}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["settings"])  # type: ignore[misc]
+
+    def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
+        from rubricsvc.db import make_engine, session_scope
+        from rubricsvc.judging.backends.kept import KeptBackends
+        from rubricsvc.scoring.judge_configs import find_judge
+        from rubricsvc.scoring.rewards import compute_rewards
+        from rubricsvc.scoring.service import ScoreOptions
+
+        if self._engine is None:
+            self._engine = make_engine(self.settings.database_url)
+            self._backends = KeptBackends()
+        options = ScoreOptions(
+            aggregation=self.settings.aggregation, min_coverage=self.settings.min_coverage
+        )
+        with session_scope(self._engine) as session:
+            spec = find_judge(session, self.settings.judge, self.settings.mode)
+            batch = compute_rewards(
+                session,
+                spec,
+                [_with_rubric(r, self.settings.rubric) for r in requests],
+                options,
+                lambda: self._backends.get(spec),
+                source=self.settings.source,
+                include_drafts=self.settings.include_drafts,
+            )
+        return batch.results
+
+    def close(self) -> None:
+        if self._backends is not None:
+            self._backends.close_all()
+        if self._engine is not None:
+            self._engine.dispose()
+        self._engine = self._backends = None
+
+
+class HttpScorer:
+    """Scores through the API's ``POST /v1/rewards``; the key comes from ``api_key_env``."""
+
+    def __init__(self, settings: ScorerSettings) -> None:
+        self.settings = settings
+
+    def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
+        body = {
+            "judge": self.settings.judge,
+            "mode": self.settings.mode.value if self.settings.mode else None,
+            "aggregation": self.settings.aggregation,
+            "min_coverage": self.settings.min_coverage,
+            "include_drafts": self.settings.include_drafts,
+            "source": self.settings.source,
+            "items": [asdict(_with_rubric(r, self.settings.rubric)) for r in requests],
+        }
+        data = post_json(self.settings, "/v1/rewards", body)
+        results = data.get("results")
+        if not isinstance(results, list) or len(results) != len(requests):
+            raise RubricsvcError(
+                f"{self.settings.base_url}/v1/rewards answered {len(results or [])} result(s) "
+                f"for {len(requests)} item(s)"
+            )
+        return [_result_from_json(item) for item in results]
+
+
+def post_json(
+    settings: ScorerSettings,
+    path: str,
+    body: dict[str, Any],
+    params: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """POST ``body`` to the API; errors become one-line ``RubricsvcError``s with the status."""
+    try:
+        import httpx
+    except ImportError:
+        raise DependencyMissing(
+            "rewards over HTTP need httpx: pip install 'rubricsvc[trainer]'"
+        ) from None
+    url = f"{(settings.base_url or '').rstrip('/')}{path}"
+    headers = {}
+    key = os.environ.get(settings.api_key_env)
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    try:
+        response = httpx.post(
+            url, json=body, params=params, headers=headers, timeout=settings.timeout
+        )
+    except httpx.HTTPError as err:
+        raise RubricsvcError(f"POST {url}: {type(err).__name__}: {err}") from None
+    if response.status_code != 200:
+        detail = response.text.strip().splitlines()[0][:300] if response.text.strip() else ""
+        raise RubricsvcError(f"POST {url}: HTTP {response.status_code} {detail}".rstrip())
+    data = response.json()
+    if not isinstance(data, dict):
+        raise RubricsvcError(f"POST {url}: expected a JSON object")
+    return data
+
+
+def _with_rubric(request: RewardRequest, rubric: str | None) -> RewardRequest:
+    if rubric is None or request.rubric is not None:
+        return request
+    return RewardRequest(request.completion, request.prompt_id, request.prompt, rubric)
+
+
+def _result_from_json(item: dict[str, Any]) -> RewardResult:
+    reward = item.get("reward")
+    return RewardResult(
+        reward=None if reward is None else float(reward),
+        status=str(item.get("status", "")),
+        coverage=float(item.get("coverage") or 0.0),
+        rubric=item.get("rubric"),
+        completion_id=item.get("completion_id"),
+        reasons=list(item.get("reasons") or []),
+        criteria=list(item.get("criteria") or []),
+    )
+
+
+def make_scorer(settings: ScorerSettings) -> Scorer:
+    if settings.via == Via.HTTP:
+        return HttpScorer(settings)
+    if settings.via == Via.CELERY:
+        from trainer.celery_scorer import CeleryScorer
+
+        return CeleryScorer(settings)
+    return InProcessScorer(settings)
