@@ -367,3 +367,67 @@ def test_a_score_job_runs_in_the_server_and_pages_its_results(api: Any) -> None:
     assert len({s["completion_id"] for s in scores}) == 6
     assert all(len(s["criteria"]) == 2 for s in scores)
     assert sorted(s["value"] for s in scores) == [0.25] + [1.0] * 5
+
+
+def test_oversized_bodies_are_413_before_they_are_read(sqlite_url: str) -> None:
+    with api_client(sqlite_url, max_body_bytes=2_000, max_completions=3) as (client, keys):
+        auth = bearer(keys["admin"])
+        big = [{"prompt_external_id": SEA, "text": "x" * 3_000}]
+        response = client.post("/v1/completions", json=big, headers=auth)
+        assert response.status_code == 413
+        assert response.json()["error"]["code"] == "too_large"
+
+        def chunks() -> Any:  # no Content-Length: counted as it arrives
+            for _ in range(10):
+                yield b'{"prompt_external_id": "api-sea", "text": "' + b"y" * 300 + b'"}\n'
+
+        streamed = client.post(
+            "/v1/completions/jsonl",
+            content=chunks(),
+            headers={**auth, "content-type": "application/x-ndjson"},
+        )
+        assert streamed.status_code == 413
+        too_many = [{"prompt_external_id": SEA, "text": f"w{i}"} for i in range(4)]
+        counted = client.post("/v1/completions", json=too_many, headers=auth)
+        assert counted.status_code == 413 and counted.json()["error"]["field"] == "body"
+        listed = client.get("/v1/completions", headers=auth).json()
+        assert listed["total"] == 0  # nothing of the refused requests was stored
+
+
+def test_a_bad_record_stores_none_of_the_batch(api: Any) -> None:
+    client, keys = api
+    auth = bearer(keys["admin"])
+    before = client.get("/v1/completions", headers=auth).json()["total"]
+    batch = [
+        {"prompt_external_id": SEA, "text": "A fine one."},
+        {"prompt_external_id": "no-such-prompt", "text": "An orphan."},
+    ]
+    response = client.post("/v1/completions", json=batch, headers=auth)
+    assert response.status_code == 404
+    assert response.json()["error"]["message"].startswith("body.1:")
+    assert client.get("/v1/completions", headers=auth).json()["total"] == before
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/v1/prompts/999", "/v1/completions/999", "/v1/score-jobs/999", "/v1/rubrics/no/such"],
+)
+def test_unknown_ids_are_404_in_the_error_shape(api: Any, path: str) -> None:
+    client, keys = api
+    response = client.get(path, headers=bearer(keys["read"]))
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert error["code"] == "not_found"
+    assert ("999" in error["message"]) != ("no/such" in error["message"])
+
+
+def test_revoked_keys_are_refused(sqlite_url: str) -> None:
+    from rubricsvc.apikeys import revoke_key
+
+    with api_client(sqlite_url) as (client, keys):
+        assert client.get("/v1/prompts", headers=bearer(keys["read"])).status_code == 200
+        engine = make_engine(sqlite_url)
+        with session_scope(engine) as session:
+            revoke_key(session, "test-read")
+        engine.dispose()
+        assert client.get("/v1/prompts", headers=bearer(keys["read"])).status_code == 401

@@ -88,6 +88,17 @@ def test_reward_routes_equal_cli_scores(databases: list[str]) -> None:
         body = response.json()
         assert body["computed"] > 0 and body["cached"] == 0  # judged here, not read back
         rewards = body["rewards"]
+        again = client.post("/v1/rewards", json={"items": items}, headers=bearer(keys["score"]))
+        assert again.json()["rewards"] == rewards and again.json()["computed"] == 0
+        metrics = client.get("/metrics", headers=bearer(keys["read"])).text
+        computed = (
+            f'rubricsvc_judgments_total{{judge="embedded",outcome="computed"}} {body["computed"]}.0'
+        )
+        cached = (
+            f'rubricsvc_judgments_total{{judge="embedded",outcome="cached"}} {body["computed"]}.0'
+        )
+        assert computed in metrics and cached in metrics  # the second batch: all cache hits
+        assert 'rubricsvc_rewards_total{judge="embedded",outcome="ok"} 18.0' in metrics
 
     with api_client(openrlhf_url, rubrics=rubrics) as (client, keys):
         prompts = {r["prompt"]["external_id"]: r["prompt"]["text"] for r in rubrics}
