@@ -6,7 +6,7 @@ A reference is a version id (``12``), a rubric name (its latest version) or
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session, selectinload
 
 from rubricsvc.errors import NotFoundError
@@ -55,16 +55,19 @@ def resolve_version(session: Session, ref: str) -> RubricVersion:
     return version
 
 
-def list_versions(
-    session: Session, *, status: VersionStatus | None = None, all_versions: bool = False
-) -> list[RubricVersion]:
-    """Versions ordered by rubric name then number; by default only each rubric's latest."""
+def versions_query(
+    *, status: VersionStatus | None = None, all_versions: bool = False, rubric: str | None = None
+) -> Select[RubricVersion]:
+    """Versions ordered by rubric name then number, criteria loaded; by default only each
+    rubric's latest (``rubric``: only that rubric's). A query, so callers can page it."""
     query = (
         select(RubricVersion)
         .join(Rubric, RubricVersion.rubric_id == Rubric.id)
         .options(selectinload(RubricVersion.criteria), selectinload(RubricVersion.rubric))
         .order_by(Rubric.name, RubricVersion.number)
     )
+    if rubric is not None:
+        query = query.where(Rubric.name == rubric)
     if not all_versions:
         newest = (
             select(RubricVersion.rubric_id, func.max(RubricVersion.number).label("number"))
@@ -78,4 +81,11 @@ def list_versions(
         )
     if status is not None:
         query = query.where(RubricVersion.status == status)
-    return list(session.scalars(query))
+    return query
+
+
+def list_versions(
+    session: Session, *, status: VersionStatus | None = None, all_versions: bool = False
+) -> list[RubricVersion]:
+    """Versions ordered by rubric name then number; by default only each rubric's latest."""
+    return list(session.scalars(versions_query(status=status, all_versions=all_versions)))

@@ -479,33 +479,38 @@ def job_report(session: Session, job_id: int) -> ScoreReport:
     report.computed = max(state.done - state.cached - state.failed, 0)
     report.backend_requests = state.requests
     report.without_rubric = list(job.params.get("without_rubric", []))
-    completion_ids = sorted(
-        {
-            c
-            for ids in session.scalars(
-                select(ScoreChunk.completion_ids).where(ScoreChunk.job_id == job_id)
-            )
-            for c in ids
-        }
-    )
-    versions = job.params.get("versions", [])
+    completion_ids = job_completion_ids(session, job_id)
     for start in range(0, len(completion_ids), CHUNK):
-        rows = session.execute(
-            select(Score, Completion, Prompt, RubricVersion)
-            .join(Completion, Score.completion_id == Completion.id)
-            .join(Prompt, Completion.prompt_id == Prompt.id)
-            .join(RubricVersion, Score.rubric_version_id == RubricVersion.id)
-            .where(
-                Score.judge_config_id == job.judge_config_id,
-                Score.aggregation == job.aggregation,
-                Score.completion_id.in_(completion_ids[start : start + CHUNK]),
-                Score.rubric_version_id.in_(versions),
-            )
-            .order_by(Score.completion_id, Score.rubric_version_id)
-        ).all()
-        report.scores.extend(_scored(*row) for row in rows)
+        report.scores.extend(job_scores(session, job, completion_ids[start : start + CHUNK]))
     report.checks = sum(1 for s in report.scores for c in s.criteria if c["status"] == "check")
     return report
+
+
+def job_completion_ids(session: Session, job_id: int) -> list[int]:
+    """The completions a job scores, in id order."""
+    chunks = session.scalars(select(ScoreChunk.completion_ids).where(ScoreChunk.job_id == job_id))
+    return sorted({c for ids in chunks for c in ids})
+
+
+def job_scores(
+    session: Session, job: ScoreJob, completion_ids: Sequence[int]
+) -> list[ScoredCompletion]:
+    """The stored scores of these completions under the job's judge, aggregation and versions
+    (at most ``CHUNK`` ids: one statement)."""
+    rows = session.execute(
+        select(Score, Completion, Prompt, RubricVersion)
+        .join(Completion, Score.completion_id == Completion.id)
+        .join(Prompt, Completion.prompt_id == Prompt.id)
+        .join(RubricVersion, Score.rubric_version_id == RubricVersion.id)
+        .where(
+            Score.judge_config_id == job.judge_config_id,
+            Score.aggregation == job.aggregation,
+            Score.completion_id.in_(completion_ids),
+            Score.rubric_version_id.in_(job.params.get("versions", [])),
+        )
+        .order_by(Score.completion_id, Score.rubric_version_id)
+    ).all()
+    return [_scored(*row) for row in rows]
 
 
 def _scored(

@@ -136,10 +136,14 @@ def get_job(job_id: int = JOB_ID, session: Session = Depends(db)) -> JobOut:
 def job_results(
     job_id: int = JOB_ID, paging: Paging = Depends(), session: Session = Depends(db)
 ) -> Page:
-    """The job's scores so far, each with its per-criterion breakdown."""
-    report = jobs.job_report(session, job_id)
-    window = report.scores[paging.offset : paging.offset + paging.limit]
-    return paging.page([ScoreOut(**asdict(s)) for s in window], len(report.scores))
+    """The job's scores so far, each with its per-criterion breakdown. Pages count the
+    job's completions (``total``): a page holds the scores of ``limit`` completions, in id
+    order, those scored so far (one per rubric version a completion is scored against)."""
+    job = jobs.get_job(session, job_id)
+    completion_ids = jobs.job_completion_ids(session, job_id)
+    window = completion_ids[paging.offset : paging.offset + paging.limit]
+    scores = jobs.job_scores(session, job, window) if window else []
+    return paging.page([ScoreOut(**asdict(s)) for s in scores], len(completion_ids))
 
 
 @router.post(

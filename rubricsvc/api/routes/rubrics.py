@@ -9,11 +9,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 from pydantic import ValidationError
 from sqlalchemy import select
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session
 
 from rubricsvc.api.deps import app_state, db, require
 from rubricsvc.api.errors import ApiError
-from rubricsvc.api.routes.common import Paging, version_out
+from rubricsvc.api.routes.common import Paging, paged_rows, version_out
 from rubricsvc.api.schemas import (
     DraftOut,
     GenerateIn,
@@ -27,13 +27,13 @@ from rubricsvc.api.state import AppState
 from rubricsvc.apikeys import Scope
 from rubricsvc.errors import NotFoundError
 from rubricsvc.judging.backends import backend_from_spec
-from rubricsvc.models import Rubric, RubricVersion, VersionStatus
+from rubricsvc.models import RubricVersion, VersionStatus
 from rubricsvc.rubrics import service
 from rubricsvc.rubrics.diff import diff_versions
 from rubricsvc.rubrics.draft_inputs import requests_from_database
 from rubricsvc.rubrics.generation import GenerationOptions, generate_rubrics
 from rubricsvc.rubrics.generator import GeneratorSpec, with_overrides
-from rubricsvc.rubrics.repository import get_rubric, latest_version, list_versions
+from rubricsvc.rubrics.repository import get_rubric, latest_version, versions_query
 from rubricsvc.rubrics.schemas import RubricSpec
 
 router = APIRouter(prefix="/v1/rubrics", tags=["rubrics"])
@@ -66,9 +66,9 @@ def list_rubrics(
     paging: Paging = Depends(),
     session: Session = Depends(db),
 ) -> Page:
-    versions = list_versions(session, status=status, all_versions=all_versions)
-    window = versions[paging.offset : paging.offset + paging.limit]
-    return paging.page([version_out(v) for v in window], len(versions))
+    query = versions_query(status=status, all_versions=all_versions)
+    rows, total = paged_rows(session, query, paging)
+    return paging.page([version_out(v) for v in rows], total)
 
 
 @router.post(
@@ -134,14 +134,10 @@ def generate(
 def list_rubric_versions(
     name: str = NAME, paging: Paging = Depends(), session: Session = Depends(db)
 ) -> Page:
-    rubric = session.scalar(
-        select(Rubric).where(Rubric.name == name).options(selectinload(Rubric.versions))
-    )
-    if rubric is None:
+    if get_rubric(session, name) is None:
         raise NotFoundError(f"no rubric named {name!r}")
-    versions = sorted(rubric.versions, key=lambda v: v.number)
-    window = versions[paging.offset : paging.offset + paging.limit]
-    return paging.page([version_out(v) for v in window], len(versions))
+    rows, total = paged_rows(session, versions_query(rubric=name, all_versions=True), paging)
+    return paging.page([version_out(v) for v in rows], total)
 
 
 @router.get(
