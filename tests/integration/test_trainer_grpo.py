@@ -130,20 +130,21 @@ def test_a_masked_score_reaches_trl_as_none_and_is_left_out_of_the_loss(
     from trl import GRPOConfig, GRPOTrainer
 
     from trainer.config import ScorerSettings
-    from trainer.rewards import RubricReward
+    from trainer.rewards import AsyncRubricReward
 
     model_dir = prepared_model_dir()
     _seed(sqlite_url, GREETING, STORM)
     torch.set_num_threads(1)
     # The judge of this run always fails: the storm rubric (a judged criterion only) is
     # masked; the greeting rubric keeps its check, so its coverage stays above the floor.
-    reward = RubricReward(
+    # The async form, so TRL's async reward path (its own event loop thread) is exercised too.
+    reward = AsyncRubricReward(
         ScorerSettings(database_url=sqlite_url, judge="always-fails", min_coverage=0.5)
     )
     seen: list[list[float | None]] = []
 
-    def recording(prompts: Any, completions: Any, **kwargs: Any) -> list[float | None]:
-        rewards = reward(prompts, completions, **kwargs)
+    async def recording(prompts: Any, completions: Any, **kwargs: Any) -> list[float | None]:
+        rewards = await reward(prompts, completions, **kwargs)
         seen.append(rewards)
         return rewards
 
