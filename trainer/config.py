@@ -46,6 +46,10 @@ class ScorerSettings(Strict):
     # The variable holding the API key (the key itself is never in a config).
     api_key_env: str = "RUBRICSVC_REWARD_API_KEY"
     timeout: float = Field(default=600.0, gt=0)
+    # via http: a connection error, a time-out or HTTP 502/503/504 is tried again this many
+    # times, waiting retry_backoff x 2^attempt seconds, before the run stops on it.
+    retries: int = Field(default=3, ge=0)
+    retry_backoff: float = Field(default=1.0, ge=0.0)
 
     @model_validator(mode="after")
     def _http_needs_url(self) -> ScorerSettings:

@@ -8,6 +8,7 @@ only, and build their database engine, judge backend or HTTP client on first use
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any, Protocol
@@ -17,6 +18,9 @@ from sqlalchemy import Engine
 from rubricsvc.errors import DependencyMissing, RubricsvcError
 from rubricsvc.scoring.rewards import RewardRequest, RewardResult
 from trainer.config import ScorerSettings, Via
+
+# Worth another try: the server restarting, or a busy proxy in front of it.
+RETRIED_STATUS = frozenset({502, 503, 504})
 
 
 class Scorer(Protocol):
@@ -117,12 +121,19 @@ def post_json(
     key = os.environ.get(settings.api_key_env)
     if key:
         headers["Authorization"] = f"Bearer {key}"
-    try:
-        response = httpx.post(
-            url, json=body, params=params, headers=headers, timeout=settings.timeout
-        )
-    except httpx.HTTPError as err:
-        raise RubricsvcError(f"POST {url}: {type(err).__name__}: {err}") from None
+    for attempt in range(settings.retries + 1):
+        last = attempt == settings.retries
+        try:
+            response = httpx.post(
+                url, json=body, params=params, headers=headers, timeout=settings.timeout
+            )
+        except httpx.TransportError as err:
+            if last:
+                raise RubricsvcError(f"POST {url}: {type(err).__name__}: {err}") from None
+        else:
+            if response.status_code not in RETRIED_STATUS or last:
+                break
+        time.sleep(settings.retry_backoff * 2**attempt)
     if response.status_code != 200:
         detail = response.text.strip().splitlines()[0][:300] if response.text.strip() else ""
         raise RubricsvcError(f"POST {url}: HTTP {response.status_code} {detail}".rstrip())

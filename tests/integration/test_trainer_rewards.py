@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from rubricsvc.db import make_engine, session_scope
+from rubricsvc.errors import RubricsvcError
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.rubrics.schemas import RubricSpec
 from rubricsvc.rubrics.service import approve, save_rubric
@@ -146,46 +147,60 @@ def test_verl_compute_score_with_verls_signature(database: str) -> None:
 # --- over HTTP: the real API (`rubricsvc serve`) on a free port ------------------------------
 
 
-@pytest.fixture
-def api(database: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    require_module("fastapi", "api")
-    require_module("uvicorn", "api")
+def _api_key(database: str) -> str:
     from rubricsvc.apikeys import create_key
-    from tests.servers import free_port
 
     engine = make_engine(database)
     with session_scope(engine) as session:
         secret = create_key(session, "trainer", ["score"]).secret
     engine.dispose()
-    monkeypatch.setenv("RUBRICSVC_REWARD_API_KEY", secret)
-    port = free_port()
+    return secret
+
+
+def _start_api(database: str, port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "RUBRICSVC_DATABASE_URL": database, "RUBRICSVC_BROKER_URL": ""}
-    server = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", "rubricsvc", "serve", "--port", str(port), "--log-level", "warning"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+
+
+def _healthy(base_url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _stop(server: subprocess.Popen[bytes]) -> None:
+    server.terminate()
+    server.wait(timeout=20)
+
+
+@pytest.fixture
+def api(database: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    require_module("fastapi", "api")
+    require_module("uvicorn", "api")
+    from tests.servers import free_port
+
+    monkeypatch.setenv("RUBRICSVC_REWARD_API_KEY", _api_key(database))
+    port = free_port()
+    server = _start_api(database, port)
     base_url = f"http://127.0.0.1:{port}"
     try:
-        import httpx
-
         deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
+        while not _healthy(base_url):
             if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"the API did not start: {server.stderr.read().decode() if server.stderr else ''}"
-                )
+                stderr = server.stderr.read().decode() if server.stderr else ""
+                raise RuntimeError(f"the API did not start: {stderr}")
             time.sleep(0.3)
         yield base_url
     finally:
-        server.terminate()
-        server.wait(timeout=20)
+        _stop(server)
 
 
 def test_rewards_over_http_match_the_in_process_ones(api: str, database: str) -> None:
@@ -214,6 +229,7 @@ def test_openrlhf_reward_func_with_openrlhfs_signature(
     assert out["extra_logs"]["rubric_masked"].tolist() == [0.0, 0.0]
     # A masked score: refused unless a value for it is configured (never a silent zero).
     monkeypatch.setenv("RUBRICSVC_REWARD_JUDGE", "always-fails")
+    monkeypatch.setenv("RUBRICSVC_REWARD_RETRIES", "0")  # a retried 503 would fail again here
     storm = "Describe a storm."
     with pytest.raises(Exception, match="HTTP 503"):
         reward_func([storm + " Wind."], [storm], ["tr-judged"])
@@ -221,3 +237,37 @@ def test_openrlhf_reward_func_with_openrlhfs_signature(
     masked = reward_func([storm + " Wind."], [storm], ["tr-judged"])
     assert masked["rewards"].tolist() == [-1.0]
     assert masked["extra_logs"]["rubric_masked"].tolist() == [1.0]
+
+
+def test_http_rewards_wait_for_a_server_that_is_still_starting(
+    database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require_module("fastapi", "api")
+    require_module("uvicorn", "api")
+    from tests.servers import free_port
+
+    monkeypatch.setenv("RUBRICSVC_REWARD_API_KEY", _api_key(database))
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    settings = ScorerSettings(via=Via.HTTP, base_url=base_url, retries=7, retry_backoff=0.25)
+    server = _start_api(database, port)
+    try:
+        assert not _healthy(base_url)  # the first attempt below is refused
+        rewards = RubricReward(settings)(
+            prompts=[SEA_MESSAGES], completions=["The blue sea."], prompt_id=["tr-sea"]
+        )
+    finally:
+        _stop(server)
+    assert rewards == [1.0]
+
+
+def test_an_unreachable_api_is_one_clear_error_after_the_retries(database: str) -> None:
+    from tests.servers import free_port
+
+    base_url = f"http://127.0.0.1:{free_port()}"
+    settings = ScorerSettings(via=Via.HTTP, base_url=base_url, retries=1, retry_backoff=0)
+    with pytest.raises(RubricsvcError) as raised:
+        RubricReward(settings)(prompts=[SEA_MESSAGES], completions=["x"], prompt_id=["tr-sea"])
+    message = str(raised.value)
+    assert message.startswith(f"POST {base_url}/v1/rewards: ConnectError")
+    assert "\n" not in message

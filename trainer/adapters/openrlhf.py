@@ -10,8 +10,9 @@ Settings come from environment variables (set them for OpenRLHF's workers):
 ``RUBRICSVC_REWARD_URL`` (e.g. ``http://scorer:8000``, required), ``RUBRICSVC_REWARD_API_KEY``,
 ``RUBRICSVC_REWARD_JUDGE`` (default ``embedded``), ``RUBRICSVC_REWARD_AGGREGATION`` (``rar``),
 ``RUBRICSVC_REWARD_MASKED`` (the reward sent for a masked score; unset, the API refuses a batch
-with one, with HTTP 503, and OpenRLHF's client retries it) and ``RUBRICSVC_REWARD_TIMEOUT``
-(seconds, default 600).
+with one, with HTTP 503), ``RUBRICSVC_REWARD_TIMEOUT`` (seconds, default 600) and
+``RUBRICSVC_REWARD_RETRIES`` (tries after a connection error, a time-out or HTTP 502/503/504,
+with growing waits; default 3).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def api_settings() -> ScorerSettings:
             "set RUBRICSVC_REWARD_URL to the rubricsvc API (e.g. http://host:8000)"
         )
     timeout = float(os.environ.get("RUBRICSVC_REWARD_TIMEOUT", "600"))
-    return ScorerSettings(via=Via.HTTP, base_url=base_url, timeout=timeout)
+    retries = int(os.environ.get("RUBRICSVC_REWARD_RETRIES", "3"))
+    return ScorerSettings(via=Via.HTTP, base_url=base_url, timeout=timeout, retries=retries)
 
 
 def query_params() -> dict[str, str]:
