@@ -13,22 +13,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from rubricsvc.errors import DependencyMissing, RubricsvcError
-from rubricsvc.scoring.rewards import RewardRequest, RewardResult
+from rubricsvc.scoring.rewards import RewardRequest, RewardResult, reward_result
 from trainer.config import ScorerSettings
 
 POLL_SECONDS = 0.5
-
-
-def _result(completion_id: int, scores: Sequence[Any]) -> RewardResult:
-    """As the in-process path reports it: None without exactly one usable rubric."""
-    if not scores:
-        return RewardResult(None, "no_rubric", completion_id=completion_id)
-    if len(scores) > 1:
-        return RewardResult(None, "ambiguous", completion_id=completion_id)
-    s = scores[0]
-    return RewardResult(
-        s.value, s.status, s.coverage, s.rubric, completion_id, s.reasons, s.criteria
-    )
 
 
 class CeleryScorer:
@@ -58,25 +46,18 @@ class CeleryScorer:
             for entry in self._run_job(rubric, completion_ids):
                 scored.setdefault((entry.completion_id, rubric), []).append(entry)
         return [
-            _result(cid, scored.get((cid, r.rubric or self.settings.rubric), []))
+            reward_result(cid, scored.get((cid, r.rubric or self.settings.rubric), []))
             for r, cid in zip(requests, ids, strict=True)
         ]
 
     def _store(self, requests: Sequence[RewardRequest]) -> list[int]:
-        from rubricsvc.completions import CompletionRecord, store_completion
         from rubricsvc.db import session_scope
-        from rubricsvc.scoring.rewards import find_prompts
+        from rubricsvc.scoring.rewards import find_prompts, store_completions
 
         with session_scope(self._engine) as session:
             prompts = find_prompts(session, requests)
-            ids = []
-            for index, (request, prompt) in enumerate(zip(requests, prompts, strict=True)):
-                record = CompletionRecord(
-                    prompt_id=prompt.id, text=request.completion, source=self.settings.source
-                )
-                completion, _ = store_completion(session, f"item {index}", record)
-                ids.append(completion.id)
-        return ids
+            completions = store_completions(session, requests, prompts, self.settings.source)
+            return [c.id for c in completions]
 
     def _run_job(self, rubric: str | None, completion_ids: list[int]) -> list[Any]:
         from rubricsvc.config import get_settings

@@ -84,7 +84,7 @@ def compute_rewards(
 ) -> RewardBatch:
     """Score each pair against its prompt's rubric; raises NotFoundError for an unknown prompt."""
     prompts = find_prompts(session, requests)
-    completions = _store_completions(session, requests, prompts, source)
+    completions = store_completions(session, requests, prompts, source)
     batch = RewardBatch(spec.name, spec.config_hash(), options.aggregation, [])
     scored: dict[tuple[int, str | None], list[ScoredCompletion]] = {}
     by_rubric: dict[str | None, list[int]] = {}
@@ -106,7 +106,7 @@ def compute_rewards(
         for entry in report.scores:
             scored.setdefault((entry.completion_id, rubric), []).append(entry)
     batch.results = [
-        _result(completion.id, scored.get((completion.id, request.rubric), []))
+        reward_result(completion.id, scored.get((completion.id, request.rubric), []))
         for request, completion in zip(requests, completions, strict=True)
     ]
     return batch
@@ -144,10 +144,11 @@ def find_prompts(session: Session, requests: Sequence[RewardRequest]) -> list[Pr
     return found
 
 
-def _store_completions(
+def store_completions(
     session: Session, requests: Sequence[RewardRequest], prompts: Sequence[Prompt], source: str
 ) -> list[Completion]:
-    """One completion per distinct (prompt, text) for ``source``: reused if already stored."""
+    """One completion per distinct (prompt, text) for ``source``: reused if already stored,
+    so a rollout seen again (the same text for the same prompt) is one row, judged once."""
     wanted = {
         (p.id, content_hash(r.completion)): r.completion
         for r, p in zip(requests, prompts, strict=True)
@@ -176,7 +177,8 @@ def _store_completions(
     ]
 
 
-def _result(completion_id: int, scores: list[ScoredCompletion]) -> RewardResult:
+def reward_result(completion_id: int, scores: Sequence[ScoredCompletion]) -> RewardResult:
+    """The reward of a completion from its scores: None without exactly one usable rubric."""
     if not scores:
         return RewardResult(
             None,
