@@ -64,6 +64,8 @@ test: setup lint
 bench: setup
 	@echo "==> Judging benchmarks (B1 modes and prefix reuse); results in benchmarks/results/"
 	$(BIN)/python -m benchmarks.bench_judging
+	@echo "==> In-process scoring against the raw backend floor, and re-scoring from the cache"
+	$(BIN)/python -m benchmarks.bench_overhead
 	@echo "==> The HTTP API under 50 concurrent clients for 60 s (PostgreSQL at RUBRICSVC_TEST_POSTGRES_URL)"
 	$(BIN)/python -m benchmarks.bench_api_load
 
