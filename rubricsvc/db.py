@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +130,9 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
+@lru_cache(maxsize=1)
 def head_revision() -> str | None:
+    """The newest migration (read once: parsing the scripts costs ~15 ms, and /healthz asks)."""
     from alembic.script import ScriptDirectory
 
     return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
