@@ -66,6 +66,8 @@ bench: setup
 	$(BIN)/python -m benchmarks.bench_judging
 	@echo "==> In-process scoring against the raw backend floor, and re-scoring from the cache"
 	$(BIN)/python -m benchmarks.bench_overhead
+	@echo "==> The queue: a fixed-latency judge in-process and through Celery + Redis, 1 and 2 workers"
+	$(BIN)/python -m benchmarks.bench_queue
 	@echo "==> The HTTP API under 50 concurrent clients for 60 s (PostgreSQL at RUBRICSVC_TEST_POSTGRES_URL)"
 	$(BIN)/python -m benchmarks.bench_api_load
 
