@@ -15,7 +15,7 @@ from rubricsvc.api.metrics import MetricsMiddleware
 from rubricsvc.api.routes import completions, jobs, prompts, rewards, rubrics, service
 from rubricsvc.api.state import AppState
 from rubricsvc.config import Settings, get_settings
-from rubricsvc.db import make_engine, make_sessionmaker
+from rubricsvc.db import make_engine
 
 DESCRIPTION = """Rubrics, completions, score jobs and rewards.
 
@@ -30,7 +30,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     """The app for ``settings`` (default: the environment's) on ``engine`` (default: its URL)."""
     settings = settings or get_settings()
     engine = engine or make_engine(settings.db.url)
-    state = AppState(settings=settings, engine=engine, sessions=make_sessionmaker(engine))
+    state = AppState(settings=settings, engine=engine)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from rubricsvc.api.errors import ApiError
 from rubricsvc.api.state import AppState
 from rubricsvc.apikeys import Scope, allows, authenticate
+from rubricsvc.db import session_scope
 from rubricsvc.models import ApiKey
 
 _bearer = HTTPBearer(auto_error=False, description="An API key: `rubricsvc keys create`.")
@@ -23,19 +24,14 @@ def app_state(request: Request) -> AppState:
 
 def db(state: AppState = Depends(app_state)) -> Iterator[Session]:
     """A session in one transaction: committed when the route returns, else rolled back."""
-    with state.sessions() as session:
-        try:
-            yield session
-            session.commit()
-        except BaseException:
-            session.rollback()
-            raise
+    with session_scope(state.engine) as session:
+        yield session
 
 
 def _key_from(state: AppState, secret: str | None) -> ApiKey:
     if not secret:
         raise ApiError(401, "an API key is required: send 'Authorization: Bearer <key>'")
-    with state.sessions() as session:
+    with session_scope(state.engine) as session:
         key = authenticate(session, secret)
         if key is None:
             raise ApiError(401, "unknown or revoked API key")

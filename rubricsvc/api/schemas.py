@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
 from rubricsvc.judging.config import VerdictMode
 from rubricsvc.rubrics.schemas import Message
+from rubricsvc.scoring.rewards import RewardResult
 
 MAX_PAGE = 500
 MAX_OFFSET = 10**9  # bounded so that offset + limit fits any database integer
@@ -155,19 +156,6 @@ class JobOut(BaseModel):
     created: bool | None = Field(default=None, description="On submission: false if found.")
 
 
-class ScoreOut(BaseModel):
-    completion_id: int
-    completion_external_id: str | None
-    prompt_external_id: str | None
-    source: str | None
-    rubric: str
-    value: float | None
-    coverage: float
-    status: str
-    reasons: list[str]
-    criteria: list[dict[str, Any]]
-
-
 class RewardItem(_Body):
     completion: str = Field(description="The response to score.")
     prompt_id: str | None = Field(default=None, description="The prompt's external id.")
@@ -194,19 +182,9 @@ class RewardsIn(_Body):
     source: str = Field(default="rewards", min_length=1, max_length=200)
 
 
-class RewardOut(BaseModel):
-    reward: float | None
-    status: str
-    coverage: float
-    rubric: str | None
-    completion_id: int | None
-    reasons: list[str]
-    criteria: list[dict[str, Any]]
-
-
 class RewardsOut(BaseModel):
     rewards: list[float | None] = Field(description="One per item, null where masked.")
-    results: list[RewardOut]
+    results: list[RewardResult]
     judge: str
     judge_config_hash: str
     aggregation: str

@@ -9,7 +9,6 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
-from sqlalchemy.orm import Session, sessionmaker
 
 from rubricsvc.api.metrics import Metrics
 from rubricsvc.config import Settings
@@ -22,7 +21,6 @@ log = logging.getLogger(__name__)
 class AppState:
     settings: Settings
     engine: Engine
-    sessions: sessionmaker[Session]
     metrics: Metrics = field(default_factory=Metrics)
     judges: KeptBackends = field(default_factory=KeptBackends)
     # On SQLite, one lock per judge around a whole reward batch: holding it before the write

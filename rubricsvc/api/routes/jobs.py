@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from rubricsvc.api.deps import app_state, db, require
 from rubricsvc.api.errors import ApiError
 from rubricsvc.api.routes.common import Paging
-from rubricsvc.api.schemas import JobIn, JobOut, Page, ScoreOut
+from rubricsvc.api.schemas import JobIn, JobOut, Page
 from rubricsvc.api.state import AppState
 from rubricsvc.apikeys import Scope
 from rubricsvc.judging.aggregation import AGGREGATIONS
@@ -143,7 +143,7 @@ def job_results(
     completion_ids = jobs.job_completion_ids(session, job_id)
     window = completion_ids[paging.offset : paging.offset + paging.limit]
     scores = jobs.job_scores(session, job, window) if window else []
-    return paging.page([ScoreOut(**asdict(s)) for s in scores], len(completion_ids))
+    return paging.page([asdict(s) for s in scores], len(completion_ids))
 
 
 @router.post(

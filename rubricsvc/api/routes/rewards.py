@@ -7,17 +7,15 @@ below the coverage floor) or the prompt has no usable rubric: never a silent zer
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from fastapi import APIRouter, Depends, Query
-from sqlalchemy.orm import Session
 
 from rubricsvc.api.deps import app_state, require, require_with_query_key
 from rubricsvc.api.errors import ApiError
 from rubricsvc.api.routes.jobs import check_aggregation
-from rubricsvc.api.schemas import OpenRLHFIn, OpenRLHFOut, RewardOut, RewardsIn, RewardsOut
+from rubricsvc.api.schemas import OpenRLHFIn, OpenRLHFOut, RewardsIn, RewardsOut
 from rubricsvc.api.state import AppState
 from rubricsvc.apikeys import Scope
+from rubricsvc.db import session_scope
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
 from rubricsvc.judging.config import VerdictMode
 from rubricsvc.scoring.judge_configs import find_judge
@@ -44,10 +42,8 @@ def _rewards(
         raise ApiError(413, f"{len(requests)} items: at most {limit} per request", "body.items")
     drafts = state.settings.scoring.use_drafts if include_drafts is None else include_drafts
     options = ScoreOptions(aggregation=aggregation, min_coverage=min_coverage)
-    session: Session
-    with state.sessions() as session:
+    with state.reward_lock(judge), session_scope(state.engine) as session:
         spec = find_judge(session, judge, mode)
-    with state.reward_lock(spec.name), state.sessions() as session:
         batch = compute_rewards(
             session,
             spec,
@@ -57,7 +53,6 @@ def _rewards(
             source=source,
             include_drafts=drafts,
         )
-        session.commit()
     state.metrics.count_judgments(spec.name, batch.computed, batch.cached, batch.failed)
     nulls = sum(1 for r in batch.rewards if r is None)
     state.metrics.rewards.labels(spec.name, "ok").inc(len(batch.rewards) - nulls)
@@ -93,7 +88,7 @@ def rewards(body: RewardsIn, state: AppState = Depends(app_state)) -> RewardsOut
     )
     return RewardsOut(
         rewards=batch.rewards,
-        results=[RewardOut(**asdict(r)) for r in batch.results],
+        results=batch.results,
         judge=batch.judge,
         judge_config_hash=batch.judge_config_hash,
         aggregation=batch.aggregation,
