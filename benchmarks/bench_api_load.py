@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import random
 import statistics
 import subprocess
@@ -33,7 +32,6 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +40,9 @@ import yaml
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from benchmarks.results import save
+
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_POSTGRES = os.environ.get(
     "RUBRICSVC_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
@@ -254,9 +253,6 @@ def main() -> None:
             drop()
 
     result = {
-        "benchmark": "api_load",
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
         "database": make_url(url).get_backend_name(),
         "clients": args.clients,
         "seconds": args.seconds,
@@ -265,9 +261,7 @@ def main() -> None:
         "p50_ratio_to_baseline": load["p50_ms"] / baseline["p50_ms"],
         "p99_ratio_to_baseline": load["p99_ms"] / baseline["p99_ms"],
     }
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"api_load-{result['database']}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    save("api_load", result)
     print(f"baseline /healthz: {baseline['requests']} requests, p50 {baseline['p50_ms']:.1f} ms, "
           f"p99 {baseline['p99_ms']:.1f} ms, {baseline['errors']} errors")  # fmt: skip
     print(f"load: {load['requests']} requests ({load['requests_per_second']:.1f}/s), "
@@ -277,7 +271,6 @@ def main() -> None:
     for kind, figures in load["by_route"].items():
         print(f"  {kind:15} {figures['requests']:6} requests  p50 {figures['p50_ms']:8.1f} ms  "
               f"p99 {figures['p99_ms']:8.1f} ms  errors {figures['errors']}")  # fmt: skip
-    print(f"results: {path}")
     if load["errors"] or baseline["errors"]:
         raise SystemExit(f"errors under load: {load['error_samples']}")
 

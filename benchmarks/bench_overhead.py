@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shutil
 import tempfile
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 
+from benchmarks.results import save
 from benchmarks.workload import Task, load_tasks
 from rubricsvc.db import make_engine, session_scope, upgrade
 from rubricsvc.hashing import content_hash
@@ -38,8 +36,6 @@ from rubricsvc.rubrics.schemas import RubricSpec, normalized_text
 from rubricsvc.rubrics.service import approve, save_rubric
 from rubricsvc.scoring.selection import Selection
 from rubricsvc.scoring.service import ScoreOptions, ScoreReport, score
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 class Recorder:
@@ -159,9 +155,10 @@ def main() -> None:
     # The least disturbed run of each (other work on the machine only ever adds time).
     end_to_end, floor = min(platform_runs), min(floor_runs)
     result = {
-        "benchmark": "overhead",
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
+        "workload": {
+            "tasks": [t.id for t in tasks],
+            "report_tokens": args.report_tokens,
+        },
         "judgments": report.judgments,
         "backend_requests": len(requests),
         "floor_seconds": [round(f, 3) for f in floor_runs],
@@ -174,11 +171,8 @@ def main() -> None:
             "scoring / re-scoring": round(end_to_end / rescore, 1),
         },
     }
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"overhead-{str(result['date']).replace(':', '')}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
-    print(f"results: {path}")
+    save("overhead", result)
 
 
 if __name__ == "__main__":

@@ -17,18 +17,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 import uuid
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from benchmarks.results import RESULTS, save
 from rubricsvc.db import make_engine, session_scope, upgrade
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.config import JudgeSpec
@@ -41,7 +39,6 @@ from rubricsvc.scoring.judge_configs import ensure_judge_config
 from rubricsvc.scoring.selection import Selection
 from rubricsvc.scoring.service import ScoreOptions, score
 
-RESULTS = Path(__file__).resolve().parent / "results"
 POSTGRES = os.environ.get(
     "RUBRICSVC_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
@@ -195,9 +192,6 @@ def main() -> None:
         for w in (1, 2)
     }
     result = {
-        "benchmark": "queue",
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
         "judgments": judgments,
         "latency_per_request_s": args.latency,
         "chunk_judgments": args.chunk,
@@ -205,11 +199,8 @@ def main() -> None:
         "ratios": {k: round(v / base, 3) for k, v in runs.items() if k != "in-process"},
         "queue_overhead_ms_per_judgment": overhead,
     }
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"queue-{str(result['date']).replace(':', '')}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
-    print(f"results: {path}")
+    save("queue", result)
 
 
 if __name__ == "__main__":

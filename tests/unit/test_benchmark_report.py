@@ -1,0 +1,103 @@
+"""The benchmark page generator and the HealthBench-style grader's verdict parser."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks.peers.healthbench_style import grader_prompt, parse_verdict
+from benchmarks.report import update
+
+RUN = {
+    "date": "2026-01-02T03:04:05+00:00",
+    "machine": "Test CPU, 2 cores",
+    "load_average_1m": "0.10",
+}
+
+
+def write(results: Path, name: str, result: dict[str, object]) -> None:
+    results.mkdir(exist_ok=True)
+    (results / f"{name}-latest.json").write_text(json.dumps({**RUN, **result}))
+
+
+def rates(per_s: float, valid: float, failures: int = 0) -> dict[str, float | int]:
+    return {
+        "judgments": 10,
+        "seconds": 10 / per_s,
+        "judgments_per_s": per_s,
+        "valid_verdicts_per_s": valid,
+        "parse_failures": failures,
+    }
+
+
+def test_blocks_are_rewritten_from_results_and_the_prose_is_kept(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "peers",
+        {
+            "command": "python -m benchmarks.bench_peers --tasks 2",
+            "workload": {
+                "tasks": [51, 52],
+                "report_tokens": 1000,
+                "judgments": 10,
+                "concurrency": 16,
+                "grader_max_tokens": 256,
+                "verifiers_tokens_per_criterion": 48,
+            },
+            "graders": {"rubricsvc": rates(4.0, 4.0), "peer": rates(2.0, 0.5, 7)},
+            "ratios": {
+                "rubricsvc / peer, valid_verdicts_per_s": 8.0,
+                "rubricsvc / peer, judgments_per_s": 2.0,
+                "rubricsvc / silent, valid_verdicts_per_s": None,
+            },
+        },
+    )
+    doc = (
+        "# Title\nprose before\n<!-- results:peers -->\nold figures\n<!-- /results:peers -->\n"
+        "middle\n<!-- results:queue -->\nkept\n<!-- /results:queue -->\nafter\n"
+    )
+    text, written, missing = update(doc, tmp_path)
+
+    assert written == ["peers"] and missing == ["queue"]
+    assert "old figures" not in text
+    assert text.startswith("# Title\nprose before\n") and "middle\n" in text and "after\n" in text
+    assert "<!-- results:queue -->\nkept\n<!-- /results:queue -->" in text
+    assert "`python -m benchmarks.bench_peers --tasks 2`" in text and "Test CPU" in text
+    assert "| peer | 10 | 5.0 | 2.0 | 0.5 | 7 |" in text
+    assert "valid_verdicts_per_s: 8x (target >= 3x: met)" in text
+    assert "silent, valid_verdicts_per_s: the peer gave no valid verdict" in text
+    # Rewriting again from the same results changes nothing.
+    assert update(text, tmp_path)[0] == text
+
+
+def test_a_missed_target_is_reported_as_missed(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "queue",
+        {
+            "command": "python -m benchmarks.bench_queue",
+            "judgments": 1600,
+            "latency_per_request_s": 0.002,
+            "chunk_judgments": 256,
+            "seconds": {"in-process": 4.0, "celery, 1 worker(s)": 6.0},
+            "ratios": {"celery, 1 worker(s)": 1.5},
+            "queue_overhead_ms_per_judgment": {"1 worker(s)": 1.25},
+        },
+    )
+    text, _, _ = update("<!-- results:queue -->\n<!-- /results:queue -->\n", tmp_path)
+    assert "1.5x (target <= 1.25x: missed)" in text
+    assert "1.25 ms (met: target < 2 ms)" in text
+
+
+def test_the_healthbench_style_verdict_parser() -> None:
+    assert parse_verdict('```json\n{"explanation": "ok", "criteria_met": true}\n```') is True
+    assert parse_verdict('{"explanation": "no", "criteria_met": false}') is False
+    assert parse_verdict('{"explanation": "no", "criteria_met": "false"}') is None
+    assert parse_verdict("The response meets the criterion.") is None
+    assert parse_verdict('["criteria_met", true]') is None
+
+
+def test_the_grader_prompt_puts_the_criterion_after_the_conversation() -> None:
+    prompt = grader_prompt("Why is the sky blue?", "Rayleigh scattering.", "Names Rayleigh", 5)
+    conversation = prompt.index("assistant: Rayleigh scattering.")
+    assert conversation < prompt.index("[5] Names Rayleigh") < prompt.index("# Instructions")
