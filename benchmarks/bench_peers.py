@@ -100,6 +100,8 @@ def verifiers_rubric(
         "valid_verdicts_per_s": round(raw["valid_verdicts"] / seconds, 3),
         "parse_failures": judgments - raw["valid_verdicts"],
         "failed_calls": raw["failed_calls"],
+        "prompt_tokens": raw["prompt_tokens"],
+        "reply_tokens": raw["reply_tokens"],
         "errors": raw["errors"],
     }
 

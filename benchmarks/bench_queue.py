@@ -54,12 +54,24 @@ def judge(latency: float) -> JudgeSpec:
     )
 
 
-def fresh_database(admin: Any, args: argparse.Namespace, spec: JudgeSpec) -> str:
+def create_database(admin: Any) -> str:
+    """A new, migrated PostgreSQL database; its URL."""
     name = f"rubricsvc_bench_{uuid.uuid4().hex[:10]}"
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     url = make_url(POSTGRES).set(database=name).render_as_string(hide_password=False)
     upgrade(url)
+    return url
+
+
+def drop_databases(admin: Any, urls: list[str]) -> None:
+    with admin.connect() as conn:
+        for url in urls:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)'))
+
+
+def fresh_database(admin: Any, args: argparse.Namespace, spec: JudgeSpec) -> str:
+    url = create_database(admin)
     engine = make_engine(url)
     with session_scope(engine) as session:
         ensure_judge_config(session, spec)
@@ -104,7 +116,19 @@ def in_process(url: str, spec: JudgeSpec) -> tuple[float, int]:
     return seconds, report.judgments
 
 
-def through_celery(url: str, spec: JudgeSpec, workers: int, chunk: int) -> float:
+def through_celery(
+    url: str,
+    spec: JudgeSpec,
+    workers: int,
+    chunk: int,
+    settle: float = 8.0,
+    warm_up: Selection | None = None,
+) -> float:
+    """Seconds from submitting a score job of the "bench" completions to its end.
+
+    ``workers`` worker processes start ``settle`` seconds before (to connect and load their
+    judge); a ``warm_up`` selection is scored first, not timed, to pay one-time costs.
+    """
     queue_prefix = f"bench-{uuid.uuid4().hex[:8]}."
     env = {
         **os.environ,
@@ -123,36 +147,42 @@ def through_celery(url: str, spec: JudgeSpec, workers: int, chunk: int) -> float
             for _ in range(workers)
         ]
     try:
-        time.sleep(8)  # the workers connect and start consuming
+        time.sleep(settle)
         os.environ.update({k: v for k, v in env.items() if k.startswith("RUBRICSVC_")})
         from rubricsvc.config import get_settings
 
         get_settings.cache_clear()
-        from workers.app import send_chunks
-
         engine = make_engine(url)
-        started = time.perf_counter()
-        with session_scope(engine) as session:
-            submission = jobs.submit(
-                session, spec, Selection(sources=("bench",)), ScoreOptions(), chunk
-            )
-            jobs.send_after_commit(session, send_chunks, submission.outbox)
-            job_id = submission.job.id
-        while True:
-            with session_scope(engine) as session:
-                state = jobs.progress(session, job_id)
-            if state.finished:
-                break
-            time.sleep(0.05)
-        seconds = time.perf_counter() - started
+        if warm_up is not None:
+            run_job(engine, spec, warm_up, chunk)
+        seconds = run_job(engine, spec, Selection(sources=("bench",)), chunk)
         engine.dispose()
-        assert state.status == "done" and state.failed == 0, state
         return seconds
     finally:
         for proc in procs:
             proc.terminate()
         for proc in procs:
             proc.wait(timeout=30)
+
+
+def run_job(engine: Any, spec: JudgeSpec, selection: Selection, chunk: int) -> float:
+    """Submit a score job, wait for its end; the seconds in between."""
+    from workers.app import send_chunks
+
+    started = time.perf_counter()
+    with session_scope(engine) as session:
+        submission = jobs.submit(session, spec, selection, ScoreOptions(), chunk)
+        jobs.send_after_commit(session, send_chunks, submission.outbox)
+        job_id = submission.job.id
+    while True:
+        with session_scope(engine) as session:
+            state = jobs.progress(session, job_id)
+        if state.finished:
+            break
+        time.sleep(0.05)
+    seconds = time.perf_counter() - started
+    assert state.status == "done" and state.failed == 0, state
+    return seconds
 
 
 def main() -> None:
@@ -180,10 +210,7 @@ def main() -> None:
             print(f"celery, {workers} worker(s): {runs[f'celery, {workers} worker(s)']:.2f} s",
                   flush=True)  # fmt: skip
     finally:
-        with admin.connect() as conn:
-            for url in created:
-                name = make_url(url).database
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        drop_databases(admin, created)
         admin.dispose()
 
     base = runs["in-process"]

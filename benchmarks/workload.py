@@ -1,7 +1,9 @@
-"""The benchmark workload: a fixed slice of DeepResearch Bench reports and their criteria.
+"""The benchmark workloads: DeepResearch Bench reports, and HealthBench short answers.
 
 Reports are long (2.5k-40k characters); each is cut to ``report_tokens`` tokens of the judge's
 tokenizer so every prompt fits the context of the small bundled model, and the cut is reported.
+The HealthBench answers (a few hundred tokens, ~12 physician-written criteria each, some of
+them pitfalls with negative points) are judged whole.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from typing import Any
 
 from rubricsvc.judging.modes import CompletionView, CriterionView, Item
 
-DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "deep_research_bench" / "data"
+TEST_DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+DATA = TEST_DATA / "deep_research_bench" / "data"
+HEALTHBENCH = TEST_DATA / "healthbench_m42_sample" / "data" / "sample" / "judge_responses.jsonl"
 MODEL_NAME = "claude-3-7-sonnet-latest"
 
 
@@ -64,6 +68,24 @@ def load_tasks(count: int, report_tokens: int, tokenizer: Any) -> list[Task]:
             for index, (dimension, item) in enumerate(flat)
         ]
         tasks.append(Task(task_id, query["prompt"], tokenizer.decode(ids), views))
+        if len(tasks) == count:
+            break
+    return tasks
+
+
+def load_short_answers(count: int) -> list[Task]:
+    """The first ``count`` HealthBench conversations of a single user turn, with the graded
+    answer and its rubric items."""
+    tasks = []
+    for index, record in enumerate(_jsonl(HEALTHBENCH)):
+        if len(record["prompt"]) != 1 or record["prompt"][0]["role"] != "user":
+            continue
+        views = [
+            CriterionView(i, item["criterion"], None, item["points"], {"type": "binary"})
+            for i, item in enumerate(record["rubrics"])
+        ]
+        answer = record["prompt_response"][0]["content"]
+        tasks.append(Task(1000 + index, record["prompt"][0]["content"], answer, views))
         if len(tasks) == count:
             break
     return tasks

@@ -113,7 +113,7 @@ async def grade(
 
     client = openai.AsyncOpenAI(base_url=base_url, api_key="EMPTY", timeout=600, max_retries=0)
     semaphore = asyncio.Semaphore(concurrency)
-    outcomes = {"valid": 0, "unparseable": 0, "errors": 0}
+    outcomes = {"valid": 0, "unparseable": 0, "errors": 0, "prompt_tokens": 0, "reply_tokens": 0}
 
     async def one(prompt: str) -> None:
         async with semaphore:
@@ -127,6 +127,9 @@ async def grade(
             except openai.OpenAIError:
                 outcomes["errors"] += 1
                 return
+        if reply.usage is not None:
+            outcomes["prompt_tokens"] += reply.usage.prompt_tokens
+            outcomes["reply_tokens"] += reply.usage.completion_tokens
         verdict = parse_verdict(reply.choices[0].message.content or "")
         outcomes["valid" if verdict is not None else "unparseable"] += 1
 
@@ -146,4 +149,6 @@ async def grade(
         "valid_verdicts_per_s": round(outcomes["valid"] / seconds, 3),
         "parse_failures": outcomes["unparseable"],
         "backend_errors": outcomes["errors"],
+        "prompt_tokens": outcomes["prompt_tokens"],
+        "reply_tokens": outcomes["reply_tokens"],
     }

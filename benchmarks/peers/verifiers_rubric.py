@@ -37,13 +37,16 @@ class ResponseTrace:
         self.last_reply = response
         self.transcript = response
         self.metrics: dict[str, float] = {}
-        self.judge_calls = 0
+        self.prompt_tokens = self.reply_tokens = 0
 
     def record_metric(self, name: str, value: float) -> None:
         self.metrics[name] = float(value)
 
-    def record_judge_call(self, **_: Any) -> None:
-        self.judge_calls += 1
+    def record_judge_call(self, *, response: Any, **_: Any) -> None:
+        if response.usage is not None:  # the judge's own usage record; cached prompt included
+            self.prompt_tokens += response.usage.prompt_tokens
+            self.prompt_tokens += response.usage.cached_input_tokens or 0
+            self.reply_tokens += response.usage.completion_tokens
 
 
 async def score_tasks(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
@@ -66,17 +69,21 @@ async def score_tasks(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
         )
         judges.append((RubricJudge(config), task))
 
-    async def one(judge: RubricJudge, task: dict[str, Any]) -> int:
+    traces = [ResponseTrace(task["response"]) for _, task in judges]
+
+    async def one(judge: RubricJudge, task: dict[str, Any], trace: ResponseTrace) -> int:
         async with semaphore:
             try:
-                await judge.score(TaskData(prompt=task["prompt"]), ResponseTrace(task["response"]))
+                await judge.score(TaskData(prompt=task["prompt"]), trace)
             except Exception as err:  # a judge failure: no verdict for the call's criteria
                 errors.append(f"{type(err).__name__}: {str(err)[:200]}")
                 return 0
             return len(task["criteria"])
 
     started = time.perf_counter()
-    valid = await asyncio.gather(*(one(judge, task) for judge, task in judges))
+    valid = await asyncio.gather(
+        *(one(judge, task, trace) for (judge, task), trace in zip(judges, traces, strict=True))
+    )
     seconds = time.perf_counter() - started
     return {
         "seconds": round(seconds, 3),
@@ -84,6 +91,8 @@ async def score_tasks(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
         "judgments": sum(len(task["criteria"]) for task in spec["tasks"]),
         "valid_verdicts": sum(valid),
         "failed_calls": len(errors),
+        "prompt_tokens": sum(t.prompt_tokens for t in traces),
+        "reply_tokens": sum(t.reply_tokens for t in traces),
         "errors": errors[:3],
     }
 

