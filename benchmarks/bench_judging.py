@@ -7,8 +7,7 @@ DeepResearch Bench reports and on HealthBench short answers, and the decoding mo
 (criterion-text, multi-criterion) on the first criteria of one report. Without reuse every
 judgment is a full prefill of the same cost, so the baseline judges only the first criteria
 of each response: its judgments per second are those of the whole set, in a fraction of the
-time. Each
-backend first judges one more report, not measured, to pay its one-time costs.
+time. Each backend first judges one more report, not measured, to pay its one-time costs.
 """
 
 from __future__ import annotations
@@ -188,12 +187,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=2, help="DeepResearch Bench reports")
     parser.add_argument("--report-tokens", type=int, default=1000)
-    parser.add_argument("--short-answers", type=int, default=3, help="HealthBench answers")
+    parser.add_argument("--short-answers", type=int, default=4, help="HealthBench answers")
     parser.add_argument(
-        "--baseline-criteria", type=int, default=8, help="per response, without prefix reuse"
+        "--baseline-criteria", type=int, default=6, help="per response, without prefix reuse"
     )
     parser.add_argument(
-        "--decoding-criteria", type=int, default=8, help="judgments in the decoding modes"
+        "--decoding-criteria", type=int, default=6, help="judgments in the decoding modes"
     )
     parser.add_argument("--skip-vllm", action="store_true")
     args = parser.parse_args()

@@ -1,6 +1,6 @@
 """B2 and B4: the platform's scoring, in-process and through Celery, against the raw backend floor.
 
-Run: ``python -m benchmarks.bench_overhead [--tasks 3] [--report-tokens 1000] [--skip-celery]``
+Run: ``python -m benchmarks.bench_overhead [--tasks 2] [--report-tokens 1000] [--skip-celery]``
 (``make bench``).
 
 - The floor: the exact judge requests the platform sends (recorded from its own run) sent
@@ -144,7 +144,7 @@ def through_one_worker(tasks: Sequence[Task], warm_up: Task) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=3)
+    parser.add_argument("--tasks", type=int, default=2)
     parser.add_argument("--report-tokens", type=int, default=1000)
     parser.add_argument("--skip-celery", action="store_true", help="no run through Celery")
     args = parser.parse_args()

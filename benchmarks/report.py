@@ -24,9 +24,9 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 BLOCK = re.compile(r"(<!-- results:(\w+) -->\n)(.*?)(<!-- /results:\2 -->)", re.DOTALL)
 
 
-def table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    """A markdown table; every column after the first is right-aligned."""
-    align = ["---"] + ["---:"] * (len(header) - 1)
+def table(header: list[str], rows: list[list[Any]], labels: int = 1) -> list[str]:
+    """A markdown table: the first ``labels`` columns left-aligned, the figures right."""
+    align = ["---"] * labels + ["---:"] * (len(header) - labels)
     return [
         "| " + " | ".join(header) + " |",
         "| " + " | ".join(align) + " |",
@@ -46,8 +46,7 @@ def target(value: float | None, at_least: float | None = None, at_most: float | 
 
 def header(result: dict[str, Any]) -> list[str]:
     return [
-        f"Command: `{result['command']}`. Run {result['date']} on {result['machine']}; "
-        f"1-minute load average at the end: {result['load_average_1m']}.",
+        f"Command: `{result['command']}`. Run {result['date']} on {result['machine']}.",
         "",
     ]
 
@@ -91,7 +90,7 @@ def judging(result: dict[str, Any]) -> list[str]:
         f"{w.get('baseline_criteria_per_response', 'all')} criteria of each; the decoding "
         f"modes on the first {w['text_mode_judgments']} criteria of the first report.",
         "",
-        *table(["backend", "mode", *RATE_HEADER], rows),
+        *table(["backend", "mode", *RATE_HEADER], rows, labels=2),
         "",
     ]
     for name, value in result["ratios"].items():

@@ -40,7 +40,7 @@ def machine() -> str:
 
 
 def load_average() -> str:
-    """The 1-minute load average when the run ended: what else the machine was doing."""
+    """The 1-minute load average when the run ended (the benchmark's own work included)."""
     return f"{os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else "unknown"
 
 

@@ -2,8 +2,8 @@
 
 Reports are long (2.5k-40k characters); each is cut to ``report_tokens`` tokens of the judge's
 tokenizer so every prompt fits the context of the small bundled model, and the cut is reported.
-The HealthBench answers (a few hundred tokens, ~12 physician-written criteria each, some of
-them pitfalls with negative points) are judged whole.
+The HealthBench answers (under 1,500 characters, a few hundred tokens; 6-13 physician-written
+criteria each, some of them pitfalls with negative points) are judged whole.
 """
 
 from __future__ import annotations
@@ -73,12 +73,14 @@ def load_tasks(count: int, report_tokens: int, tokenizer: Any) -> list[Task]:
     return tasks
 
 
-def load_short_answers(count: int) -> list[Task]:
-    """The first ``count`` HealthBench conversations of a single user turn, with the graded
-    answer and its rubric items."""
+def load_short_answers(count: int, max_chars: int = 1500) -> list[Task]:
+    """The first ``count`` HealthBench conversations of a single user turn whose graded
+    answer is under ``max_chars`` characters, with the answer and its rubric items."""
     tasks = []
     for index, record in enumerate(_jsonl(HEALTHBENCH)):
         if len(record["prompt"]) != 1 or record["prompt"][0]["role"] != "user":
+            continue
+        if len(record["prompt_response"][0]["content"]) >= max_chars:
             continue
         views = [
             CriterionView(i, item["criterion"], None, item["points"], {"type": "binary"})
