@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import time
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -23,6 +24,8 @@ from typing import Any
 from benchmarks.results import save
 from benchmarks.workload import Task, load_short_answers, load_tasks
 from rubricsvc.judging.backends.base import BackendError, JudgeBackend
+from rubricsvc.judging.backends.tokens import encode_chat
+from rubricsvc.judging.backends.transformers import reused_prefix_length
 from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec, VerdictMode
 from rubricsvc.judging.modes import BUILDERS, Call
 from rubricsvc.judging.types import ChoiceRequest, Generation, GenerationRequest
@@ -70,6 +73,32 @@ def run_calls(backend: JudgeBackend, calls: Sequence[Call]) -> dict[str, Any]:
         "backend_errors": errors,
         "prompt_tokens": prompt_tokens,
         "reply_tokens": reply_tokens,
+    }
+
+
+def prefill_per_judgment(tokenizer: Any, calls: Sequence[Call]) -> dict[str, float]:
+    """Prompt tokens the model must compute per criterion-prob judgment, without prefix reuse
+    (every prompt whole) and with it (a group's shared prefix once, then each suffix), and
+    their quotient: the speed-up that reuse can give if prefill were all of the time.
+
+    Counted as the transformers backend reuses (one common prefix per group); vLLM caches
+    whole blocks of tokens, so it computes up to a block more per request.
+    """
+    groups: dict[object, list[list[int]]] = defaultdict(list)
+    for index, call in enumerate(calls):
+        assert isinstance(call.request, ChoiceRequest)
+        group = call.request.group if call.request.group is not None else index
+        groups[group].append(encode_chat(tokenizer, call.request.chat))
+    whole = with_reuse = 0
+    for sequences in groups.values():
+        whole += sum(len(s) for s in sequences)
+        shared = reused_prefix_length(sequences)
+        with_reuse += shared + sum(len(s) - shared for s in sequences)
+    judgments = sum(len(c.keys) for c in calls)
+    return {
+        "without_reuse": round(whole / judgments, 1),
+        "with_reuse": round(with_reuse / judgments, 1),
+        "bound": round(whole / with_reuse, 2),
     }
 
 
@@ -231,6 +260,11 @@ def main() -> None:
             "baseline_criteria_per_response": args.baseline_criteria,
         },
         "transformers": bench_transformers(work),
+    }
+    prob = BUILTIN_JUDGES["embedded"]
+    report["prefill_tokens_per_judgment"] = {
+        "reports": prefill_per_judgment(tokenizer, calls_for(prob, work.reports)),
+        "short answers": prefill_per_judgment(tokenizer, calls_for(prob, work.short_answers)),
     }
     report["ratios"] = reuse_ratios("transformers", report["transformers"], "prefix reuse")
     if not args.skip_vllm:

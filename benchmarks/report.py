@@ -4,9 +4,9 @@ Run: ``python -m benchmarks.report`` (the last step of ``make bench``).
 
 The page is prose written by people with generated blocks in it, each between
 ``<!-- results:NAME -->`` and ``<!-- /results:NAME -->``. A block is rewritten from
-``benchmarks/results/NAME-latest.json``: the command, the date, the machine and its load, a
-table of the figures and the ratios against their targets. A block whose results file is
-missing is left as it was, and the run says so.
+``benchmarks/results/NAME-latest.json``: the command, the date, the machine and the other work
+on it during the run, a table of the figures and the ratios against their targets. A block
+whose results file is missing is left as it was, and the run says so.
 """
 
 from __future__ import annotations
@@ -45,8 +45,10 @@ def target(value: float | None, at_least: float | None = None, at_most: float | 
 
 
 def header(result: dict[str, Any]) -> list[str]:
+    other = result.get("other_work_cores")
+    idle = f"; other work on the machine meanwhile: {other:g} cores" if other is not None else ""
     return [
-        f"Command: `{result['command']}`. Run {result['date']} on {result['machine']}.",
+        f"Command: `{result['command']}`. Run {result['date']} on {result['machine']}{idle}.",
         "",
     ]
 
@@ -97,6 +99,17 @@ def judging(result: dict[str, Any]) -> list[str]:
         # The target is set for long responses; on short ones there is less prefix to share.
         verdict = f"{value:g}x" if name.endswith("short answers") else target(value, at_least=5)
         lines.append(f"- {name}: {verdict}")
+    prefill = result.get("prefill_tokens_per_judgment", {})
+    if prefill:
+        lines += [
+            "",
+            "Prompt tokens computed per judgment (prefill), and the speed-up reuse can give:",
+        ]
+    for workload, tokens in prefill.items():
+        lines.append(
+            f"- {workload}: {tokens['without_reuse']:g} without reuse, {tokens['with_reuse']:g} "
+            f"with it: at most {tokens['bound']:g}x"
+        )
     return lines
 
 
@@ -186,13 +199,14 @@ def queue(result: dict[str, Any]) -> list[str]:
 
 def api_load(result: dict[str, Any]) -> list[str]:
     base, load = result["baseline_healthz"], result["load"]
+
+    def row(label: str, r: dict[str, Any]) -> list[Any]:
+        return [label, r["requests"], r["errors"], f"{r['p50_ms']:.0f}", f"{r['p99_ms']:.0f}"]
+
     rows = [
-        ["baseline `/healthz`", base["requests"], base["errors"], base["p50_ms"], base["p99_ms"]],
-        ["the mix", load["requests"], load["errors"], load["p50_ms"], load["p99_ms"]],
-        *(
-            [f"`{kind}`", r["requests"], r["errors"], r["p50_ms"], r["p99_ms"]]
-            for kind, r in load["by_route"].items()
-        ),
+        row("baseline `/healthz`", base),
+        row("the mix", load),
+        *(row(f"`{kind}`", r) for kind, r in load["by_route"].items()),
     ]
     return [
         f"{result['clients']} clients for {result['seconds']:g} s on {result['database']}: "

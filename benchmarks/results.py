@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import platform
+import resource
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,18 +41,50 @@ def machine() -> str:
     )
 
 
-def load_average() -> str:
-    """The 1-minute load average when the run ended (the benchmark's own work included)."""
-    return f"{os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else "unknown"
+def busy_cpu_seconds() -> float | None:
+    """CPU seconds the whole machine has spent busy since boot (Linux), or None."""
+    stat = Path("/proc/stat")
+    if not stat.exists():
+        return None
+    # cpu user nice system idle iowait irq softirq steal ...: all but idle and iowait is busy.
+    fields = [int(f) for f in stat.read_text().splitlines()[0].split()[1:9]]
+    busy = sum(fields) - fields[3] - fields[4]
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds of this process and of the child processes it has waited for."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+# Taken when a benchmark starts (it imports this module first).
+_STARTED = (time.monotonic(), busy_cpu_seconds(), own_cpu_seconds())
+
+
+def other_work_cores() -> float | None:
+    """Cores kept busy by other work on the machine while this run went on, on average:
+    the machine's busy time less the benchmark's own (its server, worker and engine
+    processes included once they have exited), over the run's wall time. Near 0 on an
+    idle machine; other work only ever slows the figures down."""
+    started, busy_before, own_before = _STARTED
+    busy_now = busy_cpu_seconds()
+    if busy_before is None or busy_now is None:
+        return None
+    wall = time.monotonic() - started
+    other = (busy_now - busy_before) - (own_cpu_seconds() - own_before)
+    return round(max(other, 0.0) / wall, 2) if wall > 0 else None
 
 
 def save(name: str, result: dict[str, Any]) -> Path:
-    """Write ``result`` (stamped with the date, machine and load) and return its path."""
+    """Write ``result`` (stamped with the date, the machine and the other work on it) and
+    return its path."""
     result = {
         "benchmark": name,
         "date": now(),
         "machine": machine(),
-        "load_average_1m": load_average(),
+        "other_work_cores": other_work_cores(),
         "command": " ".join(["python -m", f"benchmarks.{Path(sys.argv[0]).stem}", *sys.argv[1:]]),
         **result,
     }

@@ -72,9 +72,11 @@ def test_prefix_reuse_gives_the_same_probabilities(backend) -> None:  # type: ig
 
 def test_the_shared_prefix_is_long(backend) -> None:  # type: ignore[no-untyped-def]
     """The layout puts the response before the criterion, so most of each prompt is shared."""
-    from rubricsvc.judging.backends.transformers import _common_prefix_length
+    from rubricsvc.judging.backends.transformers import reused_prefix_length
 
     requests = [r for r in _requests() if r.group == "1"]
     sequences = [backend.encode(r.chat) for r in requests]
-    shared = _common_prefix_length(sequences)
+    shared = reused_prefix_length(sequences)
     assert shared / max(len(s) for s in sequences) > 0.8
+    # What is reused is a prefix of every sequence, and leaves each its last token.
+    assert all(s[:shared] == sequences[0][:shared] and len(s) > shared for s in sequences)

@@ -11,7 +11,7 @@ from benchmarks.report import update
 RUN = {
     "date": "2026-01-02T03:04:05+00:00",
     "machine": "Test CPU, 2 cores",
-    "load_average_1m": "0.10",
+    "other_work_cores": 0.05,
 }
 
 
@@ -65,6 +65,7 @@ def test_blocks_are_rewritten_from_results_and_the_prose_is_kept(tmp_path: Path)
     assert text.startswith("# Title\nprose before\n") and "middle\n" in text and "after\n" in text
     assert "<!-- results:queue -->\nkept\n<!-- /results:queue -->" in text
     assert "`python -m benchmarks.bench_peers --tasks 2`" in text and "Test CPU" in text
+    assert "other work on the machine meanwhile: 0.05 cores" in text
     assert "| peer | 10 | 5.0 | 2.0 | 0.5 | 7 | 12000 | 10 |" in text
     assert "valid_verdicts_per_s: 8x (target >= 3x: met)" in text
     assert "silent, valid_verdicts_per_s: the peer gave no valid verdict" in text
@@ -115,6 +116,9 @@ def test_prefix_reuse_ratios_are_held_to_the_target_on_long_responses_only(
                 "vllm prefix caching / none": 4.1,
                 "vllm prefix caching / none, short answers": 1.9,
             },
+            "prefill_tokens_per_judgment": {
+                "short answers": {"without_reuse": 400.0, "with_reuse": 120.5, "bound": 3.32},
+            },
         },
     )
     text, _, _ = update("<!-- results:judging -->\n<!-- /results:judging -->\n", tmp_path)
@@ -122,6 +126,35 @@ def test_prefix_reuse_ratios_are_held_to_the_target_on_long_responses_only(
     assert "transformers prefix reuse / none: 7.2x (target >= 5x: met)" in text
     assert "vllm prefix caching / none: 4.1x (target >= 5x: missed)" in text
     assert "vllm prefix caching / none, short answers: 1.9x\n" in text
+    assert "- short answers: 400 without reuse, 120.5 with it: at most 3.32x" in text
+
+
+def test_api_latencies_are_whole_milliseconds(tmp_path: Path) -> None:
+    def figures(requests: int, p50: float, p99: float) -> dict[str, float | int]:
+        return {"requests": requests, "errors": 0, "p50_ms": p50, "p99_ms": p99}
+
+    write(
+        tmp_path,
+        "api_load",
+        {
+            "command": "python -m benchmarks.bench_api_load",
+            "clients": 50,
+            "seconds": 60,
+            "database": "postgresql",
+            "baseline_healthz": figures(1777, 295.2605290001884, 1799.648550000711),
+            "load": {
+                **figures(1889, 1542.3843329999727, 3140.8238019994315),
+                "requests_per_second": 31.48,
+                "by_route": {"rubrics": figures(345, 1569.6147549997477, 3202.6124479998543)},
+            },
+            "p50_ratio_to_baseline": 5.2237,
+            "p99_ratio_to_baseline": 1.7452,
+        },
+    )
+    text, _, _ = update("<!-- results:api_load -->\n<!-- /results:api_load -->\n", tmp_path)
+    assert "31.5 requests/s, p50 5.22x and p99 1.75x the baseline's" in text
+    assert "| baseline `/healthz` | 1777 | 0 | 295 | 1800 |" in text
+    assert "| `rubrics` | 345 | 0 | 1570 | 3203 |" in text
 
 
 def test_the_healthbench_style_verdict_parser() -> None:

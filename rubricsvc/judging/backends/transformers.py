@@ -151,10 +151,8 @@ class TransformersBackend:
 
     def _last_logits_shared(self, sequences: list[list[int]]) -> list[Any]:
         """Next-token logits after each sequence, computing their common prefix once."""
-        prefix_len = _common_prefix_length(sequences)
-        # Every suffix keeps at least one token: its last position gives the logits.
-        prefix_len = min(prefix_len, min(len(s) for s in sequences) - 1)
-        if prefix_len < MIN_REUSED_PREFIX:
+        prefix_len = reused_prefix_length(sequences)
+        if not prefix_len:
             return [
                 row
                 for start in range(0, len(sequences), self.batch_size)
@@ -253,7 +251,17 @@ class TransformersBackend:
         del self.lm
 
 
-def _common_prefix_length(sequences: list[list[int]]) -> int:
+def reused_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
+    """How many tokens of ``sequences`` (one group's prompts) are computed once and reused:
+    their common prefix, less one token so every suffix keeps the position that gives its
+    logits; 0 for a single sequence or a prefix too short to be worth a pass of its own."""
+    if len(sequences) < 2:
+        return 0
+    length = min(_common_prefix_length(sequences), min(len(s) for s in sequences) - 1)
+    return length if length >= MIN_REUSED_PREFIX else 0
+
+
+def _common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
     first = sequences[0]
     length = len(first)
     for seq in sequences[1:]:

@@ -1,0 +1,55 @@
+"""What the transformers backend computes once per group, and the benchmark's count of it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.bench_judging import prefill_per_judgment
+from rubricsvc.judging.backends.transformers import MIN_REUSED_PREFIX, reused_prefix_length
+from rubricsvc.judging.modes import Call
+from rubricsvc.judging.types import ChoiceRequest
+
+SHARED = list(range(100, 140))  # 40 tokens
+
+
+def test_the_common_prefix_is_reused() -> None:
+    assert reused_prefix_length([[*SHARED, 1, 2], [*SHARED, 3], [*SHARED, 4, 5, 6]]) == 40
+
+
+def test_every_sequence_keeps_its_last_token() -> None:
+    # Identical prompts: the last token is computed per request, it gives the logits.
+    assert reused_prefix_length([SHARED, SHARED]) == 39
+    assert reused_prefix_length([SHARED, [*SHARED, 7]]) == 39
+
+
+def test_nothing_is_reused_alone_or_below_the_minimum() -> None:
+    assert reused_prefix_length([[*SHARED, 1]]) == 0
+    short = SHARED[: MIN_REUSED_PREFIX - 1]
+    assert reused_prefix_length([[*short, 1], [*short, 2]]) == 0
+    assert reused_prefix_length([[1, *SHARED], [2, *SHARED]]) == 0
+
+
+class WordTokenizer:
+    """One token per word of the chat's messages: enough to count prompt tokens."""
+
+    def apply_chat_template(self, chat: Any, add_generation_prompt: bool, tokenize: bool) -> Any:
+        words = " ".join(message["content"] for message in chat).split()
+        return [sum(map(ord, word)) for word in words]
+
+
+def call(text: str, group: str | None) -> Call:
+    chat = [{"role": "user", "content": text}]
+    return Call(ChoiceRequest(chat, ("Yes", "No"), group=group), ("key",), lambda _: [])
+
+
+def test_prefill_per_judgment_counts_a_group_prefix_once() -> None:
+    prefix = " ".join(f"w{i}" for i in range(30))
+    calls = [call(f"{prefix} criterion {n} extra", "a") for n in range(3)]
+    calls.append(call("a lone request of seven words here", None))
+    tokens = prefill_per_judgment(WordTokenizer(), calls)
+    # Without reuse: 3 x 33 + 7 words; with it: 31 shared + 3 x 2 own + 7.
+    assert tokens == {
+        "without_reuse": round((3 * 33 + 7) / 4, 1),
+        "with_reuse": round((31 + 3 * 2 + 7) / 4, 1),
+        "bound": round((3 * 33 + 7) / (31 + 6 + 7), 2),
+    }
