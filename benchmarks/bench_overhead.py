@@ -8,7 +8,9 @@ Run: ``python -m benchmarks.bench_overhead [--tasks 2] [--report-tokens 1000] [-
 - End to end: ``score()`` on a fresh SQLite database holding the same reports and criteria
   (selection, cache lookup, prompt building, backend, parsing, storing judgments and scores).
   After a warm-up run, platform and floor are measured twice each, alternated, on fresh
-  copies; the ratio takes the fastest of each.
+  copies; the ratio takes the fastest of each. Within each ``score()`` run, the time spent
+  outside the backend's calls is the platform's own, free of the backend's run-to-run
+  variation.
 - Re-scoring the scored job: every judgment comes from the cache, no backend call.
 - Through Celery: the same scoring as a score job on one ``rubricsvc worker`` (Redis,
   PostgreSQL), timed from submission to the job's end, after a warm-up job (``--skip-celery``
@@ -43,20 +45,30 @@ from rubricsvc.scoring.service import ScoreOptions, ScoreReport, score
 
 
 class Recorder:
-    """The backend as the platform sees it, keeping every request (and never closing it)."""
+    """The backend as the platform sees it, keeping every request and the time spent in it
+    (and never closing it)."""
 
     def __init__(self, inner: JudgeBackend) -> None:
         self.inner = inner
         self.name = inner.name
         self.model = inner.model
         self.choice_requests: list[ChoiceRequest] = []
+        self.seconds = 0.0
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation | BackendError]:
-        return self.inner.generate(requests)
+        started = time.perf_counter()
+        try:
+            return self.inner.generate(requests)
+        finally:
+            self.seconds += time.perf_counter() - started
 
     def choice_probs(self, requests: Sequence[ChoiceRequest]) -> list[ChoiceResult | BackendError]:
         self.choice_requests.extend(requests)
-        return self.inner.choice_probs(requests)
+        started = time.perf_counter()
+        try:
+            return self.inner.choice_probs(requests)
+        finally:
+            self.seconds += time.perf_counter() - started
 
     def close(self) -> None:
         pass
@@ -174,10 +186,13 @@ def main() -> None:
         score_once(copies[0], recorder)
         requests = list(recorder.choice_requests)
         platform_runs: list[float] = []
+        outside_backend: list[float] = []  # the platform's own time within each run
         floor_runs: list[float] = []
         for copy in copies[1:]:  # alternated, so neither side is favoured by the order
+            recorder.seconds = 0.0
             seconds, report = score_once(copy, recorder)
             platform_runs.append(seconds)
+            outside_backend.append(seconds - recorder.seconds)
             started = time.perf_counter()
             answers = backend.choice_probs(requests)
             floor_runs.append(time.perf_counter() - started)
@@ -197,6 +212,7 @@ def main() -> None:
         "backend_requests": len(requests),
         "floor_seconds": [round(f, 3) for f in floor_runs],
         "in_process_seconds": [round(p, 3) for p in platform_runs],
+        "in_process_outside_backend_seconds": [round(o, 3) for o in outside_backend],
         "rescore_seconds": round(rescore, 4),
         "rescore_cached": cached.cached,
         "rescore_backend_requests": cached.backend_requests,

@@ -116,6 +116,14 @@ def judging(result: dict[str, Any]) -> list[str]:
 def overhead(result: dict[str, Any]) -> list[str]:
     ratios = result["ratios"]
     w = result.get("workload", {})
+    own: list[str] = []
+    if outside := result.get("in_process_outside_backend_seconds"):
+        runs = result["in_process_seconds"]
+        share = max(o / t for o, t in zip(outside, runs, strict=True))
+        own = [
+            f"- the platform's own time in `score()` (outside the backend's calls): at most "
+            f"{100 * share:.1f}% of a run"
+        ]
     return [
         f"Workload: {len(w.get('tasks', []))} reports cut to {w.get('report_tokens')} tokens, "
         f"{result['judgments']} criterion-prob judgments ({result['backend_requests']} backend "
@@ -126,6 +134,11 @@ def overhead(result: dict[str, Any]) -> list[str]:
             [
                 ["floor: the same requests in one batch (s)", result["floor_seconds"]],
                 ["in-process end to end, `score()` (s)", result["in_process_seconds"]],
+                *(
+                    [["of which outside the backend's calls (s)", outside]]
+                    if (outside := result.get("in_process_outside_backend_seconds")) is not None
+                    else []
+                ),
                 [
                     "re-scoring the scored selection (s)",
                     f"{result['rescore_seconds']} ({result['rescore_cached']} from the cache, "
@@ -147,6 +160,7 @@ def overhead(result: dict[str, Any]) -> list[str]:
             else []
         ),
         f"- scoring / re-scoring: {target(ratios['scoring / re-scoring'], at_least=100)}",
+        *own,
     ]
 
 

@@ -129,6 +129,35 @@ def test_prefix_reuse_ratios_are_held_to_the_target_on_long_responses_only(
     assert "- short answers: 400 without reuse, 120.5 with it: at most 3.32x" in text
 
 
+def test_the_platform_share_of_in_process_scoring_is_reported(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "overhead",
+        {
+            "command": "python -m benchmarks.bench_overhead",
+            "workload": {"tasks": [51, 52], "report_tokens": 1000},
+            "judgments": 48,
+            "backend_requests": 48,
+            "floor_seconds": [19.0, 18.9],
+            "in_process_seconds": [17.0, 20.0],
+            "in_process_outside_backend_seconds": [0.17, 0.4],
+            "rescore_seconds": 0.035,
+            "rescore_cached": 48,
+            "rescore_backend_requests": 0,
+            "celery_seconds": 22.7,
+            "ratios": {
+                "in-process / floor": 0.899,
+                "scoring / re-scoring": 485.7,
+                "celery / floor": 1.201,
+            },
+        },
+    )
+    text, _, _ = update("<!-- results:overhead -->\n<!-- /results:overhead -->\n", tmp_path)
+    assert "| of which outside the backend's calls (s) | [0.17, 0.4] |" in text
+    assert "- through Celery / floor: 1.201x (target <= 1.25x: met)" in text
+    assert "outside the backend's calls): at most 2.0% of a run" in text
+
+
 def test_api_latencies_are_whole_milliseconds(tmp_path: Path) -> None:
     def figures(requests: int, p50: float, p99: float) -> dict[str, float | int]:
         return {"requests": requests, "errors": 0, "p50_ms": p50, "p99_ms": p99}
