@@ -26,7 +26,8 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from benchmarks.results import save
@@ -55,20 +56,22 @@ class Recorder:
         self.choice_requests: list[ChoiceRequest] = []
         self.seconds = 0.0
 
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation | BackendError]:
+    @contextmanager
+    def _timed(self) -> Iterator[None]:
         started = time.perf_counter()
         try:
-            return self.inner.generate(requests)
+            yield
         finally:
             self.seconds += time.perf_counter() - started
 
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation | BackendError]:
+        with self._timed():
+            return self.inner.generate(requests)
+
     def choice_probs(self, requests: Sequence[ChoiceRequest]) -> list[ChoiceResult | BackendError]:
         self.choice_requests.extend(requests)
-        started = time.perf_counter()
-        try:
+        with self._timed():
             return self.inner.choice_probs(requests)
-        finally:
-            self.seconds += time.perf_counter() - started
 
     def close(self) -> None:
         pass

@@ -116,8 +116,9 @@ def judging(result: dict[str, Any]) -> list[str]:
 def overhead(result: dict[str, Any]) -> list[str]:
     ratios = result["ratios"]
     w = result.get("workload", {})
+    outside = result.get("in_process_outside_backend_seconds")  # absent from older runs
     own: list[str] = []
-    if outside := result.get("in_process_outside_backend_seconds"):
+    if outside:
         runs = result["in_process_seconds"]
         share = max(o / t for o, t in zip(outside, runs, strict=True))
         own = [
@@ -134,11 +135,7 @@ def overhead(result: dict[str, Any]) -> list[str]:
             [
                 ["floor: the same requests in one batch (s)", result["floor_seconds"]],
                 ["in-process end to end, `score()` (s)", result["in_process_seconds"]],
-                *(
-                    [["of which outside the backend's calls (s)", outside]]
-                    if (outside := result.get("in_process_outside_backend_seconds")) is not None
-                    else []
-                ),
+                *([["of which outside the backend's calls (s)", outside]] if outside else []),
                 [
                     "re-scoring the scored selection (s)",
                     f"{result['rescore_seconds']} ({result['rescore_cached']} from the cache, "

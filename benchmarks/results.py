@@ -65,9 +65,10 @@ _STARTED = (time.monotonic(), busy_cpu_seconds(), own_cpu_seconds())
 
 def other_work_cores() -> float | None:
     """Cores kept busy by other work on the machine while this run went on, on average:
-    the machine's busy time less the benchmark's own (its server, worker and engine
-    processes included once they have exited), over the run's wall time. Near 0 on an
-    idle machine; other work only ever slows the figures down."""
+    the machine's busy time less the benchmark's own, over the run's wall time. Its own
+    includes the child processes it has waited for (and what they waited for); a process it
+    did not wait for, such as a server's engine that its parent leaves to exit alone, counts
+    as other work. Near 0 on an idle machine; other work only ever slows the figures down."""
     started, busy_before, own_before = _STARTED
     busy_now = busy_cpu_seconds()
     if busy_before is None or busy_now is None:

