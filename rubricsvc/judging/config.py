@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from rubricsvc.hashing import content_hash
+from rubricsvc.judging import neutral
 from rubricsvc.judging.templates import PromptTemplate, load_template
 
 
@@ -85,6 +86,8 @@ class JudgeSpec(BaseModel):
             "revision": self.revision,
             "mode": self.mode.value,
             "template_sha256": self.prompt_template().sha256,
+            # How judged text is neutralized shapes what the judge reads, as the template does.
+            "neutralizer": neutral.VERSION,
             "sampling": self.sampling(),
             "max_criteria": self.max_criteria if self.mode == VerdictMode.MULTI_CRITERION else None,
             "likert_max": self.likert_max if self.mode == VerdictMode.HOLISTIC else None,

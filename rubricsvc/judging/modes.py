@@ -14,7 +14,8 @@ from typing import Any
 
 from rubricsvc.judging import verdicts as v
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
-from rubricsvc.judging.templates import PromptTemplate, defuse
+from rubricsvc.judging.neutral import judged
+from rubricsvc.judging.templates import PromptTemplate
 from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 
 
@@ -75,20 +76,20 @@ class ModeError(Exception):
 
 def render_conversation(messages: Sequence[dict[str, Any]]) -> str:
     if len(messages) == 1 and messages[0].get("role") == "user":
-        return defuse(str(messages[0]["content"]))
-    return "\n\n".join(f"[{m['role']}]\n{defuse(str(m['content']))}" for m in messages)
+        return judged(str(messages[0]["content"]))
+    return "\n\n".join(f"[{judged(str(m['role']))}]\n{judged(str(m['content']))}" for m in messages)
 
 
 def _criterion_block(criterion: CriterionView) -> str:
-    text = f"Criterion: {criterion.text}"
+    text = f"Criterion: {judged(criterion.text)}"
     if criterion.explanation:
-        text += f"\nDetails: {criterion.explanation}"
+        text += f"\nDetails: {judged(criterion.explanation)}"
     return text
 
 
 def _levels_block(criterion: CriterionView) -> str:
     return "\n".join(
-        f"{level['score']}: {level['description']}" for level in criterion.levels or []
+        f"{level['score']}: {judged(str(level['description']))}" for level in criterion.levels or []
     )
 
 
@@ -137,7 +138,7 @@ def _framed(completion: CompletionView) -> dict[str, str]:
     """The conversation and response as template fields: rendered and defused once per completion."""
     return {
         "conversation": render_conversation(completion.messages),
-        "response": defuse(completion.response),
+        "response": judged(completion.response),
     }
 
 
@@ -212,12 +213,12 @@ def criterion_text_calls(
 def _numbered(criteria: Sequence[CriterionView]) -> str:
     lines = []
     for number, criterion in enumerate(criteria, start=1):
-        line = f"{number}. {criterion.text}"
+        line = f"{number}. {judged(criterion.text)}"
         if criterion.explanation:
-            line += f" ({criterion.explanation})"
+            line += f" ({judged(criterion.explanation)})"
         if criterion.levels:
             line += " Scale: " + "; ".join(
-                f"{lv['score']} = {lv['description']}" for lv in criterion.levels
+                f"{lv['score']} = {judged(str(lv['description']))}" for lv in criterion.levels
             )
         lines.append(line)
     return "\n".join(lines)
@@ -284,7 +285,7 @@ def holistic_calls(
     rubric: Sequence[CriterionView] = (),
 ) -> list[Call]:
     (item,) = items
-    lines = "\n".join(f"- [{c.weight:+g}] {c.text}" for c in rubric)
+    lines = "\n".join(f"- [{c.weight:+g}] {judged(c.text)}" for c in rubric)
     chat = template.render(
         **_framed(completion),
         criteria=lines,
@@ -319,13 +320,13 @@ def reference_relative_calls(
         assert item.criterion is not None
         by_theme[item.criterion.theme or "overall"].append(item)
     framed = _framed(completion)
-    reference = defuse(completion.reference)
+    reference = judged(completion.reference)
     calls = []
     for theme, members in by_theme.items():
         chat = template.render(
             **framed,
             reference=reference,
-            dimension=theme,
+            dimension=judged(theme),
             criteria=_numbered([m.criterion for m in members if m.criterion is not None]),
         )
 

@@ -17,15 +17,6 @@ from rubricsvc.judging.types import Chat
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "prompts"
 _SECTION = re.compile(r"^### (system|user|assistant)\s*$", re.MULTILINE)
-# Tags the templates use to frame data; inside judged text they are defused so a response
-# cannot close its own frame and pose as the grader's instructions.
-FRAME_TAGS = ("conversation", "response", "task", "reference_report", "target_report")
-_FRAME_TAG = re.compile(r"<\s*(/?)\s*(" + "|".join(FRAME_TAGS) + r")\s*>", re.IGNORECASE)
-
-
-def defuse(text: str) -> str:
-    """``text`` with framing tags turned into look-alikes, so they no longer frame anything."""
-    return _FRAME_TAG.sub(lambda m: f"\u2039{m.group(1)}{m.group(2)}\u203a", text)
 
 
 @dataclass(frozen=True)

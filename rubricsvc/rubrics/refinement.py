@@ -28,7 +28,7 @@ from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error
 from rubricsvc.judging.backends.base import BackendError, JudgeBackend
 from rubricsvc.judging.modes import render_conversation
-from rubricsvc.judging.templates import defuse
+from rubricsvc.judging.neutral import judged
 from rubricsvc.judging.types import GenerationRequest
 from rubricsvc.models import (
     Completion,
@@ -326,4 +326,4 @@ class _Proposer:
 
 def _shown(text: str) -> str:
     cut = text if len(text) <= MAX_RESPONSE_CHARS else text[:MAX_RESPONSE_CHARS] + " [...]"
-    return defuse(cut)
+    return judged(cut)

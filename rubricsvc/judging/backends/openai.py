@@ -6,6 +6,10 @@ shows only the top-k tokens, so a choice outside them is left out of the result 
 than guessed. When the served model is a local folder (as with vLLM serving a directory),
 its tokenizer lets the backend refuse multi-token choices and over-long prompts before
 any call; otherwise the server's own 400 answer is mapped to the same errors.
+
+The server tokenizes what it is sent, special-token strings included, so message content
+leaves here with those strings broken (``judging.neutral``): the common chat families',
+the served model's own when its tokenizer is known, and any listed in ``special_tokens``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rubricsvc.errors import DependencyMissing
+from rubricsvc.judging import neutral
 from rubricsvc.judging.backends.base import BackendError, ContextLengthError
 from rubricsvc.judging.backends.tokens import ChoiceTokens, encode_chat
 from rubricsvc.judging.types import (
@@ -111,6 +116,7 @@ class OpenAIBackend:
         top_logprobs: int = 20,
         tokenizer: str | Path | None = None,
         max_retries: int = 0,
+        special_tokens: Sequence[str] = (),
     ) -> None:
         # ``tokenizer`` defaults to ``model`` when that names a local folder. The client
         # retries nothing by default: callers retry what ``retryable`` allows, with backoff.
@@ -123,6 +129,8 @@ class OpenAIBackend:
         self.top_logprobs = top_logprobs
         self.tokenizer = _load_local_tokenizer(tokenizer or model)
         self.choices = None if self.tokenizer is None else ChoiceTokens(self.tokenizer, model)
+        known = [] if self.tokenizer is None else neutral.tokenizer_special_tokens(self.tokenizer)
+        self.special_tokens = neutral.SpecialTokens([*known, *special_tokens])
         api_key = (os.environ.get(api_key_env) if api_key_env else None) or PLACEHOLDER_API_KEY
         self._loop = _EventLoopThread()
         self._client, self._semaphore = self._loop.run(
@@ -135,6 +143,10 @@ class OpenAIBackend:
             base_url=self.base_url, api_key=api_key, timeout=self.timeout, max_retries=max_retries
         )
         return client, asyncio.Semaphore(max_concurrency)
+
+    def messages(self, chat: Chat) -> Chat:
+        """``chat`` as sent: no message content can spell a special token of the model."""
+        return [{**m, "content": self.special_tokens.break_all(str(m["content"]))} for m in chat]
 
     # -- local checks (only with a tokenizer) -------------------------------------------
 
@@ -207,7 +219,7 @@ class OpenAIBackend:
                 continue
             calls.append(
                 {
-                    "messages": request.chat,
+                    "messages": self.messages(request.chat),
                     "max_tokens": 1,
                     "temperature": 0.0,
                     "logprobs": True,
@@ -251,7 +263,7 @@ class OpenAIBackend:
                 calls.append(err)
                 continue
             call: dict[str, Any] = {
-                "messages": request.chat,
+                "messages": self.messages(request.chat),
                 "max_tokens": request.max_tokens,
                 "temperature": request.temperature,
             }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rubricsvc.judging import neutral
 from rubricsvc.judging.backends.base import BackendError
 from rubricsvc.judging.types import Chat
 
@@ -18,11 +19,16 @@ def default_model_path() -> Path:
 
 
 def encode_chat(tokenizer: Any, chat: Chat) -> list[int]:
-    """Token ids of ``chat`` rendered with the model's template, ready for the reply."""
-    ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
-    if isinstance(ids, dict) or hasattr(ids, "keys"):
-        ids = ids["input_ids"]
-    return [int(i) for i in ids]
+    """Token ids of ``chat`` rendered with the model's template, ready for the reply; only
+    the template itself can produce control tokens (see ``judging.neutral``)."""
+    try:
+        return neutral.encode_chat(tokenizer, chat)
+    except neutral.TemplateMangledContent as err:
+        raise BackendError(
+            f"cannot encode judged text safely: {err}; use a model whose chat template "
+            "inserts message content unchanged",
+            retryable=False,
+        ) from None
 
 
 class ChoiceTokens:
