@@ -104,6 +104,23 @@ MALFORMED = [
         ),
         "invalid regular expression",
     ),
+    (
+        "check-regex-lookahead",
+        "r.yaml",
+        _yaml_rubric(
+            "  - {text: a, weight: 1, kind: check, check: {type: regex, pattern: '^(?!As an AI)'}}"
+        ),
+        "criteria[0].check.regex.pattern: invalid regular expression: negative lookahead (?!...) "
+        "is not supported: checks run on RE2, which matches in linear time",
+    ),
+    (
+        "check-regex-backreference",
+        "r.yaml",
+        _yaml_rubric(
+            "  - {text: a, weight: 1, kind: check, check: {type: regex, pattern: '(\\w+) \\1'}}"
+        ),
+        "criteria[0].check.regex.pattern: invalid regular expression: backreference \\1",
+    ),
     ("not-a-mapping", "r.yaml", "- just\n- strings\n", "a rubric must be a mapping, got str"),
     ("empty-file", "r.yaml", "", "a rubric must be a mapping, got nothing"),
     (
