@@ -9,7 +9,11 @@ Each ``specials/<scenario>.yaml`` is one scenario::
 
 A basics file maps criterion names to the same {content, weight, type}. The include path is
 relative to the repository root; it is looked up from the scenario's folder upwards, so any
-copy that keeps the ``other_resources/scenario_criteria`` layout imports.
+copy that keeps the ``other_resources/scenario_criteria`` layout imports. Every file read (a
+scenario, or the file an include names) must lie inside the imported root once symlinks are
+resolved: the folder given (its parent when that is the ``specials`` folder itself, so that
+``basics`` is inside). An include outside it, absolute, with ``..``, or through a symlink that
+points outside, fails the import with the file and the include.
 
 Every scenario becomes a shared rubric (no prompt: a scenario applies to many prompts) named
 ``autoj/<scenario>``; its criteria are those of each included basics file, in the order of the
@@ -78,11 +82,15 @@ class _Criterion(BaseModel):
 def read_autoj_rubrics(path: Path) -> RubricBatch:
     """One rubric per scenario under ``path`` (the repository, ``scenario_criteria`` or
     ``specials``)."""
-    files = sorted(_specials_dir(path).glob("*.yaml"))
+    specials = _specials_dir(path)
+    files = sorted(specials.glob("*.yaml"))
     if not files:
         raise ValidationFailed(f"{path}: no scenario files (specials/*.yaml)")
+    # The imported root: nothing outside it is read. Given the specials folder itself, its
+    # parent (scenario_criteria), which holds the basics the scenarios include.
+    root = (path.parent if specials == path and path.name == "specials" else path).resolve()
     basics: dict[Path, Any] = {}
-    return RubricBatch("autoj", str(path), [_scenario(file, basics) for file in files])
+    return RubricBatch("autoj", str(path), [_scenario(file, root, basics) for file in files])
 
 
 def _specials_dir(path: Path) -> Path:
@@ -94,7 +102,12 @@ def _specials_dir(path: Path) -> Path:
     )
 
 
-def _scenario(file: Path, basics: dict[Path, Any]) -> RubricSpec:
+def _scenario(file: Path, root: Path, basics: dict[Path, Any]) -> RubricSpec:
+    resolved = file.resolve()
+    if not resolved.is_relative_to(root):
+        raise ValidationFailed(
+            f"{file}: resolves to {resolved}, outside the imported folder {root}"
+        )
     document = load_yaml(file, _Loader)
     if not isinstance(document, dict) or not document:
         raise ValidationFailed(f"{file}: expected a mapping of basics includes and 'extended'")
@@ -102,7 +115,7 @@ def _scenario(file: Path, basics: dict[Path, Any]) -> RubricSpec:
     includes = []
     for key, value in document.items():
         if isinstance(value, _Include):
-            included = _resolve(file, value.path)
+            included = _resolve(file, value.path, root)
             if included not in basics:
                 basics[included] = load_yaml(included, _Loader)
             sections.append((str(key), basics[included], included))
@@ -147,15 +160,23 @@ def _criteria(section: str, items: Any, source: Path) -> list[CriterionSpec]:
     return criteria
 
 
-def _resolve(file: Path, include: str) -> Path:
-    """The basics file an include names: relative to the repository root, an ancestor."""
+def _resolve(file: Path, include: str, root: Path) -> Path:
+    """The basics file an include names (relative to the repository root, an ancestor), with
+    its symlinks resolved; it must lie inside ``root`` (resolved)."""
     relative = Path(include)
     if relative.is_absolute() or ".." in relative.parts:
         raise ValidationFailed(
-            f"{file}: !include {include!r}: expected a path inside the repository"
+            f"{file}: !include {include!r}: expected a path inside the repository, within the "
+            f"imported folder {root}"
         )
-    for root in file.resolve().parents:
-        candidate = root / relative
+    for base in file.resolve().parents:
+        candidate = base / relative
         if candidate.is_file():
-            return candidate
+            resolved = candidate.resolve()
+            if not resolved.is_relative_to(root):
+                raise ValidationFailed(
+                    f"{file}: !include {include!r}: resolves to {resolved}, outside the imported "
+                    f"folder {root}"
+                )
+            return resolved
     raise ValidationFailed(f"{file}: !include {include!r}: no such file above {file.parent}")

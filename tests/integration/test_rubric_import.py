@@ -285,3 +285,130 @@ def test_export_refuses_what_it_cannot_write(sqlite_url: str, tmp_path: Path) ->
     assert [json.loads(line)["criteria"][0]["text"] for line in lines.stdout.splitlines()] == [
         "Short"
     ]
+
+
+# -- Auto-J includes stay inside the imported root ----------------------------------------
+
+SECRET = "leak:\n  content: SECRET-TOKEN from outside the data set\n  weight: 5\n  type: basic\n"
+
+
+def _autoj_copy(tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the Auto-J data, and a readable basics-shaped file outside it."""
+    copy = tmp_path / "autoj"
+    shutil.copytree(AUTOJ.parents[1], copy)
+    secret = tmp_path / "secret.yaml"
+    secret.write_text(SECRET)
+    return copy, secret
+
+
+def _stored(database_url: str) -> tuple[int, ...]:
+    return tuple(
+        _count(database_url, table) for table in (Prompt, Rubric, RubricVersion, Criterion)
+    )
+
+
+def _refused(path: Path, database_url: str, *expected: str) -> None:
+    """Importing ``path`` fails with one line holding each of ``expected``; nothing changes."""
+    before = _stored(database_url)
+    result = run_cli("rubrics", "import", "--format", "autoj", str(path), database_url=database_url)
+    assert result.code == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    for text in expected:
+        assert text in lines[0], lines[0]
+    assert "SECRET-TOKEN" not in result.stdout + result.stderr
+    assert _stored(database_url) == before
+
+
+def _point_include(scenario: Path, include: str) -> None:
+    text = scenario.read_text()
+    old = '"./other_resources/scenario_criteria/basics/basic_writing.yaml"'
+    assert old in text
+    scenario.write_text(text.replace(old, json.dumps(include), 1))
+
+
+def test_autoj_refuses_includes_outside_the_root(sqlite_url: str, tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump({"name": "kept/one", "criteria": [{"text": "A", "weight": 1}]}))
+    _ok("rubrics", "add", str(good), database_url=sqlite_url)  # what must stay as it is
+    copy, secret = _autoj_copy(tmp_path)
+    scenario_criteria = copy / "other_resources" / "scenario_criteria"
+    scenario = scenario_criteria / "specials" / "writing_email.yaml"
+    original = scenario.read_text()
+
+    # A relative include that climbs out, and an absolute one.
+    for include in ("../../../../secret.yaml", str(secret)):
+        _point_include(scenario, include)
+        _refused(copy, sqlite_url, f"{scenario}: !include {include!r}", "inside the repository")
+        scenario.write_text(original)
+
+    # Found by the upward lookup above the root: inside the repository, outside the folder given.
+    (copy / "other_resources" / "secret.yaml").write_text(SECRET)
+    _point_include(scenario, "./secret.yaml")
+    _refused(
+        scenario_criteria,
+        sqlite_url,
+        f"{scenario}: !include './secret.yaml': resolves to {copy / 'other_resources'}",
+        f"outside the imported folder {scenario_criteria.resolve()}",
+    )
+    assert _stored(sqlite_url) == (0, 1, 1, 1)
+
+
+def test_autoj_refuses_symlinks_that_point_outside(sqlite_url: str, tmp_path: Path) -> None:
+    copy, secret = _autoj_copy(tmp_path)
+    scenario_criteria = copy / "other_resources" / "scenario_criteria"
+    basics = scenario_criteria / "basics" / "basic_writing.yaml"
+    scenario = scenario_criteria / "specials" / "writing_email.yaml"
+
+    # An included basics file that is a symlink to a file outside.
+    kept = basics.read_text()
+    basics.unlink()
+    basics.symlink_to(secret)
+    include = "./other_resources/scenario_criteria/basics/basic_writing.yaml"
+    for root in (copy, scenario_criteria):
+        _refused(
+            root,
+            sqlite_url,
+            f"!include {include!r}: resolves to {secret.resolve()}, outside the imported folder",
+        )
+
+    # A symlinked folder on the way is the same.
+    basics.unlink()
+    basics.write_text(kept)
+    outside = tmp_path / "elsewhere"
+    (outside / "basics").mkdir(parents=True)
+    (outside / "basics" / "basic_writing.yaml").write_text(SECRET)
+    shutil.rmtree(scenario_criteria / "basics")
+    (scenario_criteria / "basics").symlink_to(outside / "basics", target_is_directory=True)
+    _refused(copy, sqlite_url, "resolves to", str(outside.resolve()), "outside the imported folder")
+
+    # A scenario file that is a symlink to a file outside.
+    shutil.rmtree(copy)
+    copy, secret = _autoj_copy(tmp_path / "again")
+    scenario = copy / "other_resources" / "scenario_criteria" / "specials" / "writing_email.yaml"
+    planted = tmp_path / "planted.yaml"
+    planted.write_text(scenario.read_text())
+    scenario.unlink()
+    scenario.symlink_to(planted)
+    _refused(copy, sqlite_url, f"{scenario}: resolves to {planted.resolve()}, outside")
+    assert _stored(sqlite_url) == (0, 0, 0, 0)
+
+
+def test_autoj_links_and_roots_inside_still_import(sqlite_url: str, tmp_path: Path) -> None:
+    copy, _ = _autoj_copy(tmp_path)
+    scenario_criteria = copy / "other_resources" / "scenario_criteria"
+    # A symlink that stays inside the root is followed.
+    basics = scenario_criteria / "basics"
+    (basics / "basic_writing.yaml").rename(basics / "writing.yaml")
+    (basics / "basic_writing.yaml").symlink_to(basics / "writing.yaml")
+    # Given the specials folder itself, the root is scenario_criteria, which holds the basics.
+    imported = _ok(
+        "rubrics",
+        "import",
+        "--format",
+        "autoj",
+        str(scenario_criteria / "specials"),
+        database_url=sqlite_url,
+    )
+    assert "58 created, 0 new version(s), 0 unchanged (705 criteria)" in imported.stdout
