@@ -113,6 +113,20 @@ class ApiSettings(BaseSettings):
     max_generate_prompts: int = Field(default=16, gt=0)
     # Without a broker, score jobs run in the server on this many threads (0: never).
     local_job_threads: int = Field(default=1, ge=0)
+    # Requests per minute of one API key on any route but /healthz, past which it gets 429 with
+    # Retry-After. A bucket refilled continuously: a key idle for a minute may send this many
+    # at once. 0 or None: no limit.
+    rate_limit_per_minute: int | None = Field(default=6000, ge=0)
+    # Redis that counts those requests for every server process; unset: each process counts
+    # its own (in memory).
+    rate_limit_url: str | None = None
+    # Work of one request, in judgments (completions x criteria), refused with 413 past it:
+    # a reward request, a score job.
+    max_reward_judgments: int = Field(default=65_536, gt=0)
+    max_job_judgments: int = Field(default=1_000_000, gt=0)
+    # Judge and rubric-generator models kept loaded (loaded on first use, never per request);
+    # configs that differ only in mode, template or sampling share one. Past it: 422.
+    max_judges: int = Field(default=4, gt=0)
 
 
 class Settings(BaseSettings):

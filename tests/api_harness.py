@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from fastapi.testclient import TestClient
+from starlette.types import ASGIApp, Message, Receive, Send
+from starlette.types import Scope as AsgiScope
 
 from rubricsvc.api import create_app
 from rubricsvc.apikeys import Scope, create_key
@@ -44,11 +46,34 @@ def settings_for(database_url: str, **api: Any) -> Settings:
     )
 
 
+class BodyCounter:
+    """An ASGI app in front of another: counts the request body bytes the app pulls in."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.received = 0
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        async def counted() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                self.received += len(message.get("body", b""))
+            return message
+
+        await self.app(scope, counted, send)
+
+
 @contextmanager
 def api_client(
-    database_url: str, rubrics: list[dict[str, Any]] | None = None, **api: Any
+    database_url: str,
+    rubrics: list[dict[str, Any]] | None = None,
+    *,
+    build_backend: Callable[[Any], Any] | None = None,
+    wrap: Callable[[ASGIApp], ASGIApp] | None = None,
+    **api: Any,
 ) -> Iterator[tuple[TestClient, dict[str, str]]]:
-    """A client of a new app, and a header set per scope (plus "none": a scope-less key)."""
+    """A client of a new app, and a key per scope. ``build_backend`` loads its judges (default:
+    the real backends), ``wrap`` puts an ASGI app in front of it, ``api`` are ApiSettings."""
     engine = make_engine(database_url)
     headers: dict[str, str] = {}
     with session_scope(engine) as session:
@@ -57,8 +82,9 @@ def api_client(
             headers[scope.value] = secret
         for data in rubrics if rubrics is not None else [WORD_RUBRIC]:
             approve(session, save_rubric(session, RubricSpec.model_validate(data)).version)
-    app = create_app(settings_for(database_url, **api), engine)
-    with TestClient(app) as client:
+    extra = {} if build_backend is None else {"build_backend": build_backend}
+    app = create_app(settings_for(database_url, **api), engine, **extra)
+    with TestClient(wrap(app) if wrap else app) as client:
         yield client, headers
 
 

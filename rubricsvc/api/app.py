@@ -1,39 +1,52 @@
-"""The FastAPI application: routers, one error shape, body limits, metrics."""
+"""The FastAPI application: routers, one error shape, keys and limits checked before a body
+is read, metrics."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from sqlalchemy import Engine
 
 from rubricsvc import __version__
+from rubricsvc.api.auth import KeyGate
 from rubricsvc.api.errors import install_error_handlers
 from rubricsvc.api.limits import BodySizeLimit
+from rubricsvc.api.logs import install_redaction
 from rubricsvc.api.metrics import MetricsMiddleware
 from rubricsvc.api.routes import completions, jobs, prompts, rewards, rubrics, service
 from rubricsvc.api.state import AppState
 from rubricsvc.config import Settings, get_settings
 from rubricsvc.db import make_engine
+from rubricsvc.judging.backends import BackendChoice, JudgeBackend, backend_from_spec
 
 DESCRIPTION = """Rubrics, completions, score jobs and rewards.
 
 Every route but `/healthz` needs an API key (`rubricsvc keys create NAME --scope ...`) sent as
 `Authorization: Bearer <key>`. Scopes: `read` (every GET), `author` (write prompts, rubrics,
-completions), `score` (submit score jobs, rewards), `admin` (everything). Errors have one shape:
-`{"error": {"status", "code", "message", "field"}}`.
+completions), `score` (submit score jobs, rewards), `admin` (everything). Keys are checked
+before a request's body is read; each key has a rate limit (429 with `Retry-After`). Errors
+have one shape: `{"error": {"status", "code", "message", "field"}}`.
 """
 
 
-def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
-    """The app for ``settings`` (default: the environment's) on ``engine`` (default: its URL)."""
+def create_app(
+    settings: Settings | None = None,
+    engine: Engine | None = None,
+    *,
+    build_backend: Callable[[BackendChoice], JudgeBackend] = backend_from_spec,
+) -> FastAPI:
+    """The app for ``settings`` (default: the environment's) on ``engine`` (default: its URL);
+    ``build_backend`` loads each judge (or generator) model, once."""
     settings = settings or get_settings()
     engine = engine or make_engine(settings.db.url)
-    state = AppState(settings=settings, engine=engine)
+    state = AppState(settings=settings, engine=engine, build_backend=build_backend)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        # After the server configured its logging: keys in access log lines are redacted.
+        install_redaction()
         yield
         state.close()
 
@@ -47,7 +60,9 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     install_error_handlers(app)
     for module in (service, prompts, rubrics, completions, jobs, rewards):
         app.include_router(module.router)
-    # Outermost last: sizes are checked before anything else, and refusals are counted.
+    # Outermost last: keys and rate limits are checked before the app receives a byte of the
+    # body, declared sizes before that, and every refusal is counted.
+    app.add_middleware(KeyGate, routes=app.router.routes, engine=engine, limiter=state.rate_limiter)
     app.add_middleware(BodySizeLimit, max_bytes=settings.api.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     return app

@@ -1,4 +1,10 @@
-"""Dependencies of the routes: the app state, a database session, the caller's API key."""
+"""Dependencies of the routes: the app state, a database session, the caller's API key.
+
+A route's key dependency declares what it needs (``require(scope)``); ``KeyGate`` enforces it
+before the body is read and leaves the admitted key in the request, where the dependency
+finds it. Without the gate in front (an app assembled otherwise), the dependency checks the
+key itself.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,10 @@ from fastapi import Depends, Query, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
+from rubricsvc.api.auth import ADMITTED_KEY, BAD_KEY, NO_KEY, KeyCheck, KeyRule, scope_error
 from rubricsvc.api.errors import ApiError
 from rubricsvc.api.state import AppState
-from rubricsvc.apikeys import Scope, allows, authenticate
+from rubricsvc.apikeys import Scope, authenticate
 from rubricsvc.db import session_scope
 from rubricsvc.models import ApiKey
 
@@ -30,47 +37,57 @@ def db(state: AppState = Depends(app_state)) -> Iterator[Session]:
 
 def _key_from(state: AppState, secret: str | None) -> ApiKey:
     if not secret:
-        raise ApiError(401, "an API key is required: send 'Authorization: Bearer <key>'")
+        raise ApiError(401, NO_KEY)
     with session_scope(state.engine) as session:
         key = authenticate(session, secret)
         if key is None:
-            raise ApiError(401, "unknown or revoked API key")
+            raise ApiError(401, BAD_KEY)
         session.expunge(key)
     return key
 
 
-def _check(key: ApiKey, scope: Scope) -> ApiKey:
-    if not allows(key.scopes, scope):
-        held = ", ".join(key.scopes) or "none"
-        raise ApiError(403, f"this key's scopes ({held}) do not include {scope.value}")
-    return key
+class _Require(KeyCheck):
+    def admit(self, request: Request, state: AppState, secret: str | None) -> ApiKey:
+        admitted = request.scope.get(ADMITTED_KEY)
+        key = admitted if isinstance(admitted, ApiKey) else _key_from(state, secret)
+        refused = scope_error(key, self.rule.scope)
+        if refused is not None:
+            raise ApiError(403, refused)
+        return key
 
 
-def require(scope: Scope) -> Callable[..., ApiKey]:
-    """A dependency that admits a live key holding ``scope`` (401 without one, 403 short of it)."""
-
-    def check(
+class _HeaderKey(_Require):
+    def __call__(
+        self,
+        request: Request,
         state: AppState = Depends(app_state),
         credentials: HTTPAuthorizationCredentials | None = Security(_bearer),
     ) -> ApiKey:
-        return _check(_key_from(state, credentials.credentials if credentials else None), scope)
-
-    return check
+        return self.admit(request, state, credentials.credentials if credentials else None)
 
 
-def require_with_query_key(scope: Scope) -> Callable[..., ApiKey]:
-    """As ``require``, also accepting ``?api_key=``: for clients that cannot send headers."""
-
-    def check(
+class _HeaderOrQueryKey(_Require):
+    def __call__(
+        self,
+        request: Request,
         state: AppState = Depends(app_state),
         credentials: HTTPAuthorizationCredentials | None = Security(_bearer),
         api_key: str | None = Query(
             None,
             description="The API key, for clients that cannot set headers (query strings "
-            "end up in logs: give such a client a key of its own, scope score only).",
+            "end up in logs: give such a client a key of its own, scope score only; the "
+            "server's access log shows it redacted).",
         ),
     ) -> ApiKey:
         secret = credentials.credentials if credentials else api_key
-        return _check(_key_from(state, secret), scope)
+        return self.admit(request, state, secret)
 
-    return check
+
+def require(scope: Scope) -> Callable[..., ApiKey]:
+    """A dependency that admits a live key holding ``scope`` (401 without one, 403 short of it)."""
+    return _HeaderKey(KeyRule(scope))
+
+
+def require_with_query_key(scope: Scope) -> Callable[..., ApiKey]:
+    """As ``require``, also accepting ``?api_key=``: for clients that cannot send headers."""
+    return _HeaderOrQueryKey(KeyRule(scope, query_key=True))

@@ -8,12 +8,15 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Send
 
 from rubricsvc.errors import (
     ConflictError,
@@ -69,6 +72,30 @@ def error_response(
     status: int, code: str, message: str, field: str | None = None, **kwargs: Any
 ) -> JSONResponse:
     return JSONResponse(error_body(status, code, message, field, **kwargs), status_code=status)
+
+
+async def send_error(
+    send: Send,
+    status: int,
+    message: str,
+    *,
+    code: str | None = None,
+    headers: Sequence[tuple[bytes, bytes]] = (),
+) -> None:
+    """The error shape sent from ASGI middleware (before the app, or instead of it)."""
+    body = json.dumps(error_body(status, code or _CODES.get(status, "error"), message)).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 def field_path(location: tuple[Any, ...] | list[Any]) -> str:

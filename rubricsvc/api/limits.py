@@ -6,11 +6,9 @@ as it arrives and refused as soon as it passes the limit.
 
 from __future__ import annotations
 
-import json
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rubricsvc.api.errors import error_body
+from rubricsvc.api.errors import send_error
 
 
 class BodyTooLarge(Exception):
@@ -55,17 +53,4 @@ class BodySizeLimit:
                 await self._refuse(send)
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps(
-            error_body(413, "too_large", f"request body over the limit of {self.max_bytes} bytes")
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await send_error(send, 413, f"request body over the limit of {self.max_bytes} bytes")

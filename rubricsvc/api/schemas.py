@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
 from rubricsvc.judging.config import VerdictMode
@@ -14,6 +14,24 @@ from rubricsvc.scoring.rewards import RewardResult
 
 MAX_PAGE = 500
 MAX_OFFSET = 10**9  # bounded so that offset + limit fits any database integer
+MAX_ID = 2**31 - 1  # ids and version numbers are 32-bit integers in the database
+
+RowId = Annotated[int, Field(ge=1, le=MAX_ID)]
+
+
+def _usable_ref(ref: str) -> str:
+    """A version reference (NAME, NAME@N or a version id) whose number fits the database."""
+    text = ref.strip()
+    number = text if text.isdigit() else text.rpartition("@")[2] if "@" in text else ""
+    if number.isdigit():
+        if not (number.isascii() and number.isdecimal()):
+            raise ValueError(f"{number!r} is not a version number (digits 0-9)")
+        if int(number) > MAX_ID:
+            raise ValueError(f"version number or id out of range (at most {MAX_ID})")
+    return ref
+
+
+RubricRef = Annotated[str, Field(min_length=1, max_length=300), AfterValidator(_usable_ref)]
 
 
 class _Body(BaseModel):
@@ -131,10 +149,10 @@ class JobIn(_Body):
     mode: VerdictMode | None = None
     aggregation: str = "rar"
     min_coverage: float = Field(default=DEFAULT_MIN_COVERAGE, ge=0, le=1)
-    completion_ids: list[int] = Field(default_factory=list)
+    completion_ids: list[RowId] = Field(default_factory=list)
     prompt_ids: list[str] = Field(default_factory=list, description="Prompt external ids.")
     sources: list[str] = Field(default_factory=list)
-    rubric: str | None = Field(default=None, description="One rubric version (REF) for all.")
+    rubric: RubricRef | None = Field(default=None, description="One rubric version (REF) for all.")
     include_drafts: bool | None = None
 
 
@@ -163,7 +181,7 @@ class RewardItem(_Body):
         default=None,
         description="The prompt itself (text is one user message), found by its hash.",
     )
-    rubric: str | None = Field(default=None, description="A rubric version (REF) to use.")
+    rubric: RubricRef | None = Field(default=None, description="A rubric version (REF) to use.")
 
     @model_validator(mode="after")
     def _prompt_given(self) -> RewardItem:

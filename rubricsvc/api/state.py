@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -11,8 +12,10 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine
 
 from rubricsvc.api.metrics import Metrics
+from rubricsvc.api.ratelimit import RateLimiter, rate_limiter
 from rubricsvc.config import Settings
-from rubricsvc.judging.backends.kept import KeptBackends
+from rubricsvc.judging.backends import BackendChoice, JudgeBackend, backend_from_spec
+from rubricsvc.judging.backends.kept import KeptBackends, loaded_backend_key
 
 log = logging.getLogger(__name__)
 
@@ -22,13 +25,27 @@ class AppState:
     settings: Settings
     engine: Engine
     metrics: Metrics = field(default_factory=Metrics)
-    judges: KeptBackends = field(default_factory=KeptBackends)
+    # Builds a judge's (or the rubric generator's) backend the first time it is needed.
+    build_backend: Callable[[BackendChoice], JudgeBackend] = backend_from_spec
+    # Every model this server uses, loaded once and kept: at most RUBRICSVC_API_MAX_JUDGES.
+    judges: KeptBackends[BackendChoice] = field(init=False)
+    # Requests per minute per API key (None: no limit).
+    rate_limiter: RateLimiter | None = field(init=False)
     # On SQLite, one lock per judge around a whole reward batch: holding it before the write
     # transaction starts keeps SQLite's single writer from timing out behind a long judge
     # call. PostgreSQL takes concurrent batches (the model itself still runs one at a time).
     _reward_locks: dict[str, threading.Lock] = field(default_factory=dict)
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)
     _jobs: ThreadPoolExecutor | None = None
+
+    def __post_init__(self) -> None:
+        self.judges = KeptBackends(
+            self.build_backend,
+            key=loaded_backend_key,
+            max_backends=self.settings.api.max_judges,
+            limit_name="RUBRICSVC_API_MAX_JUDGES",
+        )
+        self.rate_limiter = rate_limiter(self.settings.api)
 
     def reward_lock(self, judge: str) -> AbstractContextManager[object]:
         if self.engine.dialect.name != "sqlite":

@@ -25,6 +25,9 @@ from rubricsvc.judging.checks import compile_pattern
 from rubricsvc.models.rubric import Category, CriterionKind
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"
+# Weights (criteria, dimensions) stay within this: far beyond any real rubric (HealthBench
+# points are within 10), far below where sums of weights overflow or lose their precision.
+MAX_WEIGHT = 1e6
 
 
 class _Strict(BaseModel):
@@ -144,6 +147,10 @@ class CriterionSpec(_Strict):
     def _finite_non_zero(cls, weight: float) -> float:
         if not math.isfinite(weight):
             raise ValueError(f"weight must be a finite number, got {weight}")
+        if abs(weight) > MAX_WEIGHT:
+            raise ValueError(
+                f"weight must be between -{MAX_WEIGHT:,.0f} and {MAX_WEIGHT:,.0f}, got {weight:g}"
+            )
         if weight == 0:
             raise ValueError("weight must be non-zero (negative for a pitfall)")
         return weight
@@ -221,8 +228,10 @@ class RubricSpec(_Strict):
         if self.dimension_weights is None:
             return self
         for theme, weight in self.dimension_weights.items():
-            if not math.isfinite(weight) or weight <= 0:
-                raise ValueError(f"dimension_weights.{theme}: must be a positive finite number")
+            if not math.isfinite(weight) or not 0 < weight <= MAX_WEIGHT:
+                raise ValueError(
+                    f"dimension_weights.{theme}: must be a positive number up to {MAX_WEIGHT:,.0f}"
+                )
         if any(c.theme is None for c in self.criteria):
             raise ValueError("dimension_weights: every criterion needs a theme")
         missing = sorted({str(c.theme) for c in self.criteria} - set(self.dimension_weights))

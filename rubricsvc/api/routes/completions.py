@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.api.deps import app_state, db, require
 from rubricsvc.api.errors import ApiError, field_path
+from rubricsvc.api.numbers import CheckedRoute, bad_number
 from rubricsvc.api.routes.common import Paging, completion_out, paged_rows
 from rubricsvc.api.schemas import CompletionOut, IngestOut, Page
 from rubricsvc.api.state import AppState
@@ -25,7 +26,7 @@ from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.errors import NotFoundError
 from rubricsvc.models import Completion, Prompt
 
-router = APIRouter(prefix="/v1/completions", tags=["completions"])
+router = APIRouter(prefix="/v1/completions", tags=["completions"], route_class=CheckedRoute)
 
 JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "text/plain")
 
@@ -80,6 +81,10 @@ async def ingest_jsonl(
             data = json.loads(line)
         except json.JSONDecodeError as err:
             raise ApiError(422, f"{where}: invalid JSON: {err.msg}", where) from None
+        unusable = bad_number(data)
+        if unusable is not None:
+            field = field_path([where, *unusable[0]])
+            raise ApiError(422, f"{field}: {unusable[1]}", field)
         try:
             records.append((where, CompletionRecord.model_validate(data)))
         except ValidationError as err:

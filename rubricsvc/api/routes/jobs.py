@@ -16,9 +16,11 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.api.deps import app_state, db, require
 from rubricsvc.api.errors import ApiError
+from rubricsvc.api.numbers import CheckedRoute
 from rubricsvc.api.routes.common import Paging
 from rubricsvc.api.schemas import JobIn, JobOut, Page
 from rubricsvc.api.state import AppState
+from rubricsvc.api.work import check_job_work
 from rubricsvc.apikeys import Scope
 from rubricsvc.judging.aggregation import AGGREGATIONS
 from rubricsvc.scoring import jobs
@@ -27,7 +29,7 @@ from rubricsvc.scoring.selection import Selection
 from rubricsvc.scoring.service import ScoreOptions
 
 log = logging.getLogger(__name__)
-router = APIRouter(prefix="/v1/score-jobs", tags=["score jobs"])
+router = APIRouter(prefix="/v1/score-jobs", tags=["score jobs"], route_class=CheckedRoute)
 JOB_ID = Path(ge=1, le=2**31 - 1)
 
 
@@ -69,6 +71,9 @@ def submit_job(
         include_drafts=include_drafts,
     )
     spec = find_judge(session, body.judge, body.mode)
+    if state.local_jobs() is not None:
+        state.judges.check(spec)  # this server runs the job: its model must fit the kept set
+    check_job_work(state, session, selection)
     options = ScoreOptions(aggregation=body.aggregation, min_coverage=body.min_coverage)
     submission = jobs.submit(
         session, spec, selection, options, state.settings.broker.chunk_judgments

@@ -7,13 +7,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rubricsvc.api.deps import db, require
+from rubricsvc.api.numbers import CheckedRoute
 from rubricsvc.api.routes.common import Paging, paged_rows, prompt_out
 from rubricsvc.api.schemas import CreatedPrompt, Page, PromptIn, PromptOut
 from rubricsvc.apikeys import Scope
 from rubricsvc.models import Prompt
 from rubricsvc.prompts import find_prompt, store_prompt
 
-router = APIRouter(prefix="/v1/prompts", tags=["prompts"])
+router = APIRouter(prefix="/v1/prompts", tags=["prompts"], route_class=CheckedRoute)
 
 
 @router.get("", response_model=Page, dependencies=[Depends(require(Scope.READ))])

@@ -11,9 +11,11 @@ from fastapi import APIRouter, Depends, Query
 
 from rubricsvc.api.deps import app_state, require, require_with_query_key
 from rubricsvc.api.errors import ApiError
+from rubricsvc.api.numbers import CheckedRoute
 from rubricsvc.api.routes.jobs import check_aggregation
 from rubricsvc.api.schemas import OpenRLHFIn, OpenRLHFOut, RewardsIn, RewardsOut
 from rubricsvc.api.state import AppState
+from rubricsvc.api.work import check_reward_work
 from rubricsvc.apikeys import Scope
 from rubricsvc.db import session_scope
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
@@ -22,7 +24,7 @@ from rubricsvc.scoring.judge_configs import find_judge
 from rubricsvc.scoring.rewards import RewardBatch, RewardRequest, compute_rewards
 from rubricsvc.scoring.service import ScoreOptions
 
-router = APIRouter(tags=["rewards"])
+router = APIRouter(tags=["rewards"], route_class=CheckedRoute)
 
 
 def _rewards(
@@ -41,6 +43,8 @@ def _rewards(
     if len(requests) > limit:
         raise ApiError(413, f"{len(requests)} items: at most {limit} per request", "body.items")
     drafts = state.settings.scoring.use_drafts if include_drafts is None else include_drafts
+    # Refused before anything is stored or judged: a judge past the kept set, too much work.
+    check_reward_work(state, requests, judge=judge, mode=mode, include_drafts=drafts)
     options = ScoreOptions(aggregation=aggregation, min_coverage=min_coverage)
     with state.reward_lock(judge), session_scope(state.engine) as session:
         spec = find_judge(session, judge, mode)
@@ -112,6 +116,7 @@ def openrlhf_reward(
     min_coverage: float = Query(DEFAULT_MIN_COVERAGE, ge=0, le=1),
     masked: float | None = Query(
         None,
+        allow_inf_nan=False,
         description="The reward to send for a masked score. OpenRLHF needs a number for every "
         "sample; without this, a batch with a masked score is refused (503) rather than "
         "scored as a silent zero, and OpenRLHF's client retries it.",

@@ -6,6 +6,8 @@ and the routes with a suffix (``/versions``, ``/diff``) are declared before the 
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 from pydantic import ValidationError
 from sqlalchemy import select
@@ -13,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.api.deps import app_state, db, require
 from rubricsvc.api.errors import ApiError
+from rubricsvc.api.numbers import CheckedRoute
 from rubricsvc.api.routes.common import Paging, paged_rows, version_out
 from rubricsvc.api.schemas import (
     DraftOut,
@@ -26,7 +29,7 @@ from rubricsvc.api.schemas import (
 from rubricsvc.api.state import AppState
 from rubricsvc.apikeys import Scope
 from rubricsvc.errors import NotFoundError
-from rubricsvc.judging.backends import backend_from_spec
+from rubricsvc.judging.backends import JudgeBackend
 from rubricsvc.models import RubricVersion, VersionStatus
 from rubricsvc.rubrics import service
 from rubricsvc.rubrics.diff import diff_versions
@@ -36,7 +39,7 @@ from rubricsvc.rubrics.generator import GeneratorSpec, with_overrides
 from rubricsvc.rubrics.repository import get_rubric, latest_version, versions_query
 from rubricsvc.rubrics.schemas import RubricSpec
 
-router = APIRouter(prefix="/v1/rubrics", tags=["rubrics"])
+router = APIRouter(prefix="/v1/rubrics", tags=["rubrics"], route_class=CheckedRoute)
 
 NAME = Path(description="The rubric's name (may contain slashes).", max_length=200)
 NUMBER = Path(ge=1, le=2**31 - 1, description="The version number (N in NAME@N).")
@@ -111,11 +114,21 @@ def generate(
         )
     except ValidationError as err:  # pragma: no cover - with_overrides raises ValidationFailed
         raise ApiError(422, str(err), "body") from None
+    state.judges.check(spec)  # the generator's model must fit the kept set (422 if not)
     requests = requests_from_database(session, body.prompt_ids)
     options = GenerationOptions(name_prefix=body.name_prefix, with_generic=body.with_generic)
-    report = generate_rubrics(
-        session, requests, spec, lambda: backend_from_spec(spec), options, checkpoint=session.commit
-    )
+    with ExitStack() as held:
+
+        def backend() -> JudgeBackend:
+            # Loaded once and kept (shared with a judge of the same model), and held for the
+            # whole drafting: the guided decoder drives the model directly.
+            view = state.judges.get(spec)
+            held.enter_context(view.exclusive())
+            return view
+
+        report = generate_rubrics(
+            session, requests, spec, backend, options, checkpoint=session.commit
+        )
     return GenerateOut(
         generator_hash=report.generator_hash,
         drafts=[

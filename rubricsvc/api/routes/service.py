@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.api.deps import app_state, db, require
 from rubricsvc.api.metrics import CONTENT_TYPE
+from rubricsvc.api.numbers import CheckedRoute
 from rubricsvc.api.schemas import JudgeOut
 from rubricsvc.api.state import AppState
 from rubricsvc.apikeys import Scope
@@ -18,7 +19,7 @@ from rubricsvc.errors import first_line
 from rubricsvc.judging.config import BUILTIN_JUDGES
 from rubricsvc.models import JudgeConfig
 
-router = APIRouter(tags=["service"])
+router = APIRouter(tags=["service"], route_class=CheckedRoute)
 
 
 @router.get("/healthz", responses={503: {"description": "The database is unreachable or behind."}})

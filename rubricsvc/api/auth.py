@@ -1,0 +1,153 @@
+"""API keys, scopes and rate limits, checked from the request line and headers alone.
+
+FastAPI reads and parses a JSON body before it runs a route's dependencies, so a key checked
+only in a dependency comes after the server has read (up to the size limit) and parsed what
+any client sent. ``KeyGate`` sits in front of the app: it finds the route a request is for
+and, when that route needs a key, authenticates it (``Authorization: Bearer``, or
+``?api_key=`` on the routes that accept it), counts it against its rate limit and checks the
+route's scope before the app receives anything. A refused request's body is never read. The
+admitted key is left in the ASGI scope, where the route's dependency finds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi.concurrency import run_in_threadpool
+from fastapi.security.utils import get_authorization_scheme_param
+from starlette.datastructures import Headers, QueryParams
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from rubricsvc.api.errors import send_error
+from rubricsvc.api.ratelimit import RateLimiter, retry_after
+from rubricsvc.apikeys import Scope as KeyScope
+from rubricsvc.apikeys import allows, authenticate
+from rubricsvc.db import session_scope
+from rubricsvc.models import ApiKey
+
+# Where KeyGate leaves the key it admitted (an ASGI scope extension).
+ADMITTED_KEY = "rubricsvc.api_key"
+NO_KEY = "an API key is required: send 'Authorization: Bearer <key>'"
+BAD_KEY = "unknown or revoked API key"
+
+
+@dataclass(frozen=True)
+class KeyRule:
+    """What a route asks of a key: a scope, and whether ``?api_key=`` may carry it."""
+
+    scope: KeyScope
+    query_key: bool = False
+
+
+class KeyCheck:
+    """Base of the dependencies that declare a route's ``KeyRule`` (see ``deps.require``)."""
+
+    def __init__(self, rule: KeyRule) -> None:
+        self.rule = rule
+
+
+def rule_of(route: BaseRoute) -> KeyRule | None:
+    """The key rule of a route's dependencies (declared on the route or in its parameters)."""
+    pending = list(getattr(getattr(route, "dependant", None), "dependencies", None) or [])
+    while pending:
+        dependant = pending.pop()
+        if isinstance(dependant.call, KeyCheck):
+            return dependant.call.rule
+        pending.extend(dependant.dependencies)
+    return None
+
+
+def presented_secret(scope: Scope, rule: KeyRule) -> str | None:
+    """The key a request presents: the bearer credentials (as ``HTTPBearer`` reads them), else
+    ``?api_key=`` where the route accepts it."""
+    header = Headers(scope=scope).get("authorization")
+    scheme, credentials = get_authorization_scheme_param(header)
+    if header and credentials and scheme.lower() == "bearer":
+        return credentials
+    if rule.query_key:
+        return QueryParams(scope.get("query_string", b"")).get("api_key") or None
+    return None
+
+
+def scope_error(key: ApiKey, needed: KeyScope) -> str | None:
+    if allows(key.scopes, needed):
+        return None
+    held = ", ".join(key.scopes) or "none"
+    return f"this key's scopes ({held}) do not include {needed.value}"
+
+
+class KeyGate:
+    """Pure ASGI: nothing of the body is received unless the key is admitted."""
+
+    def __init__(
+        self, app: ASGIApp, *, routes: Sequence[BaseRoute], engine: Any, limiter: RateLimiter | None
+    ) -> None:
+        self.app = app
+        self.routes = routes  # the app's routes, in the order its router tries them
+        self.engine = engine
+        self.limiter = limiter
+        self._rules: dict[int, KeyRule | None] = {}
+
+    def _route(self, scope: Scope) -> tuple[BaseRoute, KeyRule] | None:
+        for route in self.routes:
+            match, _ = route.matches(scope)
+            if match == Match.FULL:
+                if id(route) not in self._rules:
+                    self._rules[id(route)] = rule_of(route)
+                rule = self._rules[id(route)]
+                return (route, rule) if rule is not None else None
+        return None  # no route (404), another method (405), or a route open to all
+
+    def _admit(self, secret: str) -> tuple[ApiKey | None, float]:
+        with session_scope(self.engine) as session:
+            key = authenticate(session, secret)
+            if key is None:
+                return None, 0.0
+            session.expunge(key)
+        return key, (self.limiter.take(key.id) if self.limiter is not None else 0.0)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        found = self._route(scope) if scope["type"] == "http" else None
+        if found is None:
+            await self.app(scope, receive, send)
+            return
+        route, rule = found
+        secret = presented_secret(scope, rule)
+        if not secret:
+            await self._refuse(scope, route, send, 401, NO_KEY)
+            return
+        key, wait = await run_in_threadpool(self._admit, secret)
+        if key is None:
+            await self._refuse(scope, route, send, 401, BAD_KEY)
+            return
+        if wait > 0:
+            seconds = retry_after(wait)
+            assert self.limiter is not None
+            message = (
+                f"rate limit of {self.limiter.per_minute} requests per minute for this key: "
+                f"retry in {seconds} s"
+            )
+            headers = [(b"retry-after", str(seconds).encode())]
+            await self._refuse(scope, route, send, 429, message, headers)
+            return
+        refused = scope_error(key, rule.scope)
+        if refused is not None:
+            await self._refuse(scope, route, send, 403, refused)
+            return
+        scope[ADMITTED_KEY] = key
+        await self.app(scope, receive, send)
+
+    async def _refuse(
+        self,
+        scope: Scope,
+        route: BaseRoute,
+        send: Send,
+        status: int,
+        message: str,
+        headers: Sequence[tuple[bytes, bytes]] = (),
+    ) -> None:
+        scope["route"] = route  # metrics label the refusal with the route's template
+        await send_error(send, status, message, headers=headers)
