@@ -479,6 +479,16 @@ BAD_NUMBERS: list[tuple[str, str, dict[str, Any], str]] = [
         "body.0.metadata.v.1",
     ),
     ("POST", "/v1/completions", {"json": [{"prompt_id": 2**63, "text": "t"}]}, "body.0.prompt_id"),
+    ("POST", "/v1/completions", {"json": [{"prompt_id": 2**40, "text": "t"}]}, "body.0.prompt_id"),
+    (
+        "POST",
+        "/v1/completions/jsonl",
+        {
+            "content": '{"prompt_id": 0, "text": "t"}\n',
+            "headers": {"content-type": "application/x-ndjson"},
+        },
+        "line.1.prompt_id",
+    ),
     (
         "POST",
         "/v1/completions/jsonl",

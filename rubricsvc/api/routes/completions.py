@@ -19,7 +19,7 @@ from rubricsvc.api.deps import app_state, db, require
 from rubricsvc.api.errors import ApiError, field_path
 from rubricsvc.api.numbers import CheckedRoute, bad_number
 from rubricsvc.api.routes.common import Paging, completion_out, paged_rows
-from rubricsvc.api.schemas import CompletionOut, IngestOut, Page
+from rubricsvc.api.schemas import MAX_ID, CompletionOut, IngestOut, Page
 from rubricsvc.api.state import AppState
 from rubricsvc.apikeys import Scope
 from rubricsvc.completions import CompletionRecord, add_completions
@@ -38,6 +38,10 @@ def _check_count(count: int, state: AppState, field: str) -> None:
 
 
 def _ingest(session: Session, records: list[tuple[str, CompletionRecord]]) -> IngestOut:
+    for where, record in records:  # a prompt id the database cannot hold is no prompt's
+        if record.prompt_id is not None and not 1 <= record.prompt_id <= MAX_ID:
+            field = f"{where}.prompt_id"
+            raise ApiError(422, f"{field}: must be between 1 and {MAX_ID}", field)
     result = add_completions(session, records)
     return IngestOut(added=result.added, unchanged=result.unchanged)
 
