@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import platformdirs
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from rubricsvc.scoring.service import ScoreOptions
 
 APP_NAME = "rubricsvc"
 
@@ -96,6 +100,27 @@ class ScoringSettings(BaseSettings):
 
     # False: only approved versions; True: the latest draft or approved version.
     use_drafts: bool = False
+    # A response the judge cannot judge because of its content (it overflows the judge's
+    # context): "worst" gives each such criterion its worst value; "mask" leaves it out.
+    response_failure: Literal["worst", "mask"] = "worst"
+    # Judge-caused failures (unparseable or off-scale replies) above this share of a run's
+    # judgments raise an alarm.
+    judge_failure_alarm: float = Field(default=0.05, ge=0, le=1)
+    # The reward sent for a masked score where a number is required (OpenRLHF, verl):
+    # "mean" sends the mean of the batch's other rewards, so the sample moves nothing
+    # under group-normalized advantages; a number is sent as it is.
+    masked_reward: Literal["mean"] | float = "mean"
+
+    def score_options(self, **given: Any) -> ScoreOptions:
+        """``ScoreOptions`` with this group's failure policy and ``given`` fields."""
+        from rubricsvc.judging.failures import ResponseFailurePolicy
+        from rubricsvc.scoring.service import ScoreOptions
+
+        return ScoreOptions(
+            response_failure=ResponseFailurePolicy(self.response_failure),
+            judge_failure_alarm=self.judge_failure_alarm,
+            **given,
+        )
 
 
 class ApiSettings(BaseSettings):

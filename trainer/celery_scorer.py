@@ -65,7 +65,6 @@ class CeleryScorer:
         from rubricsvc.scoring import jobs
         from rubricsvc.scoring.judge_configs import find_judge
         from rubricsvc.scoring.selection import Selection
-        from rubricsvc.scoring.service import ScoreOptions
 
         try:
             from workers.app import send_chunks
@@ -78,9 +77,7 @@ class CeleryScorer:
             rubric_ref=rubric,
             include_drafts=self.settings.include_drafts,
         )
-        options = ScoreOptions(
-            aggregation=self.settings.aggregation, min_coverage=self.settings.min_coverage
-        )
+        options = self.settings.score_options()
         with session_scope(self._engine) as session:
             spec = find_judge(session, self.settings.judge, self.settings.mode)
             chunk_judgments = get_settings().broker.chunk_judgments

@@ -16,6 +16,8 @@ from rubricsvc.errors import ValidationFailed
 from rubricsvc.fileformats import describe_validation_error
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
 from rubricsvc.judging.config import VerdictMode
+from rubricsvc.judging.failures import ResponseFailurePolicy
+from rubricsvc.scoring.service import ScoreOptions
 
 
 class Strict(BaseModel):
@@ -50,6 +52,23 @@ class ScorerSettings(Strict):
     # times, waiting retry_backoff x 2^attempt seconds, before the run stops on it.
     retries: int = Field(default=3, ge=0)
     retry_backoff: float = Field(default=1.0, ge=0.0)
+    # A masked score (judge or infrastructure failures below the coverage floor): "drop"
+    # gives TRL no reward for it (no advantage, it moves nothing); "mean" the batch's mean
+    # of the other rewards; a number, that number. Counted every step either way.
+    masked_reward: Literal["drop", "mean"] | float = "drop"
+    # A response the judge cannot judge (it overflows the judge's context): its worst value,
+    # or masked like a judge failure.
+    response_failure: Literal["worst", "mask"] = "worst"
+    # Judge-caused failures above this share of a step's judged criteria raise an alarm.
+    judge_failure_alarm: float = Field(default=0.05, ge=0.0, le=1.0)
+
+    def score_options(self) -> ScoreOptions:
+        return ScoreOptions(
+            aggregation=self.aggregation,
+            min_coverage=self.min_coverage,
+            response_failure=ResponseFailurePolicy(self.response_failure),
+            judge_failure_alarm=self.judge_failure_alarm,
+        )
 
     @model_validator(mode="after")
     def _http_needs_url(self) -> ScorerSettings:
@@ -133,6 +152,12 @@ class TrainConfig(Strict):
     output_dir: Path = Path("runs")  # the run directory is OUTPUT_DIR/NAME
     save_policy: bool = False  # write the trained weights to the run directory
     samples_per_step: int = Field(default=8, ge=0)  # completions kept in samples.jsonl per step
+    # Before training, attack the reward's judge on the demo set (`rubricsvc judges audit`)
+    # and refuse to start when an attack inflates the score by more than audit_max_inflation
+    # on average: a policy would find that attack. audit_attacks: all when empty.
+    audit: bool = False
+    audit_max_inflation: float = 0.05
+    audit_attacks: list[str] = Field(default_factory=list)
     threads: int | None = Field(default=None, ge=1)  # torch threads; None: torch's default
 
     @property

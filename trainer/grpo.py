@@ -7,10 +7,11 @@ callbacks, then calls ``GRPOTrainer.train``.
 
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from sqlalchemy import select
 
 from rubricsvc.errors import DependencyMissing, NotFoundError
 from rubricsvc.models import Prompt
+from trainer.audit import audit_reward_judge
 from trainer.config import TrainConfig
 from trainer.monitors import GoldMonitor, SaturationTracker
 from trainer.recording import RecordingReward
@@ -150,6 +152,7 @@ def train(config: TrainConfig, say: Callable[[str], None] = log.info) -> TrainRe
     if config.threads:
         torch.set_num_threads(config.threads)
     messages = load_prompts(config.reward.database_url, config.prompts)
+    audit = audit_reward_judge(config, say) if config.audit else None
     dataset = Dataset.from_list(
         [
             {"prompt": m, PROMPT_ID_COLUMN: pid}
@@ -165,6 +168,8 @@ def train(config: TrainConfig, say: Callable[[str], None] = log.info) -> TrainRe
     reward = RecordingReward(inner, run, config.samples_per_step, config.monitors.ngram)
     arguments = grpo_arguments(config, run.path / "trl")
     run.write_config(config.model_dump(mode="json"), arguments)
+    if audit is not None:
+        (run.path / "audit.json").write_text(json.dumps(asdict(audit), indent=2))
     for line in describe_defaults(config):
         say(f"GRPO {line}")
     trainer = GRPOTrainer(

@@ -5,7 +5,10 @@ each prompt's rubric is found by the dataset's ``prompt_id`` column (a prompt's 
 or, without one, by the hash of the prompt's messages. ``None`` where the score is masked
 (judge failures below the coverage floor) or the prompt has no usable rubric: TRL then leaves
 the completion out of the advantage baseline and gives it no advantage, so it does not move
-the policy. Per-criterion pass rates go to TRL's ``log_metric`` hook.
+the policy (``masked_reward: drop``, the default; ``mean`` or a number send a value instead).
+A masked score never stops a run. Per-criterion pass rates, the masked share and the failed
+judgments by class go to TRL's ``log_metric`` hook every step; a judge whose own replies fail
+above ``judge_failure_alarm`` is logged as a warning.
 
 Instances are picklable (settings only; the judge loads on first call). ``AsyncRubricReward``
 is the same reward as a coroutine, which TRL runs next to other async rewards.
@@ -14,12 +17,14 @@ is the same reward as a coroutine, which TRL runs next to other async rewards.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rubricsvc.scoring.rewards import RewardRequest, RewardResult
+from rubricsvc.judging.failures import FailureClass, empty_counts
+from rubricsvc.scoring.rewards import RewardRequest, RewardResult, fill_masked
 from trainer.config import ScorerSettings
 from trainer.scorers import Scorer, make_scorer
 
@@ -27,6 +32,7 @@ PROMPT_ID_COLUMN = "prompt_id"
 # A criterion counts as passed at value >= 0.5 (a "Yes" verdict, or a probability above even).
 PASS_VALUE = 0.5
 LogMetric = Callable[[str, float], None]
+log = logging.getLogger(__name__)
 
 
 def completion_text(completion: Any) -> str:
@@ -72,11 +78,28 @@ def metric_name(criterion: str) -> str:
     return "criteria/" + short.replace("/", "-")
 
 
+def failure_counts(results: Sequence[RewardResult]) -> dict[str, int]:
+    """Failed judgments behind a batch of rewards, by who caused them."""
+    counts = empty_counts()
+    for result in results:
+        for name, n in result.failures.items():
+            counts[name] = counts.get(name, 0) + n
+    return counts
+
+
+def judge_failure_share(results: Sequence[RewardResult]) -> float:
+    """The share of a batch's judged criteria whose judgment failed on the judge's own reply."""
+    judged = sum(1 for r in results for c in r.criteria if c.get("status") != "check")
+    return failure_counts(results)[FailureClass.JUDGE.value] / judged if judged else 0.0
+
+
 def log_rubric_metrics(results: Sequence[RewardResult], log_metric: LogMetric) -> None:
     rewards = [r.reward for r in results if r.reward is not None]
     if rewards:
         log_metric("rubric/reward", sum(rewards) / len(rewards))
     log_metric("rubric/masked_fraction", 1 - len(rewards) / max(len(results), 1))
+    for name, count in failure_counts(results).items():
+        log_metric(f"rubric/failures/{name}", float(count))
     for text, rate in criterion_pass_rates(results).items():
         log_metric(metric_name(text), rate)
 
@@ -107,12 +130,28 @@ class RubricReward:
         log_metric = kwargs.get("log_metric")
         if log_metric is not None:
             log_rubric_metrics(results, log_metric)
+        share = judge_failure_share(results)
+        if share > self.scorer.settings.judge_failure_alarm:
+            log.warning(
+                "judge %s: %.0f%% of this step's judgments failed on the judge's own reply "
+                "(unparseable or off its scale); their scores are masked",
+                self.scorer.settings.judge,
+                100 * share,
+            )
         return results
+
+    def rewards(self, results: Sequence[RewardResult]) -> list[float | None]:
+        """The rewards TRL gets: None for a masked score, or the configured value."""
+        rewards = [r.reward for r in results]
+        masked = self.scorer.settings.masked_reward
+        if masked == "drop":
+            return rewards
+        return list(fill_masked(rewards, masked))
 
     def __call__(
         self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
     ) -> list[float | None]:
-        return [r.reward for r in self.score(prompts, completions, **kwargs)]
+        return self.rewards(self.score(prompts, completions, **kwargs))
 
 
 class AsyncRubricReward(RubricReward):
@@ -124,7 +163,7 @@ class AsyncRubricReward(RubricReward):
         self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
     ) -> list[float | None]:
         results = await asyncio.to_thread(self.score, prompts, completions, **kwargs)
-        return [r.reward for r in results]
+        return self.rewards(results)
 
 
 class RandomControlReward:

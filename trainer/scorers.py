@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from sqlalchemy import Engine
 
 from rubricsvc.errors import DependencyMissing, RubricsvcError
+from rubricsvc.judging.failures import empty_counts
 from rubricsvc.scoring.rewards import RewardRequest, RewardResult
 from trainer.config import ScorerSettings, Via
 
@@ -48,14 +49,11 @@ class InProcessScorer:
         from rubricsvc.judging.backends.kept import KeptBackends
         from rubricsvc.scoring.judge_configs import find_judge
         from rubricsvc.scoring.rewards import compute_rewards
-        from rubricsvc.scoring.service import ScoreOptions
 
         if self._engine is None:
             self._engine = make_engine(self.settings.database_url)
             self._backends = KeptBackends()
-        options = ScoreOptions(
-            aggregation=self.settings.aggregation, min_coverage=self.settings.min_coverage
-        )
+        options = self.settings.score_options()
         with session_scope(self._engine) as session:
             spec = find_judge(session, self.settings.judge, self.settings.mode)
             batch = compute_rewards(
@@ -159,6 +157,7 @@ def _result_from_json(item: dict[str, Any]) -> RewardResult:
         completion_id=item.get("completion_id"),
         reasons=list(item.get("reasons") or []),
         criteria=list(item.get("criteria") or []),
+        failures={**empty_counts(), **(item.get("failures") or {})},
     )
 
 

@@ -27,6 +27,7 @@ from rubricsvc.db import session_scope
 from rubricsvc.errors import RubricsvcError
 from rubricsvc.judging.backends.base import BackendError, JudgeBackend
 from rubricsvc.judging.config import JudgeSpec
+from rubricsvc.judging.failures import ResponseFailurePolicy
 from rubricsvc.models import ChunkStatus, JobStatus, ScoreChunk, ScoreJob
 from rubricsvc.models.base import utcnow
 from rubricsvc.scoring.jobs import get_job, rollup
@@ -167,6 +168,8 @@ def _score_chunk(
         min_coverage=float(job.params["min_coverage"]),
         gate_cap=job.params.get("gate_cap"),
         chunk_judgments=max(chunk.judgments, 1),  # the whole chunk in one backend batch
+        response_failure=ResponseFailurePolicy(job.params.get("response_failure", "worst")),
+        judge_failure_alarm=float(job.params.get("judge_failure_alarm", 0.05)),
     )
 
     def checkpoint() -> None:

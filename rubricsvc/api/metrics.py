@@ -39,6 +39,12 @@ class Metrics:
             ["judge", "outcome"],
             registry=self.registry,
         )
+        self.failures = Counter(
+            "rubricsvc_judgment_failures",
+            "Failed judgments by judge and by who caused them (infrastructure, judge, response).",
+            ["judge", "failure_class"],
+            registry=self.registry,
+        )
         self.rewards = Counter(
             "rubricsvc_rewards",
             "Rewards returned, by judge and whether they have a value (ok) or are null.",
@@ -50,6 +56,11 @@ class Metrics:
         for outcome, n in (("computed", computed), ("cached", cached), ("failed", failed)):
             if n:
                 self.judgments.labels(judge, outcome).inc(n)
+
+    def count_failures(self, judge: str, failures: dict[str, int]) -> None:
+        for name, n in failures.items():
+            if n:
+                self.failures.labels(judge, name).inc(n)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

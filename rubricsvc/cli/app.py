@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from rubricsvc.cli import admin, data, importing, jobs, rubrics, scoring, service, train
+from rubricsvc.cli import admin, audit, data, importing, jobs, rubrics, scoring, service, train
 from rubricsvc.cli.context import CliExit, fail
 from rubricsvc.errors import RubricsvcError
 
@@ -20,6 +20,7 @@ app.add_typer(admin.models_app, name="models")
 app.add_typer(rubrics.app, name="rubrics")
 app.add_typer(data.completions_app, name="completions")
 app.add_typer(data.prompts_app, name="prompts")
+scoring.judges_app.command("audit")(audit.judges_audit)
 app.add_typer(scoring.judges_app, name="judges")
 app.add_typer(scoring.scores_app, name="scores")
 app.command("score")(scoring.score_command)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import typer
@@ -20,10 +20,11 @@ from rubricsvc.config import get_settings
 from rubricsvc.judging.aggregation import AGGREGATIONS, DEFAULT_MIN_COVERAGE
 from rubricsvc.judging.backends import backend_from_spec
 from rubricsvc.judging.config import BUILTIN_JUDGES, VerdictMode
+from rubricsvc.judging.failures import ResponseFailurePolicy, empty_counts
 from rubricsvc.models import Completion, JudgeConfig, Prompt, RubricVersion, Score
 from rubricsvc.scoring.judge_configs import ensure_judge_config, find_judge, load_judge_file
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoredCompletion, ScoreOptions, ScoreReport, score
+from rubricsvc.scoring.service import ScoredCompletion, ScoreReport, score
 
 scores_app = typer.Typer(help="Read and export stored scores.", no_args_is_help=True)
 judges_app = typer.Typer(help="Judge configurations.", no_args_is_help=True)
@@ -57,6 +58,12 @@ def score_command(
         help="Score in this process, or submit a job to Celery workers and follow it "
         "(default: celery when RUBRICSVC_BROKER_URL is set).",
     ),
+    response_failure: ResponseFailurePolicy | None = typer.Option(
+        None,
+        help="A response the judge cannot judge (it overflows the judge's context): its "
+        "worst value, or masked (default: RUBRICSVC_SCORING_RESPONSE_FAILURE, else worst).",
+        show_default=False,
+    ),
 ) -> None:
     """Score completions against their rubrics; judgments already made come from the cache."""
     if include_drafts is None:
@@ -68,7 +75,11 @@ def score_command(
         rubric_ref=rubric,
         include_drafts=include_drafts,
     )
-    options = ScoreOptions(aggregation=aggregation, min_coverage=min_coverage)
+    options = get_settings().scoring.score_options(
+        aggregation=aggregation, min_coverage=min_coverage
+    )
+    if response_failure is not None:
+        options = replace(options, response_failure=response_failure)
     if via is None:
         via = Via.CELERY if get_settings().broker.url else Via.INPROCESS
     if via == Via.CELERY:
@@ -130,10 +141,19 @@ def _print_report(report: ScoreReport, breakdown: bool) -> None:
         )
     console.print(
         f"{report.judgments} judgment(s): {report.computed} computed, {report.cached} from the cache, "
-        f"{report.failed} failed; {report.checks} check(s); {report.backend_requests} backend request(s)"
+        f"{report.failed} failed{_by_class(report.failures)}; {report.checks} check(s); "
+        f"{report.backend_requests} backend request(s)"
     )
+    for alarm in report.alarms:
+        err_console.print(f"[yellow]alarm[/yellow]: {alarm}")
     if report.judgments and report.cached == report.judgments:
         console.print("Everything came from the cache: no judge was called.")
+
+
+def _by_class(failures: dict[str, int]) -> str:
+    """`` (2 infrastructure, 1 response)``: the failed judgments by who caused them."""
+    parts = [f"{n} {name}" for name, n in failures.items() if n]
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def _breakdown_table(scored: ScoredCompletion) -> Table:
@@ -146,7 +166,9 @@ def _breakdown_table(scored: ScoredCompletion) -> Table:
     for entry in scored.criteria:
         verdict = entry.get("verdict") or entry["status"]
         if entry["status"] == "failed":
-            verdict = f"[red]failed[/red]: {entry.get('error', '')}"[:80]
+            verdict = f"[red]failed ({entry.get('failure')})[/red]: {entry.get('error', '')}"[:96]
+        elif entry["status"] == "unjudgeable":
+            verdict = f"[yellow]worst (response)[/yellow]: {entry.get('error', '')}"[:96]
         table.add_row(f"{entry['weight']:g}", verdict, _fmt(entry["value"]), entry["text"])
     return table
 
@@ -183,6 +205,10 @@ def scores_export(
                     "score": score_row.value,
                     "coverage": score_row.coverage,
                     "status": score_row.status.value,
+                    "failures": {
+                        **empty_counts(),
+                        **(score_row.details or {}).get("failures", {}),
+                    },
                 },
                 ensure_ascii=False,
             )

@@ -3,7 +3,7 @@
 from rubricsvc.models.apikey import ApiKey
 from rubricsvc.models.base import Base
 from rubricsvc.models.completion import Completion
-from rubricsvc.models.judging import JudgeConfig, Judgment, JudgmentStatus
+from rubricsvc.models.judging import JudgeAudit, JudgeConfig, Judgment, JudgmentStatus
 from rubricsvc.models.prompt import Prompt
 from rubricsvc.models.rubric import (
     MUTABLE_VERSION_COLUMNS,
@@ -34,6 +34,7 @@ __all__ = [
     "Criterion",
     "CriterionKind",
     "JobStatus",
+    "JudgeAudit",
     "JudgeConfig",
     "Judgment",
     "JudgmentStatus",

@@ -61,7 +61,27 @@ class Judgment(CreatedAtMixin, Base):
     latency_ms: Mapped[float | None] = mapped_column(Float)
     attempts: Mapped[int] = mapped_column(Integer, default=1)
     error: Mapped[str | None] = mapped_column(Text)
+    # Who caused a failure: infrastructure, judge or response (judging/failures.py).
+    failure: Mapped[str | None] = mapped_column(String(20))
     # Mode-specific extras: choice probabilities, ordinal level, reference-relative scores.
     detail: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+
+    judge_config: Mapped[JudgeConfig] = relationship()
+
+
+class JudgeAudit(CreatedAtMixin, Base):
+    """An attack audit of one judge config on one set of items (``rubricsvc judges audit``):
+    part of the judge's lineage, so how far it can be gamed is on record beside it."""
+
+    __tablename__ = "judge_audits"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    judge_config_id: Mapped[int] = mapped_column(ForeignKey("judge_configs.id"), index=True)
+    set_name: Mapped[str] = mapped_column(String(200))
+    # The hash of the items attacked (prompts, rubrics, honest answers) and of the options.
+    set_hash: Mapped[str] = mapped_column(String(HASH_LENGTH))
+    # The largest mean inflation of any attack, and of the attacks the platform neutralizes.
+    max_inflation: Mapped[float] = mapped_column(Float)
+    report: Mapped[dict[str, Any]] = mapped_column(JSONType)
 
     judge_config: Mapped[JudgeConfig] = relationship()

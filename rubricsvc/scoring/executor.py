@@ -2,7 +2,8 @@
 
 The outcome of every judgment is either a verdict or a failure with its error; a failure
 is retried while it may help (a transient backend error, unparseable output) and is
-never turned into a low score.
+never turned into a low score. Each failure carries its class (``judging.failures``):
+who caused it decides whether a score masks it or charges it to the response.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 from rubricsvc.judging.backends.base import BackendError, JudgeBackend
 from rubricsvc.judging.config import JudgeSpec
+from rubricsvc.judging.failures import FailureClass, classify_backend_error
 from rubricsvc.judging.modes import Call, CallBuilder, CompletionView, Item, ModeError
 from rubricsvc.judging.templates import PromptTemplate
 from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
@@ -32,6 +34,7 @@ class JudgeResult:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     latency_ms: float | None = None
+    failure: FailureClass | None = None  # set exactly when ``verdict`` is None
 
 
 BackendResponse = Generation | ChoiceResult | BackendError
@@ -76,7 +79,13 @@ class CallExecutor:
                     built = self.builder(self.spec, self.template, completion, items, attempt)
                 except ModeError as err:
                     for item in items:
-                        results[item.key] = JudgeResult(item.key, None, str(err), attempt + 1)
+                        results[item.key] = JudgeResult(
+                            item.key,
+                            None,
+                            str(err),
+                            attempt + 1,
+                            failure=FailureClass.INFRASTRUCTURE,
+                        )
                     continue
                 calls.extend((completion, call) for call in built)
             retry: dict[int, tuple[CompletionView, list[Item]]] = {}
@@ -91,7 +100,7 @@ class CallExecutor:
                 else:
                     for key in call.keys:
                         results[key] = JudgeResult(
-                            key, None, str(failure), attempt + 1, failure.raw
+                            key, None, str(failure), attempt + 1, failure.raw, failure=failure.cls
                         )
             pending = list(retry.values())
             if pending:
@@ -109,12 +118,12 @@ class CallExecutor:
         results: dict[str, JudgeResult],
     ) -> _Failure | None:
         if isinstance(response, BackendError):
-            return _Failure(str(response), response.retryable)
+            return _Failure(str(response), response.retryable, classify_backend_error(response))
         raw = response.text if isinstance(response, Generation) else json.dumps(response.probs)
         try:
             verdicts = call.parse(response)
         except VerdictParseError as err:
-            return _Failure(f"unparseable judge output: {err}", retryable=True, raw=raw)
+            return _Failure(f"unparseable judge output: {err}", True, FailureClass.JUDGE, raw=raw)
         completion_tokens = response.completion_tokens if isinstance(response, Generation) else 0
         share = 1 / len(call.keys)
         for key in call.keys:
@@ -187,6 +196,7 @@ class CallExecutor:
 class _Failure:
     message: str
     retryable: bool
+    cls: FailureClass
     raw: str | None = None
 
     def __str__(self) -> str:

@@ -30,6 +30,7 @@ from rubricsvc.db import insert_for
 from rubricsvc.errors import ConflictError, NotFoundError
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
+from rubricsvc.judging.failures import empty_counts
 from rubricsvc.models import (
     ChunkStatus,
     Completion,
@@ -118,6 +119,7 @@ def submit(
             "aggregation": aggregation,
             "min_coverage": options.min_coverage,
             "gate_cap": options.gate_cap,
+            "response_failure": options.response_failure.value,
             "work": sorted((c, v.id) for c, vs in versions_of.items() for v in vs),
         }
     )
@@ -129,6 +131,8 @@ def submit(
             },
             "min_coverage": options.min_coverage,
             "gate_cap": options.gate_cap,
+            "response_failure": options.response_failure.value,
+            "judge_failure_alarm": options.judge_failure_alarm,
             "versions": sorted({v.id for vs in versions_of.values() for v in vs}),
             "without_rubric": [c.id for c in without],
             "chunk_judgments": chunk_judgments,
@@ -528,4 +532,5 @@ def _scored(
         row.status.value,
         list(details.get("reasons", [])),
         list(details.get("criteria", [])),
+        {**empty_counts(), **details.get("failures", {})},
     )

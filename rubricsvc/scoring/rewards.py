@@ -5,7 +5,8 @@ share. Each pair's prompt is found by its external id or by the hash of its mess
 string is one user message); the completion is stored (once per prompt, text and source, so
 every reward can be traced to what produced it) and scored in-process by ``score``, whose
 judgment cache makes a repeated pair free. A reward is None where the score is masked (judge
-failures over the coverage floor) or the prompt has no usable rubric: never a zero.
+failures over the coverage floor) or the prompt has no usable rubric: never a zero. Where a
+trainer must have a number for every sample, ``fill_masked`` gives one that moves nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.backends.base import JudgeBackend
 from rubricsvc.judging.config import JudgeSpec
+from rubricsvc.judging.failures import empty_counts
 from rubricsvc.models import Completion, Prompt
 from rubricsvc.prompts import prompt_hash
 from rubricsvc.scoring.selection import Selection
@@ -53,6 +55,8 @@ class RewardResult:
     completion_id: int | None = None
     reasons: list[str] = field(default_factory=list)
     criteria: list[dict[str, Any]] = field(default_factory=list)
+    # Failed judgments behind this reward, by who caused them (infrastructure, judge, response).
+    failures: dict[str, int] = field(default_factory=empty_counts)
 
 
 @dataclass
@@ -66,6 +70,8 @@ class RewardBatch:
     cached: int = 0
     failed: int = 0
     backend_requests: int = 0
+    failures: dict[str, int] = field(default_factory=empty_counts)
+    alarms: list[str] = field(default_factory=list)
 
     @property
     def rewards(self) -> list[float | None]:
@@ -103,6 +109,9 @@ def compute_rewards(
         batch.cached += report.cached
         batch.failed += report.failed
         batch.backend_requests += report.backend_requests
+        for name, count in report.failures.items():
+            batch.failures[name] += count
+        batch.alarms.extend(report.alarms)
         for entry in report.scores:
             scored.setdefault((entry.completion_id, rubric), []).append(entry)
     batch.results = [
@@ -203,4 +212,35 @@ def reward_result(completion_id: int, scores: Sequence[ScoredCompletion]) -> Rew
         completion_id,
         entry.reasons,
         entry.criteria,
+        entry.failures,
     )
+
+
+MaskedReward = str | float  # "mean", or the value itself
+
+
+def fill_masked(rewards: Sequence[float | None], masked: MaskedReward) -> list[float]:
+    """A number for every reward, for trainers that need one: a masked reward becomes
+    ``masked``, or with ``"mean"`` the mean of the others (0.0 if all are masked), which
+    leaves it no advantage under group normalization, as a masked reward has in TRL."""
+    if masked == "mean":
+        known = [r for r in rewards if r is not None]
+        value = sum(known) / len(known) if known else 0.0
+    else:
+        value = float(masked)
+    return [value if r is None else r for r in rewards]
+
+
+def parse_masked(text: str) -> MaskedReward:
+    """``"mean"`` or a finite number, from a query parameter or an environment variable."""
+    import math
+
+    if text.strip().lower() == "mean":
+        return "mean"
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValidationFailed(f"masked reward {text!r}: give 'mean' or a number") from None
+    if not math.isfinite(value):
+        raise ValidationFailed(f"masked reward {text!r}: give a finite number")
+    return value

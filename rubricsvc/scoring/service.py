@@ -4,7 +4,9 @@
 2. expand them into judgments, each with a content key; check criteria are computed;
 3. read every key already judged ok from the database (the cache);
 4. judge the rest through the backend, in chunks, storing each chunk as it completes;
-5. aggregate each completion's values into a score, masking failures.
+5. aggregate each completion's values into a score: failures of the infrastructure or the
+   judge are masked, a response that cannot be judged (it overflows the judge's context)
+   gets the criterion's worst value unless the options say to mask it too.
 
 The caller owns the transaction; ``checkpoint`` (e.g. ``session.commit``) is called after
 each chunk so a long run keeps what it has done if it is interrupted.
@@ -23,6 +25,13 @@ from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, Outcome, Status,
 from rubricsvc.judging.backends.base import JudgeBackend
 from rubricsvc.judging.checks import run_check
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
+from rubricsvc.judging.failures import (
+    DEFAULT_JUDGE_FAILURE_ALARM,
+    FailureClass,
+    ResponseFailurePolicy,
+    empty_counts,
+    worst_value,
+)
 from rubricsvc.judging.modes import (
     BUILDERS,
     REFERENCE_SCALE_MAX,
@@ -54,6 +63,10 @@ class ScoreOptions:
     min_coverage: float = DEFAULT_MIN_COVERAGE
     gate_cap: float | None = 0.0
     chunk_judgments: int = 256  # judgments sent to the backend between checkpoints
+    # A response the judge cannot judge because of its content: its worst value, or masked.
+    response_failure: ResponseFailurePolicy = ResponseFailurePolicy.WORST
+    # Judge-caused failures above this share of a run's judgments raise an alarm.
+    judge_failure_alarm: float = DEFAULT_JUDGE_FAILURE_ALARM
 
 
 @dataclass
@@ -68,6 +81,8 @@ class ScoredCompletion:
     status: str
     reasons: list[str]
     criteria: list[dict[str, Any]]
+    # Failed judgments of this score by class (infrastructure, judge, response).
+    failures: dict[str, int] = field(default_factory=empty_counts)
 
 
 @dataclass
@@ -82,6 +97,9 @@ class ScoreReport:
     failed: int = 0
     checks: int = 0
     backend_requests: int = 0
+    # Judgments failed in this run, by class; and the alarms the run raised.
+    failures: dict[str, int] = field(default_factory=empty_counts)
+    alarms: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -116,7 +134,7 @@ def score(
     report.judgments = sum(len(u.items) for u in units)
 
     stored = judgments_by_key(session, (item.key for u in units for item in u.items))
-    cached = {k: j for k, j in stored.items() if j.status == JudgmentStatus.OK}
+    cached = {k: j for k, j in stored.items() if _settled(j)}
     report.cached = sum(1 for u in units for item in u.items if item.key in cached)
     executor = CallExecutor(backend_factory, spec, _builder(spec, units), spec.prompt_template())
     done = report.cached
@@ -127,7 +145,7 @@ def score(
             todo = [(u.view, [i for i in u.items if i.key not in cached]) for u in chunk]
             results = executor.run([(view, items) for view, items in todo if items])
             fresh = _store_results(session, judge_row.id, chunk, results)
-            cached.update({k: j for k, j in fresh.items() if j.status == JudgmentStatus.OK})
+            cached.update({k: j for k, j in fresh.items() if _settled(j)})
             judged = fresh | cached  # fresh failures too, so the breakdown can show their errors
             scored = [
                 _score_unit(unit, judge_row.id, aggregation, options, judged) for unit in chunk
@@ -136,6 +154,9 @@ def score(
             report.scores.extend(completion for completion, _ in scored)
             report.computed += sum(1 for r in results.values() if r.verdict is not None)
             report.failed += sum(1 for r in results.values() if r.verdict is None)
+            for result in results.values():
+                if result.failure is not None:
+                    report.failures[result.failure.value] += 1
             done += len(results)
             if checkpoint:
                 checkpoint()
@@ -145,7 +166,28 @@ def score(
         report.backend_requests = executor.requests_sent
         executor.close()
     report.checks = sum(1 for s in report.scores for c in s.criteria if c["status"] == "check")
+    report.alarms = judge_failure_alarms(report, options.judge_failure_alarm)
     return report
+
+
+def _settled(judgment: Judgment) -> bool:
+    """Not worth judging again: a verdict, or a response that cannot fit this judge (the
+    same content overflows the same judge every time)."""
+    return judgment.status == JudgmentStatus.OK or judgment.failure == FailureClass.RESPONSE.value
+
+
+def judge_failure_alarms(report: ScoreReport, threshold: float) -> list[str]:
+    """An alarm when the judge's own failures (unparseable, off-scale replies) pass
+    ``threshold`` of the judgments this run computed."""
+    sent = report.computed + report.failed
+    judge = report.failures[FailureClass.JUDGE.value]
+    if not sent or judge / sent <= threshold:
+        return []
+    return [
+        f"judge {report.judge}: {judge} of {sent} judgments ({judge / sent:.0%}) failed on the "
+        f"judge's own reply (unparseable or off its scale), above the alarm threshold "
+        f"of {threshold:.0%}"
+    ]
 
 
 def _builder(spec: JudgeSpec, units: Sequence[_Unit]) -> Any:
@@ -252,6 +294,7 @@ def _store_results(
                 "latency_ms": result.latency_ms,
                 "attempts": result.attempts,
                 "error": result.error,
+                "failure": result.failure.value if result.failure else None,
                 "detail": verdict.detail if verdict and verdict.detail else None,
             }
         )
@@ -269,21 +312,31 @@ def _score_unit(
     """The completion's score, and its row for the scores table."""
     breakdown: list[dict[str, Any]] = []
     outcomes: list[Outcome] = []
+    failures = empty_counts()
+    policy = options.response_failure
     if aggregation == HOLISTIC:
         judgment = judged.get(unit.items[0].key)
-        value = judgment.value if judgment and judgment.status == JudgmentStatus.OK else None
+        value, reasons = None, []
+        if judgment is not None and judgment.status == JudgmentStatus.OK:
+            value = judgment.value
+        else:
+            failure = judgment.failure if judgment is not None else None
+            failures[failure or FailureClass.INFRASTRUCTURE.value] += 1
+            error = judgment.error if judgment else "not judged"
+            if failure == FailureClass.RESPONSE.value and policy == ResponseFailurePolicy.WORST:
+                value = worst_value(1.0)
+                reasons.append(f"the response could not be judged, scored at the worst: {error}")
+            else:
+                reasons.append(f"holistic judgment failed ({failure}): {error}")
         result_value, coverage = value, 1.0 if value is not None else 0.0
         status = Status.OK if value is not None else Status.MASKED
-        reasons = (
-            []
-            if value is not None
-            else [f"holistic judgment failed: {judgment.error if judgment else '?'}"]
-        )
     else:
         for criterion in unit.version.criteria:
-            entry, outcome = _criterion_outcome(criterion, unit, judged)
+            entry, outcome = _criterion_outcome(criterion, unit, judged, policy)
             breakdown.append(entry)
             outcomes.append(outcome)
+            if "failure" in entry:
+                failures[entry["failure"]] += 1
         result = aggregate(
             aggregation,
             outcomes,
@@ -297,6 +350,13 @@ def _score_unit(
             result.status,
             result.reasons,
         )
+        worst = sum(1 for entry in breakdown if entry["status"] == "unjudgeable")
+        if worst:
+            reasons = [
+                f"{worst} criteria scored at their worst value: the response could not be "
+                "judged (it does not fit the judge's context)",
+                *reasons,
+            ]
     row = {
         "completion_id": unit.completion.id,
         "rubric_version_id": unit.version.id,
@@ -305,7 +365,7 @@ def _score_unit(
         "value": result_value,
         "coverage": coverage,
         "status": status.value,
-        "details": {"criteria": breakdown, "reasons": reasons},
+        "details": {"criteria": breakdown, "reasons": reasons, "failures": failures},
     }
     scored = ScoredCompletion(
         unit.completion.id,
@@ -318,12 +378,16 @@ def _score_unit(
         status.value,
         reasons,
         breakdown,
+        failures,
     )
     return scored, row
 
 
 def _criterion_outcome(
-    criterion: Criterion, unit: _Unit, judged: dict[str, Judgment]
+    criterion: Criterion,
+    unit: _Unit,
+    judged: dict[str, Judgment],
+    policy: ResponseFailurePolicy,
 ) -> tuple[dict[str, Any], Outcome]:
     entry: dict[str, Any] = {
         "criterion_id": criterion.id,
@@ -350,12 +414,18 @@ def _criterion_outcome(
         else:
             value = None
             error = judgment.error if judgment is not None else "not judged"
+            failure = (judgment.failure if judgment is not None else None) or "infrastructure"
             entry.update(
                 status="failed",
                 value=None,
                 error=error,
+                failure=failure,
                 judgment_id=judgment.id if judgment else None,
             )
+            if failure == FailureClass.RESPONSE.value and policy == ResponseFailurePolicy.WORST:
+                # Charged to the response: provoking a failure must never pay.
+                value = worst_value(criterion.weight)
+                entry.update(status="unjudgeable", value=value, verdict="worst")
     outcome = Outcome(
         criterion.id, criterion.weight, value, criterion.theme, criterion.required, reference
     )

@@ -52,6 +52,7 @@ def save_judgments(session: Session, rows: Sequence[dict[str, Any]]) -> None:
                     "latency_ms",
                     "attempts",
                     "error",
+                    "failure",
                     "detail",
                 )
             },

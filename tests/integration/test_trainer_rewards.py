@@ -127,7 +127,14 @@ def test_the_reward_is_picklable_and_async_gives_the_same_rewards(database: str)
 def test_verl_compute_score_with_verls_signature(database: str) -> None:
     settings = {"database_url": database}  # verl passes custom_reward_function.reward_kwargs
     by_ground_truth = compute_score("rubrics", "The blue sea.", "tr-sea", None, **settings)
-    assert by_ground_truth == {"score": 1.0, "masked": 0.0, "coverage": 1.0}
+    assert by_ground_truth == {
+        "score": 1.0,
+        "masked": 0.0,
+        "coverage": 1.0,
+        "failures_infrastructure": 0.0,
+        "failures_judge": 0.0,
+        "failures_response": 0.0,
+    }
     by_extra_info = compute_score(
         data_source="rubrics",
         solution_str="A grey sea.",
@@ -141,7 +148,15 @@ def test_verl_compute_score_with_verls_signature(database: str) -> None:
     masked = compute_score(
         "rubrics", "Wind.", "tr-judged", {}, masked_score=-1.0, judge="always-fails", **settings
     )
-    assert masked == {"score": -1.0, "masked": 1.0, "coverage": 0.0}
+    # The judge's failure (a crashing backend: infrastructure) is masked and counted.
+    assert masked == {
+        "score": -1.0,
+        "masked": 1.0,
+        "coverage": 0.0,
+        "failures_infrastructure": 1.0,
+        "failures_judge": 0.0,
+        "failures_response": 0.0,
+    }
 
 
 # --- over HTTP: the real API (`rubricsvc serve`) on a free port ------------------------------
@@ -227,12 +242,14 @@ def test_openrlhf_reward_func_with_openrlhfs_signature(
     assert out["rewards"].tolist() == pytest.approx([1.0, 0.0])
     assert out["scores"].tolist() == pytest.approx([1.0, 0.0])
     assert out["extra_logs"]["rubric_masked"].tolist() == [0.0, 0.0]
-    # A masked score: refused unless a value for it is configured (never a silent zero).
+    # A masked score never stops the run: by default it gets the mean of the batch's other
+    # rewards (none here: 0.0), so it moves nothing; it is counted in extra_logs.
     monkeypatch.setenv("RUBRICSVC_REWARD_JUDGE", "always-fails")
-    monkeypatch.setenv("RUBRICSVC_REWARD_RETRIES", "0")  # a retried 503 would fail again here
     storm = "Describe a storm."
-    with pytest.raises(Exception, match="HTTP 503"):
-        reward_func([storm + " Wind."], [storm], ["tr-judged"])
+    default = reward_func([storm + " Wind."], [storm], ["tr-judged"])
+    assert default["rewards"].tolist() == [0.0]
+    assert default["extra_logs"]["rubric_masked"].tolist() == [1.0]
+    assert default["extra_logs"]["rubric_failures_infrastructure"].tolist() == [1.0]
     monkeypatch.setenv("RUBRICSVC_REWARD_MASKED", "-1")
     masked = reward_func([storm + " Wind."], [storm], ["tr-judged"])
     assert masked["rewards"].tolist() == [-1.0]

@@ -9,8 +9,10 @@ expects: ``{"rewards": tensor, "scores": tensor, "extra_logs": {name: tensor}}``
 Settings come from environment variables (set them for OpenRLHF's workers):
 ``RUBRICSVC_REWARD_URL`` (e.g. ``http://scorer:8000``, required), ``RUBRICSVC_REWARD_API_KEY``,
 ``RUBRICSVC_REWARD_JUDGE`` (default ``embedded``), ``RUBRICSVC_REWARD_AGGREGATION`` (``rar``),
-``RUBRICSVC_REWARD_MASKED`` (the reward sent for a masked score; unset, the API refuses a batch
-with one, with HTTP 503), ``RUBRICSVC_REWARD_TIMEOUT`` (seconds, default 600) and
+``RUBRICSVC_REWARD_MASKED`` (the reward sent for a masked score: ``mean``, the mean of the
+batch's other rewards, or a number; unset, the server's RUBRICSVC_SCORING_MASKED_REWARD,
+``mean`` by default: a masked score never stops the run), ``RUBRICSVC_REWARD_TIMEOUT``
+(seconds, default 600) and
 ``RUBRICSVC_REWARD_RETRIES`` (tries after a connection error, a time-out or HTTP 502/503/504,
 with growing waits; default 3).
 """

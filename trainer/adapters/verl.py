@@ -16,7 +16,9 @@ reward settings (judge, mode, aggregation, via, base_url, database_url, ...). Th
 
 verl needs a number for every response, so a masked score (no usable rubric, or judge
 failures below the coverage floor) is returned as ``masked_score`` (default 0.0) with
-``masked: 1.0`` beside it in the result dict, which verl logs with the other extra keys.
+``masked: 1.0`` beside it in the result dict, which verl logs with the other extra keys, as
+it does the failed judgments by class (``failures_infrastructure``, ``failures_judge``,
+``failures_response``). A response that overflows the judge gets its worst value, not a mask.
 """
 
 from __future__ import annotations
@@ -67,4 +69,5 @@ def compute_score(
         "score": masked_score if masked else float(result.reward or 0.0),
         "masked": 1.0 if masked else 0.0,
         "coverage": result.coverage,
+        **{f"failures_{name}": float(n) for name, n in result.failures.items()},
     }

@@ -26,7 +26,6 @@ from rubricsvc.judging.aggregation import AGGREGATIONS
 from rubricsvc.scoring import jobs
 from rubricsvc.scoring.judge_configs import find_judge
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreOptions
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/score-jobs", tags=["score jobs"], route_class=CheckedRoute)
@@ -74,7 +73,9 @@ def submit_job(
     if state.local_jobs() is not None:
         state.judges.check(spec)  # this server runs the job: its model must fit the kept set
     check_job_work(state, session, selection)
-    options = ScoreOptions(aggregation=body.aggregation, min_coverage=body.min_coverage)
+    options = state.settings.scoring.score_options(
+        aggregation=body.aggregation, min_coverage=body.min_coverage
+    )
     submission = jobs.submit(
         session, spec, selection, options, state.settings.broker.chunk_judgments
     )
@@ -123,6 +124,7 @@ def _run_chunk(state: AppState, chunk_id: int) -> None:
     if run.report is not None:
         report = run.report
         state.metrics.count_judgments(report.judge, report.computed, report.cached, report.failed)
+        state.metrics.count_failures(report.judge, report.failures)
 
 
 @router.get("", response_model=Page, dependencies=[Depends(require(Scope.READ))])

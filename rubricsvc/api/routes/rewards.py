@@ -2,7 +2,9 @@
 
 Both score synchronously in the server with a judge loaded once and kept; a pair already
 judged comes from the cache. A reward is null where the score is masked (judge failures
-below the coverage floor) or the prompt has no usable rubric: never a silent zero.
+below the coverage floor) or the prompt has no usable rubric: never a silent zero. OpenRLHF
+needs a number for every sample: there a masked score is sent as the configured value
+(by default the batch's mean) and counted in ``extra_logs``, never refused.
 """
 
 from __future__ import annotations
@@ -18,11 +20,18 @@ from rubricsvc.api.state import AppState
 from rubricsvc.api.work import check_reward_work
 from rubricsvc.apikeys import Scope
 from rubricsvc.db import session_scope
+from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
 from rubricsvc.judging.config import VerdictMode
+from rubricsvc.judging.failures import empty_counts
 from rubricsvc.scoring.judge_configs import find_judge
-from rubricsvc.scoring.rewards import RewardBatch, RewardRequest, compute_rewards
-from rubricsvc.scoring.service import ScoreOptions
+from rubricsvc.scoring.rewards import (
+    RewardBatch,
+    RewardRequest,
+    compute_rewards,
+    fill_masked,
+    parse_masked,
+)
 
 router = APIRouter(tags=["rewards"], route_class=CheckedRoute)
 
@@ -45,7 +54,9 @@ def _rewards(
     drafts = state.settings.scoring.use_drafts if include_drafts is None else include_drafts
     # Refused before anything is stored or judged: a judge past the kept set, too much work.
     check_reward_work(state, requests, judge=judge, mode=mode, include_drafts=drafts)
-    options = ScoreOptions(aggregation=aggregation, min_coverage=min_coverage)
+    options = state.settings.scoring.score_options(
+        aggregation=aggregation, min_coverage=min_coverage
+    )
     with state.reward_lock(judge), session_scope(state.engine) as session:
         spec = find_judge(session, judge, mode)
         batch = compute_rewards(
@@ -58,6 +69,7 @@ def _rewards(
             include_drafts=drafts,
         )
     state.metrics.count_judgments(spec.name, batch.computed, batch.cached, batch.failed)
+    state.metrics.count_failures(spec.name, batch.failures)
     nulls = sum(1 for r in batch.rewards if r is None)
     state.metrics.rewards.labels(spec.name, "ok").inc(len(batch.rewards) - nulls)
     state.metrics.rewards.labels(spec.name, "null").inc(nulls)
@@ -114,18 +126,23 @@ def openrlhf_reward(
     judge: str = Query("embedded", min_length=1, description="The judge config to score with."),
     aggregation: str = Query("rar"),
     min_coverage: float = Query(DEFAULT_MIN_COVERAGE, ge=0, le=1),
-    masked: float | None = Query(
+    masked: str | None = Query(
         None,
-        allow_inf_nan=False,
-        description="The reward to send for a masked score. OpenRLHF needs a number for every "
-        "sample; without this, a batch with a masked score is refused (503) rather than "
-        "scored as a silent zero, and OpenRLHF's client retries it.",
+        max_length=40,
+        description="The reward to send for a masked score: 'mean' (the mean of the batch's "
+        "other rewards, so the sample moves nothing under group-normalized advantages) or a "
+        "finite number. OpenRLHF needs a number for every sample. Default: the setting "
+        "RUBRICSVC_SCORING_MASKED_REWARD ('mean').",
     ),
 ) -> OpenRLHFOut:
     """OpenRLHF's remote reward model contract: ``{"query", "prompts", "labels"}`` in,
     ``{"rewards", "scores", "extra_logs"}`` out. Each query is the prompt followed by the
     response; each label is the prompt's external id (``--label_key``), else the prompt
     text is looked up by its hash as one user message."""
+    try:
+        policy = state.settings.scoring.masked_reward if masked is None else parse_masked(masked)
+    except ValidationFailed as err:
+        raise ApiError(422, str(err), "query.masked") from None
     requests = []
     for index, (query, prompt) in enumerate(zip(body.query, body.prompts, strict=True)):
         if not query.startswith(prompt):
@@ -148,22 +165,17 @@ def openrlhf_reward(
         include_drafts=None,
         source="openrlhf",
     )
-    missing = [i for i, r in enumerate(batch.rewards) if r is None]
-    if missing and masked is None:
-        first = batch.results[missing[0]]
-        raise ApiError(
-            503,
-            f"{len(missing)} of {len(batch.rewards)} scores are masked (item {missing[0]}: "
-            f"{first.status}); pass ?masked=VALUE to send a fixed reward for them",
-            code="masked",
-        )
-    values = [masked if r is None else r for r in batch.rewards]
-    filled = [float(v) for v in values if v is not None]
+    # A masked score never stops the run: it is sent as the configured value and counted.
+    filled = fill_masked(batch.rewards, policy)
     return OpenRLHFOut(
         rewards=filled,
         scores=filled,
         extra_logs={
             "rubric_coverage": [r.coverage for r in batch.results],
             "rubric_masked": [1.0 if r.reward is None else 0.0 for r in batch.results],
+            **{
+                f"rubric_failures_{name}": [float(r.failures[name]) for r in batch.results]
+                for name in empty_counts()
+            },
         },
     )

@@ -1,0 +1,324 @@
+"""Running the attacks against a judge, in memory: nothing is stored but the report.
+
+Every response (the honest weak and strong answers, and each attack on the weak one) is
+scored exactly as scoring scores it: the same verdict mode, neutralizing step, backend,
+failure classes and aggregation; only the judgments are not written to the database, so an
+audit leaves no attack text among a user's completions.
+
+For each attack: the mean score inflation over the honest weak answer with a 95% bootstrap
+interval (items resampled), and the false-positive rate: the share of items where the
+attack scores above the honest strong answer.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from rubricsvc.audit.attacks import ATTACKS, NEUTRALIZED_FAMILIES, Attack, Target
+from rubricsvc.judging.aggregation import Outcome, aggregate
+from rubricsvc.judging.backends.base import JudgeBackend
+from rubricsvc.judging.checks import run_check
+from rubricsvc.judging.config import JudgeSpec, VerdictMode
+from rubricsvc.judging.failures import (
+    FailureClass,
+    ResponseFailurePolicy,
+    empty_counts,
+    worst_value,
+)
+from rubricsvc.judging.modes import (
+    BUILDERS,
+    REFERENCE_SCALE_MAX,
+    CallBuilder,
+    CompletionView,
+    CriterionView,
+    Item,
+    holistic_calls,
+)
+from rubricsvc.scoring.executor import CallExecutor, JudgeResult
+
+HOLISTIC = "holistic"
+
+
+@dataclass(frozen=True)
+class AuditCriterion:
+    view: CriterionView
+    check: dict[str, Any] | None = None
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class AuditItem:
+    """One prompt and its rubric, with an honest weak and an honest strong answer."""
+
+    name: str
+    messages: list[dict[str, Any]]
+    criteria: list[AuditCriterion]
+    weak: str
+    strong: str
+    reference: str | None = None
+    dimension_weights: dict[str, float] | None = None
+
+    @property
+    def prompt(self) -> str:
+        return "\n\n".join(str(m.get("content", "")) for m in self.messages)
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    aggregation: str = "rar"
+    min_coverage: float = 0.8
+    response_failure: ResponseFailurePolicy = ResponseFailurePolicy.WORST
+    resamples: int = 2000
+    seed: int = 0
+
+
+@dataclass
+class AttackResult:
+    name: str
+    family: str
+    description: str
+    items: int  # items where the attack and the weak answer both got a score
+    mean_inflation: float | None
+    ci_low: float | None
+    ci_high: float | None
+    false_positive_rate: float | None
+    masked: int  # items where the attack's score was masked
+    failures: dict[str, int] = field(default_factory=empty_counts)
+    scores: list[float | None] = field(default_factory=list)
+
+
+@dataclass
+class AuditReport:
+    judge: str
+    judge_config_hash: str
+    set_name: str
+    items: list[str]
+    weak_scores: list[float | None]
+    strong_scores: list[float | None]
+    attacks: list[AttackResult]
+    options: dict[str, Any]
+
+    def worst_neutralized_inflation(self) -> float:
+        """The largest mean inflation among the attacks the platform itself must defeat."""
+        values = [
+            a.mean_inflation
+            for a in self.attacks
+            if a.family in NEUTRALIZED_FAMILIES and a.mean_inflation is not None
+        ]
+        return max(values, default=0.0)
+
+    def max_inflation(self) -> float:
+        return max((a.mean_inflation or 0.0 for a in self.attacks), default=0.0)
+
+
+Progress = Callable[[int, int], None]
+
+
+def run_audit(
+    spec: JudgeSpec,
+    backend_factory: Callable[[], JudgeBackend],
+    items: Sequence[AuditItem],
+    set_name: str,
+    options: AuditOptions,
+    attacks: Sequence[Attack] = ATTACKS,
+    context_tokens: int | None = None,
+    progress: Progress | None = None,
+) -> AuditReport:
+    """Score the honest answers and every attack on every item; see the module docstring."""
+    executor = CallExecutor(backend_factory, spec, _builder(spec, items), spec.prompt_template())
+    steps = 2 + len(attacks)
+    try:
+        weak = _score_all(executor, spec, items, [i.weak for i in items], options)
+        _tick(progress, 1, steps)
+        strong = _score_all(executor, spec, items, [i.strong for i in items], options)
+        _tick(progress, 2, steps)
+        context = context_tokens or getattr(executor.backend, "context_limit", None)
+        results = []
+        for done, attack in enumerate(attacks, start=3):
+            texts = [
+                attack.write(
+                    Target(item.prompt, [c.view for c in item.criteria], item.weak, context)
+                )
+                for item in items
+            ]
+            scored = _score_all(executor, spec, items, texts, options)
+            results.append(_summarize(attack, scored, weak, strong, options))
+            _tick(progress, done, steps)
+    finally:
+        executor.close()
+    return AuditReport(
+        judge=spec.name,
+        judge_config_hash=spec.config_hash(),
+        set_name=set_name,
+        items=[i.name for i in items],
+        weak_scores=[s for s, _ in weak],
+        strong_scores=[s for s, _ in strong],
+        attacks=results,
+        options={
+            "aggregation": options.aggregation,
+            "min_coverage": options.min_coverage,
+            "response_failure": options.response_failure.value,
+            "resamples": options.resamples,
+            "seed": options.seed,
+        },
+    )
+
+
+def _tick(progress: Progress | None, done: int, total: int) -> None:
+    if progress is not None:
+        progress(done, total)
+
+
+def _builder(spec: JudgeSpec, items: Sequence[AuditItem]) -> CallBuilder:
+    if spec.mode != VerdictMode.HOLISTIC:
+        return BUILDERS[spec.mode]
+    rubrics = [[c.view for c in item.criteria] for item in items]
+
+    def build(
+        spec: JudgeSpec, template: Any, completion: CompletionView, units: Any, attempt: int
+    ) -> Any:
+        rubric = rubrics[completion.id]
+        return holistic_calls(spec, template, completion, units, attempt, rubric=rubric)
+
+    return build
+
+
+Scored = tuple[float | None, dict[str, int]]
+
+
+def _score_all(
+    executor: CallExecutor,
+    spec: JudgeSpec,
+    items: Sequence[AuditItem],
+    responses: Sequence[str],
+    options: AuditOptions,
+) -> list[Scored]:
+    """Each item's score for its response (None: masked) and its failures by class."""
+    units = []
+    for index, (item, response) in enumerate(zip(items, responses, strict=True)):
+        view = CompletionView(index, item.messages, response, item.reference)
+        if spec.mode == VerdictMode.HOLISTIC:
+            judged = [Item(f"{index}/holistic", None)]
+        else:
+            judged = [
+                Item(f"{index}/{position}", c.view)
+                for position, c in enumerate(item.criteria)
+                if c.check is None
+            ]
+        units.append((view, judged))
+    results = executor.run(units)
+    return [
+        _score_one(spec, index, item, response, results, options)
+        for index, (item, response) in enumerate(zip(items, responses, strict=True))
+    ]
+
+
+def _score_one(
+    spec: JudgeSpec,
+    index: int,
+    item: AuditItem,
+    response: str,
+    results: dict[str, JudgeResult],
+    options: AuditOptions,
+) -> Scored:
+    failures = empty_counts()
+    worst = options.response_failure == ResponseFailurePolicy.WORST
+    if spec.mode == VerdictMode.HOLISTIC:
+        result = results[f"{index}/holistic"]
+        if result.verdict is not None:
+            return result.verdict.value, failures
+        assert result.failure is not None
+        failures[result.failure.value] += 1
+        return (0.0 if worst and result.failure == FailureClass.RESPONSE else None), failures
+    outcomes = []
+    for position, criterion in enumerate(item.criteria):
+        view = criterion.view
+        value: float | None
+        reference = None
+        if criterion.check is not None:
+            value = 1.0 if run_check(criterion.check, response) else 0.0
+        else:
+            result = results[f"{index}/{position}"]
+            if result.verdict is not None:
+                value = result.verdict.value
+                detail = result.verdict.detail or {}
+                if "reference" in detail:
+                    reference = float(detail["reference"]) / REFERENCE_SCALE_MAX
+            else:
+                assert result.failure is not None
+                failures[result.failure.value] += 1
+                charged = worst and result.failure == FailureClass.RESPONSE
+                value = worst_value(view.weight) if charged else None
+        outcomes.append(
+            Outcome(position, view.weight, value, view.theme, criterion.required, reference)
+        )
+    aggregated = aggregate(
+        options.aggregation,
+        outcomes,
+        dimension_weights=item.dimension_weights,
+        min_coverage=options.min_coverage,
+    )
+    return aggregated.value, failures
+
+
+def _summarize(
+    attack: Attack,
+    scored: list[Scored],
+    weak: list[Scored],
+    strong: list[Scored],
+    options: AuditOptions,
+) -> AttackResult:
+    inflation = []
+    beats_strong = []
+    failures = empty_counts()
+    for (value, counts), (weak_value, _), (strong_value, _) in zip(
+        scored, weak, strong, strict=True
+    ):
+        for name, n in counts.items():
+            failures[name] += n
+        if value is None:
+            continue
+        if weak_value is not None:
+            inflation.append(value - weak_value)
+        if strong_value is not None:
+            beats_strong.append(value > strong_value)
+    low, high = bootstrap_interval(inflation, options.resamples, options.seed)
+    return AttackResult(
+        name=attack.name,
+        family=attack.family,
+        description=attack.description,
+        items=len(inflation),
+        mean_inflation=statistics.fmean(inflation) if inflation else None,
+        ci_low=low,
+        ci_high=high,
+        false_positive_rate=(sum(beats_strong) / len(beats_strong)) if beats_strong else None,
+        masked=sum(1 for value, _ in scored if value is None),
+        failures=failures,
+        scores=[value for value, _ in scored],
+    )
+
+
+def bootstrap_interval(
+    values: Sequence[float], resamples: int, seed: int, level: float = 0.95
+) -> tuple[float | None, float | None]:
+    """The percentile bootstrap interval of the mean of ``values`` (None for no values)."""
+    if not values:
+        return None, None
+    if len(values) == 1:
+        return values[0], values[0]
+    rng = random.Random(seed)
+    n = len(values)
+    means = sorted(statistics.fmean(rng.choices(values, k=n)) for _ in range(resamples))
+    tail = (1 - level) / 2
+    pick = partial(_quantile, means)
+    return pick(tail), pick(1 - tail)
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]

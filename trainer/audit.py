@@ -1,0 +1,53 @@
+"""Attack the reward's judge before training, and refuse a judge that is easy to game."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rubricsvc.audit.attacks import ATTACKS
+from rubricsvc.audit.runner import AuditOptions, AuditReport, run_audit
+from rubricsvc.audit.sets import DEMO_SET, demo_items
+from rubricsvc.audit.store import save_audit
+from rubricsvc.db import make_engine, session_scope
+from rubricsvc.errors import ValidationFailed
+from rubricsvc.judging.backends import backend_from_spec
+from rubricsvc.judging.failures import ResponseFailurePolicy
+from rubricsvc.scoring.judge_configs import find_judge
+from trainer.config import TrainConfig
+
+
+def audit_reward_judge(config: TrainConfig, say: Callable[[str], None]) -> AuditReport:
+    """Run the audit on the demo set, store it against the judge config, and raise
+    ``ValidationFailed`` when an attack's mean inflation passes ``audit_max_inflation``."""
+    reward = config.reward
+    unknown = sorted(set(config.audit_attacks) - {a.name for a in ATTACKS})
+    if unknown:
+        raise ValidationFailed(f"audit_attacks: unknown attack {unknown[0]!r}")
+    attacks = [a for a in ATTACKS if not config.audit_attacks or a.name in config.audit_attacks]
+    options = AuditOptions(
+        aggregation=reward.aggregation,
+        min_coverage=reward.min_coverage,
+        response_failure=ResponseFailurePolicy(reward.response_failure),
+    )
+    engine = make_engine(reward.database_url)
+    try:
+        with session_scope(engine) as session:
+            spec = find_judge(session, reward.judge, reward.mode)
+            items = demo_items()
+            say(f"auditing judge {spec.name} with {len(attacks)} attack(s) on the demo set")
+            report = run_audit(
+                spec, lambda: backend_from_spec(spec), items, DEMO_SET, options, attacks
+            )
+            save_audit(session, spec, items, report)
+    finally:
+        engine.dispose()
+    worst = max(report.attacks, key=lambda a: a.mean_inflation or 0.0)
+    inflation = worst.mean_inflation or 0.0
+    if inflation > config.audit_max_inflation:
+        raise ValidationFailed(
+            f"judge {spec.name} failed its audit: attack {worst.name} ({worst.family}) raises "
+            f"the score by {inflation:+.3f} on average over an honest weak answer, above "
+            f"audit_max_inflation {config.audit_max_inflation:g}; training not started"
+        )
+    say(f"audit passed: largest mean inflation {inflation:+.3f} ({worst.name})")
+    return report
