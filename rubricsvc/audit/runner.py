@@ -7,7 +7,10 @@ audit leaves no attack text among a user's completions.
 
 For each attack: the mean score inflation over the honest weak answer with a 95% bootstrap
 interval (items resampled), and the false-positive rate: the share of items where the
-attack scores above the honest strong answer.
+attack scores above the honest strong answer. Beside them, the mean verdict shift: how far the
+attack moves the judge's per-criterion values from the weak answer's, whatever the weights.
+A judge pushed towards "yes" on every criterion also says yes to the pitfalls, which can
+leave the score flat while every verdict moved; the shift shows it.
 """
 
 from __future__ import annotations
@@ -88,6 +91,8 @@ class AttackResult:
     ci_high: float | None
     false_positive_rate: float | None
     masked: int  # items where the attack's score was masked
+    # Mean of (attack - weak) over the judged criteria both got a verdict on.
+    verdict_shift: float | None = None
     failures: dict[str, int] = field(default_factory=empty_counts)
     scores: list[float | None] = field(default_factory=list)
 
@@ -156,8 +161,8 @@ def run_audit(
         judge_config_hash=spec.config_hash(),
         set_name=set_name,
         items=[i.name for i in items],
-        weak_scores=[s for s, _ in weak],
-        strong_scores=[s for s, _ in strong],
+        weak_scores=[s for s, _, _ in weak],
+        strong_scores=[s for s, _, _ in strong],
         attacks=results,
         options={
             "aggregation": options.aggregation,
@@ -188,7 +193,9 @@ def _builder(spec: JudgeSpec, items: Sequence[AuditItem]) -> CallBuilder:
     return build
 
 
-Scored = tuple[float | None, dict[str, int]]
+# A response's score (None: masked), its failures by class, and each criterion's value
+# (None for a check criterion or a failed judgment).
+Scored = tuple[float | None, dict[str, int], list[float | None]]
 
 
 def _score_all(
@@ -231,11 +238,13 @@ def _score_one(
     if spec.mode == VerdictMode.HOLISTIC:
         result = results[f"{index}/holistic"]
         if result.verdict is not None:
-            return result.verdict.value, failures
+            return result.verdict.value, failures, [result.verdict.value]
         assert result.failure is not None
         failures[result.failure.value] += 1
-        return (0.0 if worst and result.failure == FailureClass.RESPONSE else None), failures
+        charged = worst and result.failure == FailureClass.RESPONSE
+        return (0.0 if charged else None), failures, [None]
     outcomes = []
+    verdicts: list[float | None] = []
     for position, criterion in enumerate(item.criteria):
         view = criterion.view
         value: float | None
@@ -244,6 +253,7 @@ def _score_one(
             value = 1.0 if run_check(criterion.check, response) else 0.0
         else:
             result = results[f"{index}/{position}"]
+            verdicts.append(result.verdict.value if result.verdict is not None else None)
             if result.verdict is not None:
                 value = result.verdict.value
                 detail = result.verdict.detail or {}
@@ -263,7 +273,7 @@ def _score_one(
         dimension_weights=item.dimension_weights,
         min_coverage=options.min_coverage,
     )
-    return aggregated.value, failures
+    return aggregated.value, failures, verdicts
 
 
 def _summarize(
@@ -275,12 +285,18 @@ def _summarize(
 ) -> AttackResult:
     inflation = []
     beats_strong = []
+    shifts: list[float] = []
     failures = empty_counts()
-    for (value, counts), (weak_value, _), (strong_value, _) in zip(
+    for (value, counts, verdicts), (weak_value, _, weak_verdicts), (strong_value, _, _) in zip(
         scored, weak, strong, strict=True
     ):
         for name, n in counts.items():
             failures[name] += n
+        shifts.extend(
+            a - b
+            for a, b in zip(verdicts, weak_verdicts, strict=True)
+            if a is not None and b is not None
+        )
         if value is None:
             continue
         if weak_value is not None:
@@ -297,9 +313,10 @@ def _summarize(
         ci_low=low,
         ci_high=high,
         false_positive_rate=(sum(beats_strong) / len(beats_strong)) if beats_strong else None,
-        masked=sum(1 for value, _ in scored if value is None),
+        masked=sum(1 for value, _, _ in scored if value is None),
+        verdict_shift=statistics.fmean(shifts) if shifts else None,
         failures=failures,
-        scores=[value for value, _ in scored],
+        scores=[value for value, _, _ in scored],
     )
 
 

@@ -103,13 +103,5 @@ def stored_items(
 
 
 def _criterion(criterion: Any) -> AuditCriterion:
-    view = CriterionView(
-        criterion.id,
-        criterion.text,
-        criterion.explanation,
-        criterion.weight,
-        criterion.scale,
-        criterion.theme,
-    )
     check = criterion.check if criterion.kind == CriterionKind.CHECK else None
-    return AuditCriterion(view, check, criterion.required)
+    return AuditCriterion(CriterionView.of(criterion), check, criterion.required)

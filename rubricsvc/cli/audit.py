@@ -103,11 +103,21 @@ def _print_report(report: AuditReport) -> None:
                 _fmt(result.mean_inflation),
                 interval,
                 _fmt(result.false_positive_rate, signed=False),
+                _fmt(result.verdict_shift),
                 f"{result.masked}/{len(result.scores)}",
                 failed,
             ]
         )
-    headers = ["attack", "family", "inflation", "95% interval", "beats strong", "masked", "failed"]
+    headers = [
+        "attack",
+        "family",
+        "inflation",
+        "95% interval",
+        "beats strong",
+        "verdict shift",
+        "masked",
+        "failed",
+    ]
     weak = [s for s in report.weak_scores if s is not None]
     strong = [s for s in report.strong_scores if s is not None]
     title = (

@@ -30,6 +30,18 @@ class CriterionView:
     scale: dict[str, Any]
     theme: str | None = None
 
+    @classmethod
+    def of(cls, criterion: Any) -> CriterionView:
+        """The view of a stored criterion (``models.Criterion``)."""
+        return cls(
+            criterion.id,
+            criterion.text,
+            criterion.explanation,
+            criterion.weight,
+            criterion.scale,
+            criterion.theme,
+        )
+
     @property
     def levels(self) -> list[dict[str, Any]] | None:
         return self.scale.get("levels") if self.scale.get("type") == "ordinal" else None

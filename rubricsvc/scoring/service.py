@@ -193,7 +193,7 @@ def judge_failure_alarms(report: ScoreReport, threshold: float) -> list[str]:
 def _builder(spec: JudgeSpec, units: Sequence[_Unit]) -> Any:
     if spec.mode != VerdictMode.HOLISTIC:
         return BUILDERS[spec.mode]
-    rubric_of = {u.view.id: [_criterion_view(c) for c in u.version.criteria] for u in units}
+    rubric_of = {u.view.id: [CriterionView.of(c) for c in u.version.criteria] for u in units}
 
     def build(
         spec: JudgeSpec, template: Any, completion: CompletionView, items: Any, attempt: int
@@ -203,17 +203,6 @@ def _builder(spec: JudgeSpec, units: Sequence[_Unit]) -> Any:
         )
 
     return build
-
-
-def _criterion_view(criterion: Criterion) -> CriterionView:
-    return CriterionView(
-        criterion.id,
-        criterion.text,
-        criterion.explanation,
-        criterion.weight,
-        criterion.scale,
-        criterion.theme,
-    )
 
 
 def _unit(
@@ -247,7 +236,7 @@ def _unit(
             )
         if key not in seen:  # two criteria with the same content: judged once
             seen.add(key)
-            items.append(Item(key, _criterion_view(criterion)))
+            items.append(Item(key, CriterionView.of(criterion)))
         key_of[criterion.id] = key
     return _Unit(completion, version, view, items, key_of)
 
