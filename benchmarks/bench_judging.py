@@ -27,7 +27,7 @@ from rubricsvc.judging.backends.base import BackendError, JudgeBackend
 from rubricsvc.judging.backends.tokens import encode_chat
 from rubricsvc.judging.backends.transformers import reused_prefix_length
 from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec, VerdictMode
-from rubricsvc.judging.modes import BUILDERS, Call
+from rubricsvc.judging.modes import Call, CallContext, get_mode
 from rubricsvc.judging.types import ChoiceRequest, Generation, GenerationRequest
 from rubricsvc.judging.verdicts import VerdictParseError
 
@@ -37,7 +37,9 @@ def calls_for(spec: JudgeSpec, tasks: Sequence[Task]) -> list[Call]:
     return [
         call
         for task in tasks
-        for call in BUILDERS[spec.mode](spec, template, task.view(), task.items(), 0)
+        for call in get_mode(spec.mode).calls(
+            CallContext(spec, template, task.view()), task.items()
+        )
     ]
 
 

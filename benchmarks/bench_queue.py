@@ -167,12 +167,14 @@ def through_celery(
 
 def run_job(engine: Any, spec: JudgeSpec, selection: Selection, chunk: int) -> float:
     """Submit a score job, wait for its end; the seconds in between."""
-    from workers.app import send_chunks
+    from rubricsvc.config import get_settings
+    from rubricsvc.scoring import lifecycle
+    from rubricsvc.scoring.dispatch import CeleryDispatcher
 
+    dispatcher = CeleryDispatcher(get_settings().broker)
     started = time.perf_counter()
     with session_scope(engine) as session:
-        submission = jobs.submit(session, spec, selection, ScoreOptions(), chunk)
-        jobs.send_after_commit(session, send_chunks, submission.outbox)
+        submission = lifecycle.submit(session, dispatcher, spec, selection, ScoreOptions(), chunk)
         job_id = submission.job.id
     while True:
         with session_scope(engine) as session:

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
-
-if TYPE_CHECKING:
-    from rubricsvc.scoring.service import ScoreOptions
+from pydantic import BaseModel, BeforeValidator, Field
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 APP_NAME = "rubricsvc"
 
@@ -111,17 +108,6 @@ class ScoringSettings(BaseSettings):
     # under group-normalized advantages; a number is sent as it is.
     masked_reward: Literal["mean"] | float = "mean"
 
-    def score_options(self, **given: Any) -> ScoreOptions:
-        """``ScoreOptions`` with this group's failure policy and ``given`` fields."""
-        from rubricsvc.judging.failures import ResponseFailurePolicy
-        from rubricsvc.scoring.service import ScoreOptions
-
-        return ScoreOptions(
-            response_failure=ResponseFailurePolicy(self.response_failure),
-            judge_failure_alarm=self.judge_failure_alarm,
-            **given,
-        )
-
 
 class ApiSettings(BaseSettings):
     """The HTTP service (``rubricsvc serve``)."""
@@ -154,6 +140,13 @@ class ApiSettings(BaseSettings):
     max_judges: int = Field(default=4, gt=0)
 
 
+def _names(value: Any) -> Any:
+    """``"a, b"`` -> ``["a", "b"]``, as an environment variable gives a list."""
+    if isinstance(value, str):
+        return [name.strip() for name in value.split(",") if name.strip()]
+    return value
+
+
 class Settings(BaseSettings):
     """All settings of rubricsvc."""
 
@@ -164,6 +157,9 @@ class Settings(BaseSettings):
     judge: JudgeSettings = Field(default_factory=JudgeSettings)
     scoring: ScoringSettings = Field(default_factory=ScoringSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
+    # Modules to import at start (comma separated): they register verdict modes and the like
+    # (``rubricsvc.plugins``).
+    plugins: Annotated[list[str], NoDecode, BeforeValidator(_names)] = Field(default_factory=list)
 
 
 @lru_cache(maxsize=1)

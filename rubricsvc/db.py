@@ -16,7 +16,6 @@ from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from rubricsvc.config import get_settings
 from rubricsvc.errors import ImmutableError
 from rubricsvc.models import MUTABLE_VERSION_COLUMNS, Criterion, JudgeConfig, RubricVersion
 
@@ -31,9 +30,8 @@ def _enable_sqlite_foreign_keys(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-def make_engine(url: str | None = None, echo: bool = False) -> Engine:
-    """An engine for ``url`` (default: the configured database), creating a SQLite file's folder."""
-    url = url or get_settings().db.url
+def make_engine(url: str, echo: bool = False) -> Engine:
+    """An engine for ``url``, creating a SQLite file's folder."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
@@ -101,23 +99,23 @@ def _guard_immutable_rows(session: Session, _ctx: Any, _instances: Any) -> None:
             )
 
 
-def alembic_config(url: str | None = None) -> Any:
+def alembic_config(url: str) -> Any:
     """An Alembic config pointing at this package's migrations and ``url``."""
     from alembic.config import Config
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    config.set_main_option("sqlalchemy.url", (url or get_settings().db.url).replace("%", "%%"))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return config
 
 
-def upgrade(url: str | None = None, revision: str = "head") -> None:
+def upgrade(url: str, revision: str = "head") -> None:
     from alembic import command
 
     command.upgrade(alembic_config(url), revision)
 
 
-def downgrade(url: str | None = None, revision: str = "base") -> None:
+def downgrade(url: str, revision: str = "base") -> None:
     from alembic import command
 
     command.downgrade(alembic_config(url), revision)

@@ -44,3 +44,9 @@ class DependencyMissing(RubricsvcError):
     """An optional dependency (an extra) is not installed."""
 
     exit_code = 6
+
+
+def missing_extra(err: ImportError, needs: str, extras: str) -> DependencyMissing:
+    """The error of an import that failed for want of an extra: what needs it, the missing
+    module, and the command that installs it."""
+    return DependencyMissing(f"{needs} ({err.name} is missing): pip install 'rubricsvc[{extras}]'")

@@ -16,26 +16,10 @@ from rubricsvc.config import ApiSettings, BrokerSettings, DatabaseSettings, Sett
 from rubricsvc.db import make_engine, session_scope
 from rubricsvc.rubrics.schemas import RubricSpec
 from rubricsvc.rubrics.service import approve, save_rubric
+from tests.helpers import blue_sea_rubric
 
 # Check criteria only: scoring it needs no model, so routes that score answer at once.
-WORD_RUBRIC: dict[str, Any] = {
-    "name": "api/blue-sea",
-    "prompt": {"external_id": "api-sea", "text": "Write one sentence about the sea."},
-    "criteria": [
-        {
-            "text": "Uses the word blue",
-            "weight": 3,
-            "kind": "check",
-            "check": {"type": "contains", "text": "blue"},
-        },
-        {
-            "text": "Stays under 20 words",
-            "weight": 1,
-            "kind": "check",
-            "check": {"type": "word_count", "max": 20},
-        },
-    ],
-}
+WORD_RUBRIC: dict[str, Any] = blue_sea_rubric("api/blue-sea", "api-sea", max_words=20)
 
 
 def settings_for(database_url: str, **api: Any) -> Settings:

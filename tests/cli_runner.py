@@ -7,7 +7,11 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+DEMO_RUBRICS = ("demo/sleep-advice", "demo/explain-recursion", "demo/haiku-autumn")
 
 
 @dataclass
@@ -37,3 +41,26 @@ def run_cli(
         timeout=timeout,
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def cli_ok(
+    *args: str, database_url: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> CliResult:
+    """``run_cli``, asserting the command succeeded (its stderr is the failure's message)."""
+    result = run_cli(*args, database_url=database_url, env=env, timeout=timeout)
+    assert result.code == 0, result.stderr
+    return result
+
+
+def cli_error(*args: str, database_url: str, env: dict[str, str] | None = None) -> str:
+    """``run_cli``, asserting the command failed; its stderr, stripped."""
+    result = run_cli(*args, database_url=database_url, env=env)
+    assert result.code != 0, result.stdout
+    return result.stderr.strip()
+
+
+def add_examples(database_url: str) -> None:
+    """The demo's rubrics (approved) and completions, added with the command."""
+    cli_ok("rubrics", "add", str(EXAMPLES / "rubrics.yaml"), database_url=database_url)
+    cli_ok("completions", "add", str(EXAMPLES / "completions.jsonl"), database_url=database_url)
+    cli_ok("rubrics", "approve", *DEMO_RUBRICS, database_url=database_url)

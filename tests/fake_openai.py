@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 
+from rubricsvc.judging.config import JudgeSpec, VerdictMode
+
 # The request body -> the HTTP status and the JSON payload to answer with.
 Answer = Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]
 Server = TypeVar("Server", bound="FakeOpenAI")
@@ -33,6 +35,27 @@ def chat_completion(content: str, model: str = "fake") -> dict[str, Any]:
     }
 
 
+def openai_judge(
+    server: FakeOpenAI,
+    name: str,
+    *,
+    model: str = "fake",
+    retries: int = 1,
+    retry_backoff: float = 0.0,
+    timeout: float = 5,
+) -> JudgeSpec:
+    """A judge of the ``openai`` backend asking ``server`` for text verdicts (no API key)."""
+    return JudgeSpec(
+        name=name,
+        backend="openai",
+        model=model,
+        mode=VerdictMode.CRITERION_TEXT,
+        retries=retries,
+        retry_backoff=retry_backoff,
+        backend_options={"base_url": server.base_url, "timeout": timeout, "api_key_env": None},
+    )
+
+
 class FakeOpenAI(ThreadingHTTPServer):
     """Answers every POST with ``answer(body)``; keeps the request bodies in ``bodies``."""
 
@@ -42,6 +65,7 @@ class FakeOpenAI(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.answer = answer
         self.bodies: list[dict[str, Any]] = []
+        self.headers: dict[str, str] = {}  # sent with every answer (Retry-After, ...)
 
     @property
     def base_url(self) -> str:
@@ -63,6 +87,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for name, value in self.server.headers.items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from rubricsvc import db
+from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.rubrics.schemas import RubricSpec
+from rubricsvc.rubrics.service import approve, save_rubric
+from rubricsvc.scoring.judge_configs import ensure_judge_config
 
 
 def rubric_dict(name: str = "t/sleep", **overrides: Any) -> dict[str, Any]:
@@ -25,6 +28,26 @@ def rubric_dict(name: str = "t/sleep", **overrides: Any) -> dict[str, Any]:
     return data
 
 
+def check_criterion(text: str, check: dict[str, Any], weight: float = 1) -> dict[str, Any]:
+    """A criterion the platform computes with ``check`` (no judge, no model), as rubric data."""
+    return {"text": text, "weight": weight, "kind": "check", "check": check}
+
+
+def blue_sea_rubric(name: str, external_id: str, max_words: int) -> dict[str, Any]:
+    """Check criteria only, on a prompt about the sea: the word blue (weight 3) and fewer than
+    ``max_words`` words (weight 1). Scoring it needs no model."""
+    return {
+        "name": name,
+        "prompt": {"external_id": external_id, "text": "Write one sentence about the sea."},
+        "criteria": [
+            check_criterion("Uses the word blue", {"type": "contains", "text": "blue"}, weight=3),
+            check_criterion(
+                f"Stays under {max_words} words", {"type": "word_count", "max": max_words}
+            ),
+        ],
+    }
+
+
 def rubric_spec(name: str = "t/sleep", **overrides: Any) -> RubricSpec:
     return RubricSpec.model_validate(rubric_dict(name, **overrides))
 
@@ -35,5 +58,25 @@ def read_database(database_url: str, read: Callable[[Session], Any]) -> Any:
     try:
         with Session(engine) as session:
             return read(session)
+    finally:
+        engine.dispose()
+
+
+def approve_rubrics(
+    database_url: str,
+    *rubrics: dict[str, Any],
+    judges: Iterable[JudgeSpec] = (),
+    reviewer: str | None = None,
+) -> None:
+    """Save each rubric (as data) and approve it, and register each judge, in one transaction on
+    an engine of its own (disposed after)."""
+    engine = db.make_engine(database_url)
+    try:
+        with db.session_scope(engine) as session:
+            for data in rubrics:
+                version = save_rubric(session, RubricSpec.model_validate(data)).version
+                approve(session, version, reviewer)
+            for judge in judges:
+                ensure_judge_config(session, judge)
     finally:
         engine.dispose()

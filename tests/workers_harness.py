@@ -42,15 +42,16 @@ from rubricsvc.models import (
 )
 from rubricsvc.rubrics import service as rubrics
 from rubricsvc.scoring.judge_configs import ensure_judge_config
-from tests.cli_runner import CliResult
+from tests.cli_runner import DEMO_RUBRICS, EXAMPLES, CliResult
 from tests.helpers import rubric_spec
-from tests.requirements import unavailable
+from tests.requirements import prepared_model_dir, require_module, unavailable
 from tests.servers import free_port
 
 REDIS_URL = os.environ.get("RUBRICSVC_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
 RABBITMQ_URL = os.environ.get("RUBRICSVC_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
 REPO = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
+MakeCluster = Callable[..., "Cluster"]  # the make_cluster fixture (tests/integration)
 
 # Fast recovery for tests: production defaults are minutes, not seconds.
 FAST_RECOVERY = {
@@ -492,3 +493,34 @@ def private_redis() -> Iterator[PrivateRedis]:
         yield server
     finally:
         server.stop()
+
+
+# --- the demo set on a cluster -----------------------------------------------------------
+
+
+def score_via_celery(cluster: Cluster, *args: str, judge: str = "fast") -> CliResult:
+    result = cluster.cli("score", "--judge", judge, "--via", "celery", "--json", *args, timeout=300)
+    assert result.code == 0, result.stderr
+    return result
+
+
+def require_embedded_model() -> None:
+    """The workers load the embedded model: transformers installed, the model prepared."""
+    require_module("transformers", "transformers")
+    prepared_model_dir()
+
+
+def load_examples(cluster: Cluster, judges: tuple[JudgeSpec, ...] = ()) -> None:
+    """The demo's rubrics (approved) and completions: 39 judgments per judge."""
+    for args in (
+        ("rubrics", "add", str(EXAMPLES / "rubrics.yaml")),
+        ("completions", "add", str(EXAMPLES / "completions.jsonl")),
+        ("rubrics", "approve", *DEMO_RUBRICS),
+    ):
+        result = cluster.cli(*args)
+        assert result.code == 0, result.stderr
+    if judges:
+        path = cluster.logs / "judges.json"
+        path.write_text(json.dumps({"judges": [j.model_dump(mode="json") for j in judges]}))
+        result = cluster.cli("judges", "add", str(path))
+        assert result.code == 0, result.stderr

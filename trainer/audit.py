@@ -10,7 +10,7 @@ from rubricsvc.audit.sets import DEMO_SET, demo_items
 from rubricsvc.audit.store import save_audit
 from rubricsvc.db import make_engine, session_scope
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.judging.backends import backend_from_spec
+from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.judging.failures import ResponseFailurePolicy
 from rubricsvc.scoring.judge_configs import find_judge
 from trainer.config import TrainConfig
@@ -29,15 +29,13 @@ def audit_reward_judge(config: TrainConfig, say: Callable[[str], None]) -> Audit
         min_coverage=reward.min_coverage,
         response_failure=ResponseFailurePolicy(reward.response_failure),
     )
-    engine = make_engine(reward.database_url)
+    engine = make_engine(reward.engine_url())
     try:
-        with session_scope(engine) as session:
+        with BackendProvider() as backends, session_scope(engine) as session:
             spec = find_judge(session, reward.judge, reward.mode)
             items = demo_items()
             say(f"auditing judge {spec.name} with {len(attacks)} attack(s) on the demo set")
-            report = run_audit(
-                spec, lambda: backend_from_spec(spec), items, DEMO_SET, options, attacks
-            )
+            report = run_audit(spec, backends.factory(spec), items, DEMO_SET, options, attacks)
             save_audit(session, spec, items, report)
     finally:
         engine.dispose()

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rubricsvc.errors import DependencyMissing, RubricsvcError
+from rubricsvc.errors import RubricsvcError
 from rubricsvc.scoring.rewards import RewardRequest, RewardResult, reward_result
 from trainer.config import ScorerSettings
+
+if TYPE_CHECKING:
+    from rubricsvc.config import BrokerSettings
 
 POLL_SECONDS = 0.5
 
@@ -22,21 +25,22 @@ POLL_SECONDS = 0.5
 class CeleryScorer:
     """Scores through a job for the workers of the judge's queue; picklable (settings only)."""
 
-    def __init__(self, settings: ScorerSettings) -> None:
+    def __init__(self, settings: ScorerSettings, broker: BrokerSettings | None = None) -> None:
         self.settings = settings
+        self.broker = broker  # None: the environment's, read on first use
         self._engine: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"settings": self.settings}
+        return {"settings": self.settings, "broker": self.broker}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["settings"])  # type: ignore[misc]
+        self.__init__(state["settings"], state.get("broker"))  # type: ignore[misc]
 
     def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
         from rubricsvc.db import make_engine
 
         if self._engine is None:
-            self._engine = make_engine(self.settings.database_url)
+            self._engine = make_engine(self.settings.engine_url())
         ids = self._store(requests)
         by_rubric: dict[str | None, list[int]] = {}
         for request, completion_id in zip(requests, ids, strict=True):
@@ -60,18 +64,14 @@ class CeleryScorer:
             return [c.id for c in completions]
 
     def _run_job(self, rubric: str | None, completion_ids: list[int]) -> list[Any]:
-        from rubricsvc.config import get_settings
         from rubricsvc.db import session_scope
-        from rubricsvc.scoring import jobs
+        from rubricsvc.scoring import jobs, lifecycle
+        from rubricsvc.scoring.dispatch import CeleryDispatcher
         from rubricsvc.scoring.judge_configs import find_judge
         from rubricsvc.scoring.selection import Selection
 
-        try:
-            from workers.app import send_chunks
-        except ImportError as err:
-            raise DependencyMissing(
-                f"rewards on workers need the workers extra ({err.name} is missing)"
-            ) from None
+        broker = self._broker()
+        dispatcher = CeleryDispatcher(broker)
         selection = Selection(
             completion_ids=tuple(sorted(set(completion_ids))),
             rubric_ref=rubric,
@@ -80,21 +80,27 @@ class CeleryScorer:
         options = self.settings.score_options()
         with session_scope(self._engine) as session:
             spec = find_judge(session, self.settings.judge, self.settings.mode)
-            chunk_judgments = get_settings().broker.chunk_judgments
-            submission = jobs.submit(session, spec, selection, options, chunk_judgments)
-            jobs.send_after_commit(session, send_chunks, submission.outbox)
+            submission = lifecycle.submit(
+                session, dispatcher, spec, selection, options, broker.chunk_judgments
+            )
             job_id = submission.job.id
         deadline = time.monotonic() + self.settings.timeout
-        while True:
-            with session_scope(self._engine) as session:
-                state = jobs.progress(session, job_id)
-                if state.finished:
-                    if state.status != "done":
-                        raise RubricsvcError(f"reward job {job_id} {state.status}: {state.error}")
-                    return list(jobs.job_report(session, job_id).scores)
+        for state in lifecycle.follow(self._engine, job_id, POLL_SECONDS):
+            if state.finished:
+                break
             if time.monotonic() > deadline:
                 raise RubricsvcError(
                     f"reward job {job_id} not finished after {self.settings.timeout:g}s "
                     f"({state.done}/{state.total}): is a worker running for {self.settings.judge}?"
                 )
-            time.sleep(POLL_SECONDS)
+        if state.status != "done":
+            raise RubricsvcError(f"reward job {job_id} {state.status}: {state.error}")
+        with session_scope(self._engine) as session:
+            return list(jobs.job_report(session, job_id).scores)
+
+    def _broker(self) -> BrokerSettings:
+        if self.broker is None:
+            from rubricsvc.config import get_settings
+
+            self.broker = get_settings().broker  # the trainer process's environment
+        return self.broker

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.fileformats import describe_validation_error
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
-from rubricsvc.judging.config import VerdictMode
+from rubricsvc.judging.config import ModeName
 from rubricsvc.judging.failures import ResponseFailurePolicy
 from rubricsvc.scoring.service import ScoreOptions
 
@@ -34,7 +34,7 @@ class ScorerSettings(Strict):
     """How rewards are computed: which judge, against which rubric, through which path."""
 
     judge: str = "embedded"
-    mode: VerdictMode | None = None  # None: the judge's own verdict mode
+    mode: ModeName | None = None  # None: the judge's own verdict mode
     aggregation: str = "rar"
     min_coverage: float = Field(default=DEFAULT_MIN_COVERAGE, ge=0.0, le=1.0)
     include_drafts: bool = False
@@ -61,6 +61,14 @@ class ScorerSettings(Strict):
     response_failure: Literal["worst", "mask"] = "worst"
     # Judge-caused failures above this share of a step's judged criteria raise an alarm.
     judge_failure_alarm: float = Field(default=0.05, ge=0.0, le=1.0)
+
+    def engine_url(self) -> str:
+        """``database_url``, or the process's configured database when it is unset."""
+        if self.database_url:
+            return self.database_url
+        from rubricsvc.config import get_settings
+
+        return get_settings().db.url
 
     def score_options(self) -> ScoreOptions:
         return ScoreOptions(

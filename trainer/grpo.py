@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from rubricsvc.errors import DependencyMissing, NotFoundError
+from rubricsvc.errors import NotFoundError, missing_extra
 from rubricsvc.models import Prompt
 from trainer.audit import audit_reward_judge
 from trainer.config import TrainConfig
@@ -59,9 +59,10 @@ def policy_path(config: TrainConfig) -> str:
 
 def load_prompts(database_url: str | None, external_ids: list[str]) -> list[list[dict[str, Any]]]:
     """The chat messages of each prompt, in order; NotFoundError names a missing one."""
+    from rubricsvc.config import get_settings
     from rubricsvc.db import make_engine, session_scope
 
-    engine = make_engine(database_url)
+    engine = make_engine(database_url or get_settings().db.url)
     try:
         with session_scope(engine) as session:
             rows = session.scalars(select(Prompt).where(Prompt.external_id.in_(external_ids)))
@@ -145,9 +146,8 @@ def train(config: TrainConfig, say: Callable[[str], None] = log.info) -> TrainRe
         from datasets import Dataset
         from trl import GRPOConfig, GRPOTrainer
     except ImportError as err:
-        raise DependencyMissing(
-            f"training needs the trainer extra ({err.name} is missing): "
-            "pip install 'rubricsvc[trainer,transformers]'"
+        raise missing_extra(
+            err, "training needs the trainer extra", "trainer,transformers"
         ) from None
     if config.threads:
         torch.set_num_threads(config.threads)

@@ -11,7 +11,7 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Engine
 
@@ -19,6 +19,9 @@ from rubricsvc.errors import DependencyMissing, RubricsvcError
 from rubricsvc.judging.failures import empty_counts
 from rubricsvc.scoring.rewards import RewardRequest, RewardResult
 from trainer.config import ScorerSettings, Via
+
+if TYPE_CHECKING:
+    from rubricsvc.judging.backends.provider import BackendProvider, JudgeLimits
 
 # Worth another try: the server restarting, or a busy proxy in front of it.
 RETRIED_STATUS = frozenset({502, 503, 504})
@@ -31,28 +34,31 @@ class Scorer(Protocol):
 
 
 class InProcessScorer:
-    """Scores with ``compute_rewards``; the judge model is loaded once and kept."""
+    """Scores with ``compute_rewards``; the judge model is loaded once and kept, behind the
+    judge's shared API limits (``limits``, from the launcher's settings; None: none)."""
 
-    def __init__(self, settings: ScorerSettings) -> None:
+    def __init__(self, settings: ScorerSettings, limits: JudgeLimits | None = None) -> None:
         self.settings = settings
+        self.limits = limits
         self._engine: Engine | None = None
-        self._backends: Any = None
+        self._backends: BackendProvider | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"settings": self.settings}
+        return {"settings": self.settings, "limits": self.limits}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["settings"])  # type: ignore[misc]
+        self.__init__(state["settings"], state.get("limits"))  # type: ignore[misc]
 
     def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
         from rubricsvc.db import make_engine, session_scope
-        from rubricsvc.judging.backends.kept import KeptBackends
+        from rubricsvc.judging.backends.provider import BackendProvider
         from rubricsvc.scoring.judge_configs import find_judge
         from rubricsvc.scoring.rewards import compute_rewards
 
-        if self._engine is None:
-            self._engine = make_engine(self.settings.database_url)
-            self._backends = KeptBackends()
+        if self._engine is None or self._backends is None:
+            self._engine = make_engine(self.settings.engine_url())
+            self._backends = BackendProvider(self.limits)
+        backends = self._backends
         options = self.settings.score_options()
         with session_scope(self._engine) as session:
             spec = find_judge(session, self.settings.judge, self.settings.mode)
@@ -61,7 +67,7 @@ class InProcessScorer:
                 spec,
                 [_with_rubric(r, self.settings.rubric) for r in requests],
                 options,
-                lambda: self._backends.get(spec),
+                backends.factory(spec),
                 source=self.settings.source,
                 include_drafts=self.settings.include_drafts,
             )
@@ -84,7 +90,7 @@ class HttpScorer:
     def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
         body = {
             "judge": self.settings.judge,
-            "mode": self.settings.mode.value if self.settings.mode else None,
+            "mode": self.settings.mode,
             "aggregation": self.settings.aggregation,
             "min_coverage": self.settings.min_coverage,
             "include_drafts": self.settings.include_drafts,
@@ -161,11 +167,12 @@ def _result_from_json(item: dict[str, Any]) -> RewardResult:
     )
 
 
-def make_scorer(settings: ScorerSettings) -> Scorer:
+def make_scorer(settings: ScorerSettings, limits: JudgeLimits | None = None) -> Scorer:
+    """The scorer ``settings.via`` names; in process, behind ``limits`` (see InProcessScorer)."""
     if settings.via == Via.HTTP:
         return HttpScorer(settings)
     if settings.via == Via.CELERY:
         from trainer.celery_scorer import CeleryScorer
 
         return CeleryScorer(settings)
-    return InProcessScorer(settings)
+    return InProcessScorer(settings, limits)

@@ -1,9 +1,9 @@
 """The task (an id in, the chunk service, idempotent writes out) and the worker's lifecycle.
 
-At start a worker process loads its judge's model once (``rubricsvc worker --judge NAME``
-names it) and keeps it for every chunk; the main process runs the reaper every
-``RUBRICSVC_BROKER_REAP_INTERVAL`` seconds, so chunks of lost workers come back even when
-nobody follows the job.
+At start a worker process loads the judge of the queue it serves (``rubricsvc worker --judge
+NAME`` serves ``judge.NAME``) once and keeps it for every chunk; the main process runs the
+reaper every ``RUBRICSVC_BROKER_REAP_INTERVAL`` seconds, so chunks of lost workers come back
+even when nobody follows the job.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import random
 import threading
 from typing import Any
 
+from celery import current_app, shared_task
 from celery.signals import (
     worker_process_init,
     worker_process_shutdown,
@@ -22,14 +23,14 @@ from celery.signals import (
 )
 from sqlalchemy import Engine
 
-from rubricsvc.config import get_settings
 from rubricsvc.db import make_engine, session_scope
 from rubricsvc.errors import first_line
-from rubricsvc.scoring import jobs
+from rubricsvc.scoring.chunks import is_transient, run_chunk
+from rubricsvc.scoring.dispatch import SCORE_CHUNK, CeleryDispatcher
 from rubricsvc.scoring.judge_configs import find_judge
-from workers.app import SCORE_CHUNK, app, send_chunks
+from rubricsvc.scoring.lifecycle import Reaper
+from workers.app import settings
 from workers.backends import backend_for, close_all
-from workers.chunks import is_transient, run_chunk
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ _engines: dict[int, Engine] = {}  # by process id: a forked child must not reuse
 def engine() -> Engine:
     pid = os.getpid()
     if pid not in _engines:
-        _engines[pid] = make_engine()
+        _engines[pid] = make_engine(settings().db.url)
     return _engines[pid]
 
 
@@ -49,11 +50,11 @@ def backoff(retries: int) -> float:
     return delay + random.uniform(0, delay / 2)
 
 
-@app.task(name=SCORE_CHUNK, bind=True, max_retries=12)  # type: ignore[untyped-decorator]
+@shared_task(name=SCORE_CHUNK, bind=True, max_retries=12)  # type: ignore[untyped-decorator]
 def score_chunk(self: Any, chunk_id: int, **_extra: Any) -> str:
     """Score one chunk; the database or a backend being away is retried with backoff."""
     try:
-        run = run_chunk(engine(), int(chunk_id), backend_for, get_settings().broker)
+        run = run_chunk(engine(), int(chunk_id), backend_for, settings().broker)
     except Exception as err:
         if not is_transient(err):
             raise
@@ -66,10 +67,12 @@ def score_chunk(self: Any, chunk_id: int, **_extra: Any) -> str:
     return run.outcome
 
 
-class Reaper:
-    """A thread that runs ``jobs.reap`` periodically and sends what it gives back."""
+class ReaperThread:
+    """A thread that reaps periodically and sends what it gives back to the workers."""
 
     def __init__(self, interval: float) -> None:
+        broker = settings().broker
+        self.reap = Reaper(CeleryDispatcher(broker), broker.heartbeat_timeout, broker.requeue_after)
         self.interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rubricsvc-reaper", daemon=True)
@@ -81,24 +84,33 @@ class Reaper:
         self._stop.set()
 
     def _run(self) -> None:
-        broker = get_settings().broker
         while not self._stop.wait(self.interval):
             try:
                 with session_scope(engine()) as session:
-                    outbox = jobs.reap(session, broker.heartbeat_timeout, broker.requeue_after)
-                    jobs.send_after_commit(session, send_chunks, outbox)
+                    self.reap(session)
             except Exception as err:  # the database or broker is away: try again next time
                 log.warning("reaper: %s", first_line(err))
 
 
-_reaper: list[Reaper] = []
+_reaper: list[ReaperThread] = []
+
+
+def served_judge() -> str | None:
+    """The judge whose queue this worker serves (one queue besides the default), if any."""
+    prefix = settings().broker.queue_prefix
+    queues = [
+        name
+        for name in current_app.amqp.queues.consume_from or {}
+        if name.startswith(prefix) and name != f"{prefix}default"
+    ]
+    return queues[0][len(prefix) :] if len(queues) == 1 else None
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]
 def _load_judge(**_: Any) -> None:
-    judge = app.conf.get("rubricsvc_judge")
+    judge = served_judge()
     if not judge:
-        return  # started by plain `celery worker`: the backend is built on first use
+        return  # no single judge's queue: each backend is built on first use
     try:
         with session_scope(engine()) as session:
             spec = find_judge(session, judge)
@@ -109,9 +121,9 @@ def _load_judge(**_: Any) -> None:
 
 @worker_ready.connect  # type: ignore[untyped-decorator]
 def _start_reaper(**_: Any) -> None:
-    interval = get_settings().broker.reap_interval
+    interval = settings().broker.reap_interval
     if interval > 0:
-        reaper = Reaper(interval)
+        reaper = ReaperThread(interval)
         reaper.start()
         _reaper.append(reaper)
 

@@ -19,7 +19,8 @@ from rubricsvc.api.routes import completions, jobs, prompts, rewards, rubrics, s
 from rubricsvc.api.state import AppState
 from rubricsvc.config import Settings, get_settings
 from rubricsvc.db import make_engine
-from rubricsvc.judging.backends import BackendChoice, JudgeBackend, backend_from_spec
+from rubricsvc.judging.backends import BackendChoice, JudgeBackend
+from rubricsvc.plugins import load_plugins
 
 DESCRIPTION = """Rubrics, completions, score jobs and rewards.
 
@@ -35,11 +36,13 @@ def create_app(
     settings: Settings | None = None,
     engine: Engine | None = None,
     *,
-    build_backend: Callable[[BackendChoice], JudgeBackend] = backend_from_spec,
+    build_backend: Callable[[BackendChoice], JudgeBackend] | None = None,
 ) -> FastAPI:
     """The app for ``settings`` (default: the environment's) on ``engine`` (default: its URL);
-    ``build_backend`` loads each judge (or generator) model, once."""
+    ``build_backend`` (default: the real backends) loads each judge (or generator) model,
+    once."""
     settings = settings or get_settings()
+    load_plugins(settings.plugins)
     engine = engine or make_engine(settings.db.url)
     state = AppState(settings=settings, engine=engine, build_backend=build_backend)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from math import ceil
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -26,6 +27,7 @@ from rubricsvc.errors import (
     RubricsvcError,
     ValidationFailed,
 )
+from rubricsvc.judging.backends.base import BackendError
 
 # Each error of the library maps to one status and code.
 _STATUS: list[tuple[type[RubricsvcError], int, str]] = [
@@ -37,20 +39,41 @@ _STATUS: list[tuple[type[RubricsvcError], int, str]] = [
 ]
 _CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
           405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
-          422: "invalid", 429: "too_many_requests", 503: "unavailable"}  # fmt: skip
+          422: "invalid", 429: "too_many_requests", 502: "bad_gateway",
+          503: "unavailable"}  # fmt: skip
+# Retry-After of a judge that failed in a way that may pass, when it named no delay itself.
+DEFAULT_RETRY_AFTER = 10
 
 
 class ApiError(Exception):
     """Raised by routes: becomes the error shape with this status."""
 
     def __init__(
-        self, status: int, message: str, field: str | None = None, code: str | None = None
+        self,
+        status: int,
+        message: str,
+        field: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.field = field
         self.code = code or _CODES.get(status, "error")
+        self.headers = headers or {}
+
+
+def backend_unavailable(error: BackendError) -> ApiError:
+    """The API's answer when the judge (or generator) behind a request failed: 503 with
+    Retry-After when trying again may help (5xx, 429, time-outs, unreachable), else 502."""
+    message = f"the judge backend failed: {error}"
+    if not error.retryable:
+        return ApiError(502, message, code="judge_failed")
+    wait = error.retry_after if error.retry_after is not None else DEFAULT_RETRY_AFTER
+    return ApiError(
+        503, message, code="judge_unavailable", headers={"Retry-After": str(max(1, ceil(wait)))}
+    )
 
 
 def error_body(
@@ -121,7 +144,13 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message, exc.field)
+        response = error_response(exc.status, exc.code, exc.message, exc.field)
+        response.headers.update(exc.headers)
+        return response
+
+    @app.exception_handler(BackendError)
+    async def _backend(request: Request, exc: BackendError) -> JSONResponse:
+        return await _api_error(request, backend_unavailable(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
-from rubricsvc.judging.config import VerdictMode
+from rubricsvc.judging.config import ModeName
 from rubricsvc.rubrics.schemas import Message
 from rubricsvc.scoring.rewards import RewardResult
 
@@ -48,12 +48,20 @@ class Page(BaseModel):
     )
 
 
+# A stored mapping column that may be NULL, shown as {}.
+StoredMapping = Annotated[dict[str, Any], BeforeValidator(lambda value: value or {})]
+
+
 class PromptOut(BaseModel):
+    """A stored prompt (read from its row)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
     id: int
     external_id: str | None
     messages: list[dict[str, Any]]
     reference_answer: str | None
-    tags: dict[str, Any]
+    tags: StoredMapping
     content_hash: str
     created_at: datetime | None
 
@@ -130,12 +138,16 @@ class GenerateOut(BaseModel):
 
 
 class CompletionOut(BaseModel):
+    """A stored completion (read from its row, whose ``meta`` is shown as ``metadata``)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
     id: int
     prompt_id: int
     external_id: str | None
     text: str
     source: str | None
-    metadata: dict[str, Any]
+    metadata: StoredMapping = Field(validation_alias="meta")
     created_at: datetime | None
 
 
@@ -146,7 +158,7 @@ class IngestOut(BaseModel):
 
 class JobIn(_Body):
     judge: str = Field(default="embedded", min_length=1)
-    mode: VerdictMode | None = None
+    mode: ModeName | None = None
     aggregation: str = "rar"
     min_coverage: float = Field(default=DEFAULT_MIN_COVERAGE, ge=0, le=1)
     completion_ids: list[RowId] = Field(default_factory=list)
@@ -154,24 +166,6 @@ class JobIn(_Body):
     sources: list[str] = Field(default_factory=list)
     rubric: RubricRef | None = Field(default=None, description="One rubric version (REF) for all.")
     include_drafts: bool | None = None
-
-
-class JobOut(BaseModel):
-    id: int
-    status: str
-    judge: str
-    aggregation: str
-    total: int
-    done: int
-    cached: int
-    failed: int
-    requests: int
-    chunks: dict[str, int]
-    workers: list[str]
-    error: str | None
-    created_at: str | None
-    updated_at: str | None
-    created: bool | None = Field(default=None, description="On submission: false if found.")
 
 
 class RewardItem(_Body):
@@ -193,7 +187,7 @@ class RewardItem(_Body):
 class RewardsIn(_Body):
     items: list[RewardItem] = Field(min_length=1)
     judge: str = Field(default="embedded", min_length=1)
-    mode: VerdictMode | None = None
+    mode: ModeName | None = None
     aggregation: str = "rar"
     min_coverage: float = Field(default=DEFAULT_MIN_COVERAGE, ge=0, le=1)
     include_drafts: bool | None = None

@@ -14,8 +14,8 @@ from sqlalchemy import Engine
 from rubricsvc.api.metrics import Metrics
 from rubricsvc.api.ratelimit import RateLimiter, rate_limiter
 from rubricsvc.config import Settings
-from rubricsvc.judging.backends import BackendChoice, JudgeBackend, backend_from_spec
-from rubricsvc.judging.backends.kept import KeptBackends, loaded_backend_key
+from rubricsvc.judging.backends import BackendChoice, JudgeBackend
+from rubricsvc.judging.backends.provider import BackendProvider
 
 log = logging.getLogger(__name__)
 
@@ -25,10 +25,12 @@ class AppState:
     settings: Settings
     engine: Engine
     metrics: Metrics = field(default_factory=Metrics)
-    # Builds a judge's (or the rubric generator's) backend the first time it is needed.
-    build_backend: Callable[[BackendChoice], JudgeBackend] = backend_from_spec
-    # Every model this server uses, loaded once and kept: at most RUBRICSVC_API_MAX_JUDGES.
-    judges: KeptBackends[BackendChoice] = field(init=False)
+    # Builds a judge's (or the rubric generator's) backend the first time it is needed
+    # (None: the real backends, the embedded model from RUBRICSVC_JUDGE_MODEL_DIR).
+    build_backend: Callable[[BackendChoice], JudgeBackend] | None = None
+    # Every model this server uses, loaded once and kept (at most RUBRICSVC_API_MAX_JUDGES),
+    # behind the judges' shared API limits.
+    judges: BackendProvider = field(init=False)
     # Requests per minute per API key (None: no limit).
     rate_limiter: RateLimiter | None = field(init=False)
     # On SQLite, one lock per judge around a whole reward batch: holding it before the write
@@ -39,11 +41,12 @@ class AppState:
     _jobs: ThreadPoolExecutor | None = None
 
     def __post_init__(self) -> None:
-        self.judges = KeptBackends(
-            self.build_backend,
-            key=loaded_backend_key,
+        self.judges = BackendProvider.from_settings(
+            self.settings,
             max_backends=self.settings.api.max_judges,
             limit_name="RUBRICSVC_API_MAX_JUDGES",
+            share_models=True,
+            build=self.build_backend,
         )
         self.rate_limiter = rate_limiter(self.settings.api)
 

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from rubricsvc.api.errors import ApiError
 from rubricsvc.api.state import AppState
 from rubricsvc.db import session_scope
-from rubricsvc.judging.config import JudgeSpec, VerdictMode
+from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import Criterion, Rubric, RubricVersion, VersionStatus
 from rubricsvc.rubrics.repository import resolve_version
 from rubricsvc.scoring.judge_configs import find_judge
@@ -82,7 +82,7 @@ def check_reward_work(
     requests: Sequence[RewardRequest],
     *,
     judge: str,
-    mode: VerdictMode | None,
+    mode: str | None,
     include_drafts: bool,
 ) -> JudgeSpec:
     """The judge of a reward request, once its model can be kept and its work is in bounds."""
@@ -90,24 +90,27 @@ def check_reward_work(
         spec = find_judge(session, judge, mode)
         state.judges.check(spec)
         count = reward_judgments(session, requests, include_drafts)
-    limit = state.settings.api.max_reward_judgments
-    if count > limit:
-        raise ApiError(
-            413,
-            f"{count} judgments ({len(requests)} completions x the criteria of their rubrics): "
-            f"at most {limit} per reward request; send smaller batches",
-            "body.items",
-        )
+    _refuse_past(
+        count,
+        state.settings.api.max_reward_judgments,
+        f"({len(requests)} completions x the criteria of their rubrics)",
+        "per reward request; send smaller batches",
+        "body.items",
+    )
     return spec
 
 
 def check_job_work(state: AppState, session: Session, selection: Selection) -> None:
-    count = job_judgments(session, selection)
-    limit = state.settings.api.max_job_judgments
+    _refuse_past(
+        job_judgments(session, selection),
+        state.settings.api.max_job_judgments,
+        "(the selected completions x the criteria of their rubrics)",
+        "per score job; select less (by prompt, source or completion ids)",
+        "body",
+    )
+
+
+def _refuse_past(count: int, limit: int, what: str, advice: str, field: str) -> None:
+    """413 naming the work asked for and the bound, before anything is stored or judged."""
     if count > limit:
-        raise ApiError(
-            413,
-            f"{count} judgments (the selected completions x the criteria of their rubrics): at "
-            f"most {limit} per score job; select less (by prompt, source or completion ids)",
-            "body",
-        )
+        raise ApiError(413, f"{count} judgments {what}: at most {limit} {advice}", field)

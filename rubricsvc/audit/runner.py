@@ -23,28 +23,21 @@ from functools import partial
 from typing import Any
 
 from rubricsvc.audit.attacks import ATTACKS, NEUTRALIZED_FAMILIES, Attack, Target
-from rubricsvc.judging.aggregation import Outcome, aggregate
+from rubricsvc.hashing import content_hash
 from rubricsvc.judging.backends.base import JudgeBackend
-from rubricsvc.judging.checks import run_check
-from rubricsvc.judging.config import JudgeSpec, VerdictMode
-from rubricsvc.judging.failures import (
-    FailureClass,
-    ResponseFailurePolicy,
-    empty_counts,
-    worst_value,
-)
+from rubricsvc.judging.config import JudgeSpec
+from rubricsvc.judging.failures import ResponseFailurePolicy, empty_counts
 from rubricsvc.judging.modes import (
-    BUILDERS,
-    REFERENCE_SCALE_MAX,
-    CallBuilder,
+    AssessOptions,
+    Case,
     CompletionView,
     CriterionView,
-    Item,
-    holistic_calls,
+    RubricCriterion,
+    Ruling,
+    VerdictModeImpl,
+    get_mode,
 )
 from rubricsvc.scoring.executor import CallExecutor, JudgeResult
-
-HOLISTIC = "holistic"
 
 
 @dataclass(frozen=True)
@@ -135,12 +128,13 @@ def run_audit(
     progress: Progress | None = None,
 ) -> AuditReport:
     """Score the honest answers and every attack on every item; see the module docstring."""
-    executor = CallExecutor(backend_factory, spec, _builder(spec, items), spec.prompt_template())
+    mode = get_mode(spec.mode)
+    executor = CallExecutor(backend_factory, spec, mode.calls, spec.prompt_template())
     steps = 2 + len(attacks)
     try:
-        weak = _score_all(executor, spec, items, [i.weak for i in items], options)
+        weak = _score_all(executor, mode, items, [i.weak for i in items], options)
         _tick(progress, 1, steps)
-        strong = _score_all(executor, spec, items, [i.strong for i in items], options)
+        strong = _score_all(executor, mode, items, [i.strong for i in items], options)
         _tick(progress, 2, steps)
         context = context_tokens or getattr(executor.backend, "context_limit", None)
         results = []
@@ -151,7 +145,7 @@ def run_audit(
                 )
                 for item in items
             ]
-            scored = _score_all(executor, spec, items, texts, options)
+            scored = _score_all(executor, mode, items, texts, options)
             results.append(_summarize(attack, scored, weak, strong, options))
             _tick(progress, done, steps)
     finally:
@@ -179,20 +173,6 @@ def _tick(progress: Progress | None, done: int, total: int) -> None:
         progress(done, total)
 
 
-def _builder(spec: JudgeSpec, items: Sequence[AuditItem]) -> CallBuilder:
-    if spec.mode != VerdictMode.HOLISTIC:
-        return BUILDERS[spec.mode]
-    rubrics = [[c.view for c in item.criteria] for item in items]
-
-    def build(
-        spec: JudgeSpec, template: Any, completion: CompletionView, units: Any, attempt: int
-    ) -> Any:
-        rubric = rubrics[completion.id]
-        return holistic_calls(spec, template, completion, units, attempt, rubric=rubric)
-
-    return build
-
-
 # A response's score (None: masked), its failures by class, and each criterion's value
 # (None for a check criterion or a failed judgment).
 Scored = tuple[float | None, dict[str, int], list[float | None]]
@@ -200,80 +180,54 @@ Scored = tuple[float | None, dict[str, int], list[float | None]]
 
 def _score_all(
     executor: CallExecutor,
-    spec: JudgeSpec,
+    mode: VerdictModeImpl,
     items: Sequence[AuditItem],
     responses: Sequence[str],
     options: AuditOptions,
 ) -> list[Scored]:
     """Each item's score for its response (None: masked) and its failures by class."""
-    units = []
-    for index, (item, response) in enumerate(zip(items, responses, strict=True)):
-        view = CompletionView(index, item.messages, response, item.reference)
-        if spec.mode == VerdictMode.HOLISTIC:
-            judged = [Item(f"{index}/holistic", None)]
-        else:
-            judged = [
-                Item(f"{index}/{position}", c.view)
-                for position, c in enumerate(item.criteria)
-                if c.check is None
-            ]
-        units.append((view, judged))
-    results = executor.run(units)
-    return [
-        _score_one(spec, index, item, response, results, options)
+    cases = [
+        _case(index, item, response)
         for index, (item, response) in enumerate(zip(items, responses, strict=True))
     ]
-
-
-def _score_one(
-    spec: JudgeSpec,
-    index: int,
-    item: AuditItem,
-    response: str,
-    results: dict[str, JudgeResult],
-    options: AuditOptions,
-) -> Scored:
-    failures = empty_counts()
-    worst = options.response_failure == ResponseFailurePolicy.WORST
-    if spec.mode == VerdictMode.HOLISTIC:
-        result = results[f"{index}/holistic"]
-        if result.verdict is not None:
-            return result.verdict.value, failures, [result.verdict.value]
-        assert result.failure is not None
-        failures[result.failure.value] += 1
-        charged = worst and result.failure == FailureClass.RESPONSE
-        return (0.0 if charged else None), failures, [None]
-    outcomes = []
-    verdicts: list[float | None] = []
-    for position, criterion in enumerate(item.criteria):
-        view = criterion.view
-        value: float | None
-        reference = None
-        if criterion.check is not None:
-            value = 1.0 if run_check(criterion.check, response) else 0.0
-        else:
-            result = results[f"{index}/{position}"]
-            verdicts.append(result.verdict.value if result.verdict is not None else None)
-            if result.verdict is not None:
-                value = result.verdict.value
-                detail = result.verdict.detail or {}
-                if "reference" in detail:
-                    reference = float(detail["reference"]) / REFERENCE_SCALE_MAX
-            else:
-                assert result.failure is not None
-                failures[result.failure.value] += 1
-                charged = worst and result.failure == FailureClass.RESPONSE
-                value = worst_value(view.weight) if charged else None
-        outcomes.append(
-            Outcome(position, view.weight, value, view.theme, criterion.required, reference)
-        )
-    aggregated = aggregate(
-        options.aggregation,
-        outcomes,
-        dimension_weights=item.dimension_weights,
-        min_coverage=options.min_coverage,
+    plans = [mode.plan(case) for case in cases]
+    results = executor.run([(c.completion, p.items) for c, p in zip(cases, plans, strict=True)])
+    rulings = {key: _ruling(result) for key, result in results.items()}
+    assess = AssessOptions(
+        options.aggregation, options.min_coverage, response_failure=options.response_failure
     )
-    return aggregated.value, failures, verdicts
+    scored = []
+    for case, plan in zip(cases, plans, strict=True):
+        assessment = mode.assess(case, plan, rulings, assess)
+        scored.append((assessment.value, assessment.failures, assessment.verdicts))
+    return scored
+
+
+def _case(index: int, item: AuditItem, response: str) -> Case:
+    """An item with one response; the index and positions stand in for content hashes, so
+    every (response, criterion) is a judgment of its own."""
+    criteria = tuple(
+        RubricCriterion(position, position, c.view, str(position), c.required, c.check)
+        for position, c in enumerate(item.criteria)
+    )
+    view = CompletionView(index, item.messages, response, item.reference)
+    return Case(
+        view,
+        criteria,
+        "audit",
+        item.name,
+        str(index),
+        content_hash(response),
+        item.dimension_weights,
+    )
+
+
+def _ruling(result: JudgeResult) -> Ruling:
+    value = result.verdict.value if result.verdict is not None else None
+    label = result.verdict.label if result.verdict is not None else None
+    detail = result.verdict.detail if result.verdict is not None else None
+    failure = result.failure.value if result.failure is not None else None
+    return Ruling(value, label, detail, failure, result.error)
 
 
 def _summarize(

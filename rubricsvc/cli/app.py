@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from rubricsvc.cli import admin, audit, data, importing, jobs, rubrics, scoring, service, train
-from rubricsvc.cli.context import CliExit, fail
+from rubricsvc.cli.context import CliExit, fail, load_configured_plugins
 from rubricsvc.errors import RubricsvcError
 
 app = typer.Typer(
@@ -34,6 +34,7 @@ app.command("serve")(service.serve_command)
 
 def main() -> None:
     try:
+        load_configured_plugins()
         app()
     except CliExit as err:
         fail(str(err), err.code)

@@ -14,17 +14,20 @@ from rubricsvc.audit.store import save_audit
 from rubricsvc.cli.context import console, db_session, err_console
 from rubricsvc.cli.progress import progress_bar
 from rubricsvc.cli.render import build_table
+from rubricsvc.config import get_settings
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
-from rubricsvc.judging.backends import backend_from_spec
-from rubricsvc.judging.config import VerdictMode
+from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.judging.failures import ResponseFailurePolicy
+from rubricsvc.judging.modes import mode_names
 from rubricsvc.scoring.judge_configs import find_judge
 
 
 def judges_audit(
     judge: str = typer.Argument(..., help="Judge config name (see `rubricsvc judges list`)."),
-    mode: VerdictMode | None = typer.Option(None, help="Verdict mode (default: the judge's)."),
+    mode: str | None = typer.Option(
+        None, help=f"Verdict mode (default: the judge's): {', '.join(mode_names())} or a plugin's."
+    ),
     rubric: list[str] = typer.Option(
         [], help="Attack this stored rubric version (REF; repeatable). Default: the demo set."
     ),
@@ -65,10 +68,11 @@ def judges_audit(
             set_name = ", ".join(rubric)
         else:
             items, set_name = demo_items(), DEMO_SET
-        with progress_bar("attacking", enabled=not as_json) as update:
+        backends = BackendProvider.from_settings(get_settings())
+        with backends, progress_bar("attacking", enabled=not as_json) as update:
             report = run_audit(
                 spec,
-                lambda: backend_from_spec(spec),
+                backends.factory(spec),
                 items,
                 set_name,
                 options,

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 
+from pydantic import ValidationError
 from rich.console import Console
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
@@ -15,6 +16,7 @@ from sqlalchemy.orm import Session
 from rubricsvc.config import get_settings
 from rubricsvc.db import current_revision, head_revision, make_engine, session_scope
 from rubricsvc.errors import RubricsvcError, first_line
+from rubricsvc.plugins import load_plugins
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -31,6 +33,17 @@ class CliExit(Exception):
 @lru_cache(maxsize=1)
 def engine() -> Engine:
     return make_engine(get_settings().db.url)
+
+
+def load_configured_plugins() -> None:
+    """Import the plugins the settings name, before any command reads a judge config."""
+    try:
+        plugins = get_settings().plugins
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise CliExit(f"invalid setting {where} of {err.title}: {first['msg']}") from None
+    load_plugins(plugins)
 
 
 def require_migrated(db: Engine) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
-from types import ModuleType
 
 import typer
 
@@ -14,11 +12,14 @@ from rubricsvc.cli.context import CliExit, console, db_session, engine, err_cons
 from rubricsvc.cli.progress import progress_bar
 from rubricsvc.cli.render import build_table
 from rubricsvc.config import get_settings
-from rubricsvc.db import display_url, session_scope
-from rubricsvc.errors import DependencyMissing, NotFoundError, first_line
-from rubricsvc.judging.config import JudgeSpec, VerdictMode
-from rubricsvc.scoring import jobs
+from rubricsvc.db import display_url
+from rubricsvc.errors import NotFoundError, first_line
+from rubricsvc.judging.config import JudgeSpec
+from rubricsvc.judging.modes import mode_names
+from rubricsvc.scoring import jobs, lifecycle
+from rubricsvc.scoring.dispatch import CeleryDispatcher, celery_class, queue_name
 from rubricsvc.scoring.judge_configs import ensure_judge_config, find_judge
+from rubricsvc.scoring.lifecycle import Delivery
 from rubricsvc.scoring.selection import Selection
 from rubricsvc.scoring.service import ScoreOptions, ScoreReport
 
@@ -28,6 +29,7 @@ jobs_app = typer.Typer(
 
 POLL_SECONDS = 1.0
 IDLE_HINT_SECONDS = 30.0  # all chunks still waiting after this long: say how to start a worker
+WORKER_APP = "workers.app"  # the Celery app's module, found by Celery as for `celery -A`
 
 
 def require_broker() -> str:
@@ -40,55 +42,32 @@ def require_broker() -> str:
     return url
 
 
-def _workers_app() -> ModuleType:
-    """``workers.app``, once a broker is configured and the workers extra is installed."""
+def _dispatcher() -> Delivery:
+    """The broker's dispatcher, counting what it sends, once a broker is configured."""
     require_broker()
-    try:
-        import workers.app
-    except ImportError as err:
-        raise DependencyMissing(
-            f"scoring on workers needs the workers extra ({err.name} is missing): "
-            "pip install 'rubricsvc[workers]'"
-        ) from None
-    return workers.app
+    return Delivery(CeleryDispatcher(get_settings().broker))
 
 
-class _Sender:
-    """Sends chunks to their queues, remembering a failure instead of raising it mid-commit."""
-
-    def __init__(self) -> None:
-        self._send = _workers_app().send_chunks
-        self.error: str | None = None
-        self.sent = 0
-
-    def __call__(self, judge: str, chunk_ids: Sequence[int]) -> None:
-        try:
-            self._send(judge, chunk_ids)
-            self.sent += len(chunk_ids)
-        except Exception as err:
-            self.error = first_line(err)
-
-    def check(self, job_id: int) -> None:
-        if self.error is not None:
-            raise CliExit(
-                f"could not send the chunks of job {job_id} to the broker at "
-                f"{display_url(require_broker())} ({self.error}); once it is back, "
-                f"`rubricsvc jobs resume {job_id}` sends them"
-            )
+def _check_sent(send: Delivery, job_id: int) -> None:
+    if send.error is not None:
+        raise CliExit(
+            f"could not send the chunks of job {job_id} to the broker at "
+            f"{display_url(require_broker())} ({first_line(send.error)}); once it is back, "
+            f"`rubricsvc jobs resume {job_id}` sends them"
+        )
 
 
 def score_via_celery(
-    judge: str, mode: VerdictMode | None, selection: Selection, options: ScoreOptions, show: bool
+    judge: str, mode: str | None, selection: Selection, options: ScoreOptions, show: bool
 ) -> tuple[ScoreReport, jobs.JobProgress]:
     """Submit the job, send its chunks after the commit, follow it, read the report back."""
-    send = _Sender()
+    send = _dispatcher()
     with db_session() as session:
         spec = find_judge(session, judge, mode)
         chunk_judgments = get_settings().broker.chunk_judgments
-        submission = jobs.submit(session, spec, selection, options, chunk_judgments)
-        jobs.send_after_commit(session, send, submission.outbox)
+        submission = lifecycle.submit(session, send, spec, selection, options, chunk_judgments)
         job_id = submission.job.id
-    send.check(job_id)
+    _check_sent(send, job_id)
     if submission.created:
         err_console.print(f"job {job_id}: {send.sent} chunk(s) sent to the workers of {spec.name}")
     else:
@@ -105,31 +84,39 @@ def unfinished_exit(state: jobs.JobProgress) -> CliExit:
     return CliExit(f"job {state.id} {state.status}: {detail}")
 
 
+def _reaper() -> lifecycle.Reaper | None:
+    """The reaper a follower runs, when a broker is configured and reaping is on."""
+    broker = get_settings().broker
+    if not broker.url or broker.reap_interval <= 0:
+        return None
+    send = Delivery(CeleryDispatcher(broker))  # a failed send is retried at the next reap
+    return lifecycle.Reaper(send, broker.heartbeat_timeout, broker.requeue_after)
+
+
 def follow(job_id: int, show: bool) -> jobs.JobProgress:
     """Poll the job until it finishes, reaping lost chunks on the way; Ctrl-C leaves it running."""
-    broker = get_settings().broker
-    send = _Sender() if broker.url and broker.reap_interval > 0 else None
-    next_reap = time.monotonic() + broker.reap_interval
+    waiting = ""  # the last outage message, printed once per outage rather than once per poll
+
+    def on_outage(err: Exception) -> None:  # the database is away (a restart): poll again
+        nonlocal waiting
+        message = f"waiting for the database: {first_line(err)}"
+        if message != waiting:
+            err_console.print(message, soft_wrap=True)
+            waiting = message
+
     started = time.monotonic()
     hinted = False
-    waiting = ""  # the last outage message, printed once per outage rather than once per poll
+    polls = lifecycle.follow(
+        engine(),
+        job_id,
+        POLL_SECONDS,
+        _reaper(),
+        get_settings().broker.reap_interval,
+        on_outage,
+    )
     try:
         with progress_bar(f"job {job_id}", enabled=show, detail=True) as update:
-            while True:
-                reap_with = send if send is not None and time.monotonic() >= next_reap else None
-                if reap_with is not None:
-                    next_reap = time.monotonic() + broker.reap_interval
-                try:
-                    state = _poll(job_id, reap_with)
-                except NotFoundError as err:
-                    raise CliExit(str(err), err.exit_code) from None
-                except Exception as err:  # the database is away (a restart): try again
-                    message = f"waiting for the database: {first_line(err)}"
-                    if message != waiting:
-                        err_console.print(message, soft_wrap=True)
-                        waiting = message
-                    time.sleep(POLL_SECONDS)
-                    continue
+            for state in polls:
                 waiting = ""
                 chunks = ", ".join(f"{n} {status}" for status, n in state.chunks.items())
                 detail = f"{state.cached} cached, {state.failed} failed; chunks: {chunks}"
@@ -138,22 +125,14 @@ def follow(job_id: int, show: bool) -> jobs.JobProgress:
                     return state
                 if not hinted and time.monotonic() - started > IDLE_HINT_SECONDS:
                     hinted = _hint_if_idle(state)
-                time.sleep(POLL_SECONDS)
+    except NotFoundError as err:
+        raise CliExit(str(err), err.exit_code) from None
     except KeyboardInterrupt:
         raise CliExit(
             f"stopped following; job {job_id} goes on: `rubricsvc jobs status {job_id} --follow`",
             130,
         ) from None
-
-
-def _poll(job_id: int, reap_with: _Sender | None) -> jobs.JobProgress:
-    """The job's progress, after reaping (and sending with ``reap_with``) if it is given."""
-    broker = get_settings().broker
-    with session_scope(engine()) as session:
-        if reap_with is not None:
-            outbox = jobs.reap(session, broker.heartbeat_timeout, broker.requeue_after)
-            jobs.send_after_commit(session, reap_with, outbox)
-        return jobs.progress(session, job_id)
+    raise AssertionError("a followed job ends finished")
 
 
 def _hint_if_idle(state: jobs.JobProgress) -> bool:
@@ -230,11 +209,10 @@ def jobs_status(
 @jobs_app.command("resume")
 def jobs_resume(job_id: int = typer.Argument(..., help="The job's id.")) -> None:
     """Send a job's pending, failed and cancelled chunks to the workers again."""
-    send = _Sender()
+    send = _dispatcher()
     with db_session() as session:
-        outbox = jobs.resume(session, job_id)
-        jobs.send_after_commit(session, send, outbox)
-    send.check(job_id)
+        lifecycle.resume(session, send, job_id)
+    _check_sent(send, job_id)
     console.print(f"job {job_id}: {send.sent} chunk(s) sent")
 
 
@@ -254,33 +232,39 @@ def jobs_reap(
 ) -> None:
     """Send again the chunks of lost workers and chunks whose message may be lost."""
     broker = get_settings().broker
-    send = _Sender()
+    send = _dispatcher()
+    reap = lifecycle.Reaper(send, timeout or broker.heartbeat_timeout, broker.requeue_after)
     with db_session() as session:
-        outbox = jobs.reap(session, timeout or broker.heartbeat_timeout, broker.requeue_after)
-        jobs.send_after_commit(session, send, outbox)
+        reap(session)
     if send.error is not None:
-        raise CliExit(f"could not reach the broker: {send.error}")
+        raise CliExit(f"could not reach the broker: {first_line(send.error)}")
     console.print(f"{send.sent} chunk(s) sent again")
 
 
 def worker_command(
     judge: str = typer.Option(..., help="Serve this judge's queue (its model is loaded once)."),
-    mode: VerdictMode | None = typer.Option(None, help="The judge in another verdict mode."),
+    mode: str | None = typer.Option(
+        None, help=f"The judge in another verdict mode: {', '.join(mode_names())} or a plugin's."
+    ),
     concurrency: int = typer.Option(1, help="Worker processes (each loads the model)."),
     pool: str = typer.Option("prefork", help="Celery pool: prefork, solo or threads."),
     loglevel: str = typer.Option("INFO", help="Celery's log level."),
 ) -> None:
     """Run a Celery worker for one judge's queue."""
-    workers_app = _workers_app()
+    require_broker()
+    celery_class()  # says which extra is missing
+    from celery.bin.celery import celery
+
     with db_session() as session:
         spec: JudgeSpec = find_judge(session, judge, mode)
         ensure_judge_config(session, spec)  # so the worker processes find it by name
-    app = workers_app.app
-    app.conf.rubricsvc_judge = spec.name
-    app.worker_main(
+    # Celery's own command line, as `celery -A workers.app worker ...`: the worker package
+    # builds its app from the environment, and its processes load the judge of their queue.
+    code = celery.main(
         [
+            "--app", WORKER_APP,
             "worker",
-            "--queues", workers_app.queue_name(spec.name),
+            "--queues", queue_name(get_settings().broker, spec.name),
             "--concurrency", str(concurrency),
             "--pool", pool,
             "--hostname", f"rubricsvc-{os.getpid()}@%h",
@@ -288,5 +272,9 @@ def worker_command(
             # No gossip or mingle: workers coordinate through the database, not each other.
             "--without-gossip",
             "--without-mingle",
-        ]
+        ],
+        prog_name="celery",
+        standalone_mode=False,
     )  # fmt: skip
+    if code:
+        raise typer.Exit(code)

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from rubricsvc.models import RubricVersion
 from rubricsvc.rubrics.diff import RubricDiff
+from rubricsvc.rubrics.service import authored_fields
 
 
 def version_summary(version: RubricVersion) -> dict[str, Any]:
@@ -42,21 +43,7 @@ def version_detail(version: RubricVersion) -> dict[str, Any]:
         reviewed_at=version.reviewed_at.isoformat() if version.reviewed_at else None,
         prompt=version.rubric.prompt.messages if version.rubric.prompt else None,
         criteria=[
-            {
-                "id": c.id,
-                "position": c.position,
-                "text": c.text,
-                "explanation": c.explanation,
-                "weight": c.weight,
-                "category": c.category.value,
-                "theme": c.theme,
-                "kind": c.kind.value,
-                "scale": c.scale,
-                "check": c.check,
-                "required": c.required,
-                "tags": c.tags,
-            }
-            for c in version.criteria
+            {"id": c.id, "position": c.position, **authored_fields(c)} for c in version.criteria
         ],
     )
     return detail

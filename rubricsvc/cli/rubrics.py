@@ -22,9 +22,10 @@ from rubricsvc.cli.render import (
     version_summary,
     versions_table,
 )
+from rubricsvc.config import get_settings
 from rubricsvc.fileformats import read_text
 from rubricsvc.importers.rubric_formats import RUBRIC_FORMATS, import_rubrics
-from rubricsvc.judging.backends import backend_from_spec
+from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.models import VersionStatus
 from rubricsvc.rubrics import service
 from rubricsvc.rubrics.diff import diff_versions
@@ -286,7 +287,8 @@ def generate(
     records = load_prompt_records(prompts_file) if prompts_file else []
     documents = [read_text(path) for path in evidence]
     options = GenerationOptions(name_prefix=name_prefix, with_generic=with_generic)
-    with db_session() as session:
+    backends = BackendProvider.from_settings(get_settings())
+    with backends, db_session() as session:
         if prompts_file:
             requests = requests_from_records(session, records, documents)
         else:
@@ -296,7 +298,7 @@ def generate(
                 session,
                 requests,
                 spec,
-                lambda: backend_from_spec(spec),
+                backends.factory(spec),
                 options,
                 progress=update,
                 checkpoint=session.commit,
@@ -344,9 +346,10 @@ def refine_(
     overrides |= {"temperature": temperature, "seed": seed, "retries": retries}
     spec = _generator(config, overrides, defaults={"max_tokens": 512})
     options = RefineOptions(aggregation, tolerance, max_proposals, propose)
-    with db_session() as session:
+    backends = BackendProvider.from_settings(get_settings())
+    with backends, db_session() as session:
         version = resolve_version(session, ref)
-        report = refine(session, version, judge, spec, lambda: backend_from_spec(spec), options)
+        report = refine(session, version, judge, spec, backends.factory(spec), options)
         _print_refinement(report, len(version.criteria))
 
 

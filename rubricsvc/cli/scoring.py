@@ -18,11 +18,13 @@ from rubricsvc.cli.progress import progress_bar
 from rubricsvc.cli.render import build_table
 from rubricsvc.config import get_settings
 from rubricsvc.judging.aggregation import AGGREGATIONS, DEFAULT_MIN_COVERAGE
-from rubricsvc.judging.backends import backend_from_spec
-from rubricsvc.judging.config import BUILTIN_JUDGES, VerdictMode
+from rubricsvc.judging.backends.provider import BackendProvider
+from rubricsvc.judging.config import BUILTIN_JUDGES
 from rubricsvc.judging.failures import ResponseFailurePolicy, empty_counts
+from rubricsvc.judging.modes import mode_names
 from rubricsvc.models import Completion, JudgeConfig, Prompt, RubricVersion, Score
 from rubricsvc.scoring.judge_configs import ensure_judge_config, find_judge, load_judge_file
+from rubricsvc.scoring.options import score_options
 from rubricsvc.scoring.selection import Selection
 from rubricsvc.scoring.service import ScoredCompletion, ScoreReport, score
 
@@ -37,7 +39,9 @@ class Via(enum.StrEnum):
 
 def score_command(
     judge: str = typer.Option("embedded", help="Judge config name (see `rubricsvc judges list`)."),
-    mode: VerdictMode | None = typer.Option(None, help="Verdict mode (default: the judge's)."),
+    mode: str | None = typer.Option(
+        None, help=f"Verdict mode (default: the judge's): {', '.join(mode_names())} or a plugin's."
+    ),
     aggregation: str = typer.Option("rar", help=f"One of {', '.join(sorted(AGGREGATIONS))}."),
     rubric: str | None = typer.Option(None, help="Score with this rubric version (REF)."),
     prompt: list[str] = typer.Option([], help="Only completions of prompts with this external id."),
@@ -75,8 +79,8 @@ def score_command(
         rubric_ref=rubric,
         include_drafts=include_drafts,
     )
-    options = get_settings().scoring.score_options(
-        aggregation=aggregation, min_coverage=min_coverage
+    options = score_options(
+        get_settings().scoring, aggregation=aggregation, min_coverage=min_coverage
     )
     if response_failure is not None:
         options = replace(options, response_failure=response_failure)
@@ -91,7 +95,8 @@ def score_command(
         if state.status != "done":
             raise unfinished_exit(state)
         return
-    with db_session() as session:
+    backends = BackendProvider.from_settings(get_settings())
+    with backends, db_session() as session:
         spec = find_judge(session, judge, mode)
         with progress_bar("judging", enabled=not as_json) as update:
             report = score(
@@ -99,7 +104,7 @@ def score_command(
                 spec,
                 selection,
                 options,
-                backend_factory=lambda: backend_from_spec(spec),
+                backend_factory=backends.factory(spec),
                 progress=update,
                 checkpoint=session.commit,
             )
@@ -230,7 +235,7 @@ def judges_list() -> None:
             row.name: row for row in session.scalars(select(JudgeConfig).order_by(JudgeConfig.name))
         }
     rows = [
-        [name, spec.backend, spec.model or "(embedded)", spec.mode.value, "built-in"]
+        [name, spec.backend, spec.model or "(embedded)", spec.mode, "built-in"]
         for name, spec in BUILTIN_JUDGES.items()
         if name not in stored
     ]

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from rubricsvc.cli.context import CliExit, console, engine, require_migrated
-from rubricsvc.errors import DependencyMissing
+from rubricsvc.errors import missing_extra
 
 
 def train_command(
@@ -28,9 +28,8 @@ def train_command(
         from trainer.config import load_config
         from trainer.grpo import train
     except ImportError as err:
-        raise DependencyMissing(
-            f"training needs the trainer extra ({err.name} is missing): "
-            "pip install 'rubricsvc[trainer,transformers]'"
+        raise missing_extra(
+            err, "training needs the trainer extra", "trainer,transformers"
         ) from None
     overrides: dict[str, object] = {}
     if name is not None:

@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session
 from rubricsvc.errors import ConflictError, ValidationFailed
 from rubricsvc.importers.common import ImportReport
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
+from rubricsvc.judging.keys import criterion_key
 from rubricsvc.models import Completion, Criterion, JudgeConfig, JudgmentStatus, Prompt
-from rubricsvc.scoring.keys import criterion_key
 from rubricsvc.scoring.selection import Selection
 from rubricsvc.scoring.service import ScoreOptions, score
 from rubricsvc.scoring.store import judgments_by_key, save_judgments

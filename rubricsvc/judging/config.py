@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
+from rubricsvc.errors import ValidationFailed
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging import neutral
+from rubricsvc.judging.modes import check_mode_name, get_mode
 from rubricsvc.judging.templates import PromptTemplate, load_template
 
 
 class VerdictMode(enum.StrEnum):
+    """The built-in modes' names; a plugin may register more (``judging.modes``)."""
+
     CRITERION_TEXT = "criterion-text"  # reason, then a strictly parsed verdict line
     CRITERION_PROB = "criterion-prob"  # probability of the verdict token, one forward pass
     MULTI_CRITERION = "multi-criterion"  # up to max_criteria criteria per call, JSON answer
@@ -20,13 +24,16 @@ class VerdictMode(enum.StrEnum):
     REFERENCE_RELATIVE = "reference-relative"  # target vs reference report per dimension
 
 
-DEFAULT_TEMPLATES = {
-    VerdictMode.CRITERION_TEXT: "criterion_text",
-    VerdictMode.CRITERION_PROB: "criterion_prob",
-    VerdictMode.MULTI_CRITERION: "multi_criterion",
-    VerdictMode.HOLISTIC: "holistic",
-    VerdictMode.REFERENCE_RELATIVE: "reference_relative",
-}
+def _registered(name: str) -> str:
+    try:
+        # A plain str, not the enum member: the hash and stored configs see the bare name.
+        return str(check_mode_name(str(name)))
+    except ValidationFailed as err:
+        raise ValueError(str(err)) from None  # pydantic reports it as a validation error
+
+
+# The name of a registered verdict mode, for settings and schemas.
+ModeName = Annotated[str, AfterValidator(_registered)]
 
 # Backend options that change speed or plumbing but never a verdict: not hashed.
 OPERATIONAL_OPTIONS = frozenset(
@@ -53,7 +60,7 @@ class JudgeSpec(BaseModel):
     backend: str = "transformers"
     model: str | None = None  # None: the backend's default (the embedded model)
     revision: str | None = None
-    mode: VerdictMode = VerdictMode.CRITERION_PROB
+    mode: ModeName = VerdictMode.CRITERION_PROB.value
     template: str | None = None  # a bundled template name or a file path; None: the mode's
     max_tokens: int = Field(default=160, ge=1)  # for modes that decode
     temperature: float = Field(default=0.0, ge=0.0)
@@ -70,7 +77,7 @@ class JudgeSpec(BaseModel):
     def _template_exists(self) -> JudgeSpec:
         # Read once: the hash and every rendered prompt then come from the same text, and
         # hashing the config (per chunk, per lookup) reads no file.
-        self._template = load_template(self.template or DEFAULT_TEMPLATES[self.mode])
+        self._template = load_template(self.template or get_mode(self.mode).template)
         return self
 
     def prompt_template(self) -> PromptTemplate:
@@ -80,17 +87,18 @@ class JudgeSpec(BaseModel):
 
     def hashed_settings(self) -> dict[str, Any]:
         """What determines a verdict: the config hash covers exactly this."""
+        options = get_mode(self.mode).options
         return {
             "backend": self.backend,
             "model": self.model,
             "revision": self.revision,
-            "mode": self.mode.value,
+            "mode": self.mode,
             "template_sha256": self.prompt_template().sha256,
             # How judged text is neutralized shapes what the judge reads, as the template does.
             "neutralizer": neutral.VERSION,
             "sampling": self.sampling(),
-            "max_criteria": self.max_criteria if self.mode == VerdictMode.MULTI_CRITERION else None,
-            "likert_max": self.likert_max if self.mode == VerdictMode.HOLISTIC else None,
+            "max_criteria": self.max_criteria if "max_criteria" in options else None,
+            "likert_max": self.likert_max if "likert_max" in options else None,
             "backend_options": {
                 k: v
                 for k, v in sorted(self.backend_options.items())
@@ -99,19 +107,20 @@ class JudgeSpec(BaseModel):
         }
 
     def sampling(self) -> dict[str, Any]:
-        if self.mode == VerdictMode.CRITERION_PROB:
-            return {}  # one forward pass: no decoding settings apply
+        if not get_mode(self.mode).decodes:
+            return {}  # e.g. one forward pass: no decoding settings apply
         return {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed}
 
     def config_hash(self) -> str:
         return content_hash(self.hashed_settings())
 
-    def with_mode(self, mode: VerdictMode) -> JudgeSpec:
+    def with_mode(self, mode: str) -> JudgeSpec:
         """The same judge in another mode, named ``NAME:MODE``."""
+        check_mode_name(mode)  # one line listing the modes, not a validation error
         if mode == self.mode:
             return self
         # Validated anew (not model_copy): the other mode has another template to load.
-        changed = {"mode": mode, "template": None, "name": f"{self.name}:{mode.value}"}
+        changed = {"mode": mode, "template": None, "name": f"{self.name}:{mode}"}
         return JudgeSpec.model_validate({**self.model_dump(), **changed})
 
 

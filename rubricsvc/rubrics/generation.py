@@ -1,12 +1,13 @@
 """Drafting rubrics with an LLM, for one prompt or thousands.
 
 For each prompt: render the generation template (the prompt, its reference answer, evidence
-documents), ask the backend for JSON (decoded to the draft's schema where the backend can),
-read the reply strictly (``drafts.parse_draft``), validate the whole rubric, and store it as a
-draft version with origin ``llm``. An invalid reply is tried again with the next seed, up to
-``retries`` times; a prompt that never yields a valid draft is reported, and nothing is stored
-for it. Idempotent: a prompt drafted before with the same generator hash and the same inputs
-reuses that version without calling the model.
+documents), ask the backend for JSON (decoded to the draft's schema: every backend honours
+``json_schema``), read the reply strictly (``drafts.parse_draft``), validate the whole rubric,
+and store it as a draft version with origin ``llm``. An invalid reply, or a backend failure that
+may pass, is tried again with the next seed, up to ``retries`` times (after a backend failure,
+with the judges' backoff: ``backends.retry``); a prompt that never yields a valid draft is
+reported, and nothing is stored for it. Idempotent: a prompt drafted before with the same
+generator hash and the same inputs reuses that version without calling the model.
 
 ``generate_rubrics`` takes prompt ids and a backend factory and only flushes (plus the
 caller's ``checkpoint`` after each batch), so a worker task can wrap it as it is.
@@ -23,10 +24,12 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session, contains_eager
 
+from rubricsvc.batching import batches
 from rubricsvc.errors import RubricsvcError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.backends.base import BackendError, JudgeBackend
+from rubricsvc.judging.backends.retry import Backoff
 from rubricsvc.judging.modes import render_conversation
 from rubricsvc.judging.types import Chat, Generation, GenerationRequest
 from rubricsvc.models import Origin, Prompt, Rubric, RubricVersion
@@ -34,10 +37,8 @@ from rubricsvc.prompts import find_prompt
 from rubricsvc.rubrics.drafts import DraftError, parse_draft
 from rubricsvc.rubrics.generator import GeneratorSpec
 from rubricsvc.rubrics.generic import with_generic
-from rubricsvc.rubrics.guided import GuidedTransformers
 from rubricsvc.rubrics.schemas import NAME_PATTERN, CriterionSpec, RubricSpec
 from rubricsvc.rubrics.service import prompt_spec_of, save_rubric
-from rubricsvc.scoring.store import CHUNK
 
 DEFAULT_NAME_PREFIX = "gen/"
 Progress = Callable[[int, int], None]
@@ -70,6 +71,8 @@ class DraftOutcome:
     ref: str | None = None
     attempts: int = 0
     error: str | None = None
+    # The backend's failure that ended a failed prompt (its last attempt), if it was one.
+    backend_error: BackendError | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -80,6 +83,14 @@ class GenerationReport:
 
     def count(self, *statuses: str) -> int:
         return sum(1 for outcome in self.outcomes if outcome.status in statuses)
+
+    def backend_failure(self) -> BackendError | None:
+        """The backend's error when every prompt failed because the backend did (nothing was
+        drafted, and the fault is the backend's rather than the drafts'), else None."""
+        errors = [outcome.backend_error for outcome in self.outcomes]
+        if not errors or any(error is None for error in errors):
+            return None
+        return errors[-1]
 
 
 @dataclass
@@ -92,6 +103,7 @@ class _Job:
     evidence: int
     attempts: int = 0
     error: str | None = None
+    failed_call: BackendError | None = None  # the last attempt's, when the backend failed it
 
 
 def generate_rubrics(
@@ -124,7 +136,7 @@ def generate_rubrics(
     if progress:
         progress(len(outcomes), len(requests))
     if jobs:
-        backend = structured_backend(backend_factory(), spec)
+        backend = backend_factory()
         try:
             drafter = _Drafter(session, spec, options, backend, report)
             for outcome_index, outcome in drafter.run(jobs, checkpoint):
@@ -135,13 +147,6 @@ def generate_rubrics(
             backend.close()
     report.outcomes = [outcomes[index] for index in sorted(outcomes)]
     return report
-
-
-def structured_backend(backend: JudgeBackend, spec: GeneratorSpec) -> JudgeBackend:
-    """The transformers backend ignores ``json_schema``: drafts go through the guided decoder."""
-    if spec.structured_output and backend.name == "transformers":
-        return GuidedTransformers(backend)
-    return backend
 
 
 def rubric_name(prefix: str, prompt: Prompt) -> str:
@@ -200,11 +205,11 @@ def _context(reference: str | None, evidence: Sequence[str]) -> str:
 
 
 def _stored_prompts(session: Session, ids: Sequence[int]) -> dict[int, Prompt]:
-    """The stored prompts among ``ids``, by id, read ``CHUNK`` at a time."""
+    """The stored prompts among ``ids``, by id, read a batch at a time."""
     unique = list(dict.fromkeys(ids))
     found: dict[int, Prompt] = {}
-    for start in range(0, len(unique), CHUNK):
-        query = select(Prompt).where(Prompt.id.in_(unique[start : start + CHUNK]))
+    for batch in batches(unique):
+        query = select(Prompt).where(Prompt.id.in_(batch))
         found.update((prompt.id, prompt) for prompt in session.scalars(query))
     return found
 
@@ -213,12 +218,12 @@ def _drafted(session: Session, prompts: dict[int, Prompt]) -> dict[tuple[int, st
     """The first version drafted for each of these prompts under each generation key."""
     ids = sorted(prompts)
     found: dict[tuple[int, str], RubricVersion] = {}
-    for start in range(0, len(ids), CHUNK):
+    for batch in batches(ids):
         versions = session.scalars(
             select(RubricVersion)
             .join(RubricVersion.rubric)
             .options(contains_eager(RubricVersion.rubric))  # for each version's ref
-            .where(Rubric.prompt_id.in_(ids[start : start + CHUNK]))
+            .where(Rubric.prompt_id.in_(batch))
             .where(RubricVersion.origin == Origin.LLM)
             .order_by(RubricVersion.id)
         )
@@ -237,7 +242,9 @@ def _outcome(job: _Job, status: str, ref: str | None = None, **extra: Any) -> Dr
 
 def _gave_up(job: _Job) -> DraftOutcome:
     error = f"no valid draft after {job.attempts} attempt(s); last: {job.error}"
-    return _outcome(job, "failed", attempts=job.attempts, error=error)
+    return _outcome(
+        job, "failed", attempts=job.attempts, error=error, backend_error=job.failed_call
+    )
 
 
 class _Drafter:
@@ -258,6 +265,7 @@ class _Drafter:
         self.report = report
         self.schema = spec.json_schema() if spec.structured_output else None
         self.settings = spec.hashed_settings()
+        self.backoff = Backoff(spec.retries, spec.retry_backoff)
 
     def run(
         self, jobs: list[_Job], checkpoint: Callable[[], None] | None
@@ -277,6 +285,9 @@ class _Drafter:
                     else:
                         yield job.index, outcome
             pending = retry
+            failed_calls = [job.failed_call for job in pending if job.failed_call]
+            if failed_calls and self.backoff.allows(True, attempt):
+                self.backoff.wait(attempt, failed_calls)
         for job in pending:
             yield job.index, _gave_up(job)
 
@@ -296,11 +307,14 @@ class _Drafter:
         self, job: _Job, result: Generation | BackendError, attempt: int
     ) -> DraftOutcome | None:
         job.attempts = attempt + 1
+        job.failed_call = result if isinstance(result, BackendError) else None
         if isinstance(result, BackendError):
             job.error = str(result)
             if result.retryable:
                 return None
-            return _outcome(job, "failed", attempts=job.attempts, error=job.error)
+            return _outcome(
+                job, "failed", attempts=job.attempts, error=job.error, backend_error=result
+            )
         try:
             spec = self._rubric(job, parse_draft(result.text, self.spec), attempt)
         except DraftError as err:

@@ -47,10 +47,13 @@ class GeneratorSpec(BaseModel):
         default_factory=lambda: dict(DEFAULT_CATEGORY_WEIGHTS)
     )
     themes: tuple[str, ...] = DEFAULT_THEMES
-    # Ask the backend to decode only JSON that fits the draft's schema (vLLM, OpenAI).
+    # Ask the backend to decode only JSON that fits the draft's schema (every backend can).
     structured_output: bool = True
     backend_options: dict[str, Any] = Field(default_factory=dict)
     retries: int = Field(default=3, ge=0)  # further attempts after an invalid draft
+    # Seconds before retrying a failed backend call, doubled each time (not hashed: it does
+    # not change a draft).
+    retry_backoff: float = Field(default=0.5, ge=0.0)
     # Read once, when the configuration is validated: the hash and every rendered request of
     # a run come from the same read of the file.
     _template: PromptTemplate = PrivateAttr()

@@ -24,9 +24,11 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from rubricsvc.batching import batches
 from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error
 from rubricsvc.judging.backends.base import BackendError, JudgeBackend
+from rubricsvc.judging.backends.retry import Backoff
 from rubricsvc.judging.modes import render_conversation
 from rubricsvc.judging.neutral import judged
 from rubricsvc.judging.types import GenerationRequest
@@ -40,11 +42,9 @@ from rubricsvc.models import (
     Score,
 )
 from rubricsvc.rubrics.drafts import DraftError, parse_draft
-from rubricsvc.rubrics.generation import structured_backend
 from rubricsvc.rubrics.generator import GeneratorSpec, with_overrides
 from rubricsvc.rubrics.schemas import CriterionSpec, RubricSpec
 from rubricsvc.rubrics.service import SaveResult, save_rubric, spec_of
-from rubricsvc.scoring.store import CHUNK
 
 DEFAULT_TOLERANCE = 0.02  # values closer than this count as equal (probabilities)
 REFINEMENT_TEMPLATE = "rubric_refinement"
@@ -164,8 +164,8 @@ def _scored_completions(
     entries = [(score, completion, score.details.get("criteria", [])) for score, completion in rows]
     ids = sorted({e["judgment_id"] for _, _, es in entries for e in es if e.get("judgment_id")})
     judgments: dict[int, Judgment] = {}
-    for start in range(0, len(ids), CHUNK):
-        query = select(Judgment).where(Judgment.id.in_(ids[start : start + CHUNK]))
+    for batch in batches(ids):
+        query = select(Judgment).where(Judgment.id.in_(batch))
         judgments.update((j.id, j) for j in session.scalars(query))
     return [
         _Scored(completion, score.value, _values(criteria, judgments))
@@ -230,7 +230,8 @@ class _Proposer:
     ) -> RubricSpec:
         best, worst = _contrast(groups)
         chat = self._chat(best, worst)
-        backend = structured_backend(backend_factory(), self.generator)
+        backend = backend_factory()
+        backoff = Backoff(self.generator.retries, self.generator.retry_backoff)
         error = "no attempt"
         try:
             for attempt in range(self.generator.retries + 1):
@@ -240,6 +241,8 @@ class _Proposer:
                     if not result.retryable:
                         raise result
                     error = str(result)
+                    if backoff.allows(True, attempt):
+                        backoff.wait(attempt, [result])
                     continue
                 try:
                     return self._refined(result.text, attempt, backend.model, (best, worst))

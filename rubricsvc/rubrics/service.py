@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -162,6 +163,22 @@ def _criterion_row(version_id: int, position: int, spec: CriterionSpec) -> Crite
     )
 
 
+def authored_fields(criterion: Criterion) -> dict[str, Any]:
+    """A stored criterion's fields in the rubric file format."""
+    return {
+        "text": criterion.text,
+        "explanation": criterion.explanation,
+        "weight": criterion.weight,
+        "category": criterion.category.value,
+        "theme": criterion.theme,
+        "kind": criterion.kind.value,
+        "scale": criterion.scale,
+        "check": criterion.check,
+        "required": criterion.required,
+        "tags": criterion.tags,
+    }
+
+
 def spec_of(version: RubricVersion) -> RubricSpec:
     """The authored form of a stored version (for export, diff and editing)."""
     rubric = version.rubric
@@ -173,21 +190,7 @@ def spec_of(version: RubricVersion) -> RubricSpec:
         "origin": version.origin.value,
         "origin_detail": version.origin_detail,
         "note": version.note,
-        "criteria": [
-            {
-                "text": c.text,
-                "explanation": c.explanation,
-                "weight": c.weight,
-                "category": c.category.value,
-                "theme": c.theme,
-                "kind": c.kind.value,
-                "scale": c.scale,
-                "check": c.check,
-                "required": c.required,
-                "tags": c.tags,
-            }
-            for c in version.criteria
-        ],
+        "criteria": [authored_fields(c) for c in version.criteria],
     }
     if rubric.prompt is not None:
         data["prompt"] = prompt_spec_of(rubric.prompt)

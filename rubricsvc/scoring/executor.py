@@ -9,16 +9,23 @@ who caused it decides whether a score masks it or charges it to the response.
 from __future__ import annotations
 
 import json
-import random
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rubricsvc.judging.backends.base import BackendError, JudgeBackend
+from rubricsvc.judging.backends.retry import Backoff
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.failures import FailureClass, classify_backend_error
-from rubricsvc.judging.modes import Call, CallBuilder, CompletionView, Item, ModeError
+from rubricsvc.judging.modes import (
+    Call,
+    CallBuilder,
+    CallContext,
+    CompletionView,
+    Item,
+    ModeError,
+)
 from rubricsvc.judging.templates import PromptTemplate
 from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from rubricsvc.judging.verdicts import Verdict, VerdictParseError
@@ -56,8 +63,12 @@ class CallExecutor:
         self.spec = spec
         self.builder = builder
         self.template = template
-        self.sleep = sleep
+        self.backoff = Backoff(spec.retries, spec.retry_backoff, sleep)
         self.requests_sent = 0  # every request handed to the backend, retries included
+        # Judgments given up on while the backend failed in a way that may pass (unreachable,
+        # overloaded, rate-limited), and the longest wait a provider asked for meanwhile.
+        self.unavailable = 0
+        self.retry_after: float | None = None
 
     @property
     def backend(self) -> JudgeBackend:
@@ -76,7 +87,8 @@ class CallExecutor:
             for completion, items in pending:
                 items_by_key.update((item.key, item) for item in items)
                 try:
-                    built = self.builder(self.spec, self.template, completion, items, attempt)
+                    context = CallContext(self.spec, self.template, completion, attempt)
+                    built = self.builder(context, items)
                 except ModeError as err:
                     for item in items:
                         results[item.key] = JudgeResult(
@@ -89,25 +101,35 @@ class CallExecutor:
                     continue
                 calls.extend((completion, call) for call in built)
             retry: dict[int, tuple[CompletionView, list[Item]]] = {}
+            retried: list[BackendError | None] = []
             sent = self._send([call for _, call in calls])
             for (completion, call), (response, latency) in zip(calls, sent, strict=True):
                 failure = self._record(call, response, latency, attempt, results)
                 if failure is None:
                     continue
-                if failure.retryable and attempt < self.spec.retries:
+                if self.backoff.allows(failure.retryable, attempt):
+                    retried.append(failure.error)
                     unit = retry.setdefault(completion.id, (completion, []))
                     unit[1].extend(items_by_key[key] for key in call.keys)
                 else:
+                    self._count_unavailable(failure, len(call.keys))
                     for key in call.keys:
                         results[key] = JudgeResult(
                             key, None, str(failure), attempt + 1, failure.raw, failure=failure.cls
                         )
             pending = list(retry.values())
             if pending:
-                delay = self.spec.retry_backoff * 2**attempt
-                self.sleep(delay + random.uniform(0, delay / 2))
+                self.backoff.wait(attempt, retried)
             attempt += 1
         return results
+
+    def _count_unavailable(self, failure: _Failure, judgments: int) -> None:
+        error = failure.error
+        if error is None or not error.retryable:
+            return
+        self.unavailable += judgments
+        if error.retry_after is not None:
+            self.retry_after = max(self.retry_after or 0.0, error.retry_after)
 
     def _record(
         self,
@@ -118,7 +140,8 @@ class CallExecutor:
         results: dict[str, JudgeResult],
     ) -> _Failure | None:
         if isinstance(response, BackendError):
-            return _Failure(str(response), response.retryable, classify_backend_error(response))
+            cls = classify_backend_error(response)
+            return _Failure(str(response), response.retryable, cls, error=response)
         raw = response.text if isinstance(response, Generation) else json.dumps(response.probs)
         try:
             verdicts = call.parse(response)
@@ -198,6 +221,7 @@ class _Failure:
     retryable: bool
     cls: FailureClass
     raw: str | None = None
+    error: BackendError | None = None  # the backend's, when it failed the call
 
     def __str__(self) -> str:
         return self.message

@@ -4,8 +4,9 @@
   completions into chunks of about ``chunk_judgments`` judgments (one backend batch each)
   and stores the job with its chunks. The job's key hashes the work itself, so the same
   work submitted twice finds the same job.
-- Workers run chunks (``workers/chunks.py``): a claim is one atomic UPDATE, so two deliveries
-  of a chunk's message cannot both run it; ``rollup`` then recomputes the job from its chunks.
+- Chunks run wherever a dispatcher sends them (``dispatch.py``), through ``chunks.py``: a
+  claim is one atomic UPDATE, so two deliveries of a chunk cannot both run it; ``rollup``
+  then recomputes the job from its chunks. ``lifecycle.py`` strings the steps together.
 - ``reap`` gives back running chunks whose worker stopped reporting, and sends again pending
   chunks whose message may have been lost.
 - Messages go out only after the transaction that made their chunks pending commits
@@ -26,15 +27,16 @@ from typing import Any
 from sqlalchemy import event, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from rubricsvc.batching import batches
 from rubricsvc.db import insert_for
 from rubricsvc.errors import ConflictError, NotFoundError
 from rubricsvc.hashing import content_hash
-from rubricsvc.judging.config import JudgeSpec, VerdictMode
+from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.failures import empty_counts
+from rubricsvc.judging.modes import get_mode
 from rubricsvc.models import (
     ChunkStatus,
     Completion,
-    CriterionKind,
     JobStatus,
     JudgeConfig,
     Prompt,
@@ -47,12 +49,12 @@ from rubricsvc.models.base import utcnow
 from rubricsvc.scoring.judge_configs import ensure_judge_config
 from rubricsvc.scoring.selection import Selection, select_work
 from rubricsvc.scoring.service import (
-    HOLISTIC,
     ScoredCompletion,
     ScoreOptions,
     ScoreReport,
+    rubric_criterion,
+    score_aggregation,
 )
-from rubricsvc.scoring.store import CHUNK
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +89,8 @@ class JobProgress:
     error: str | None
     created_at: str | None
     updated_at: str | None
+    # Only on submission: False when the same work had been submitted before (that job).
+    created: bool | None = None
 
     @property
     def finished(self) -> bool:
@@ -108,7 +112,7 @@ def submit(
 ) -> Submission:
     """The job for this work: found if submitted before (resumed if it failed), else created."""
     judge_row = ensure_judge_config(session, spec)
-    aggregation = HOLISTIC if spec.mode == VerdictMode.HOLISTIC else options.aggregation
+    aggregation = score_aggregation(spec, options)
     work, without = select_work(session, selection)
     versions_of: dict[int, list[RubricVersion]] = {}
     for completion, version in work:
@@ -201,9 +205,7 @@ def _resume_if_stopped(session: Session, job: ScoreJob) -> Outbox:
 
 def _planned_judgments(spec: JudgeSpec, version: RubricVersion) -> int:
     """Judgments one completion needs under ``version`` (criteria with the same content: one)."""
-    if spec.mode == VerdictMode.HOLISTIC:
-        return 1
-    return len({c.content_hash for c in version.criteria if c.kind != CriterionKind.CHECK})
+    return get_mode(spec.mode).count([rubric_criterion(c) for c in version.criteria])
 
 
 def _plan_chunks(
@@ -412,12 +414,12 @@ def reap(
 
 def _outbox(session: Session, chunk_ids: Sequence[int]) -> Outbox:
     outbox: Outbox = {}
-    for start in range(0, len(chunk_ids), CHUNK):
+    for batch in batches(chunk_ids):
         rows = session.execute(
             select(ScoreChunk.id, JudgeConfig.name)
             .join(ScoreJob, ScoreChunk.job_id == ScoreJob.id)
             .join(JudgeConfig, ScoreJob.judge_config_id == JudgeConfig.id)
-            .where(ScoreChunk.id.in_(chunk_ids[start : start + CHUNK]))
+            .where(ScoreChunk.id.in_(batch))
             .order_by(ScoreChunk.id)
         ).all()
         for chunk_id, judge in rows:
@@ -484,8 +486,8 @@ def job_report(session: Session, job_id: int) -> ScoreReport:
     report.backend_requests = state.requests
     report.without_rubric = list(job.params.get("without_rubric", []))
     completion_ids = job_completion_ids(session, job_id)
-    for start in range(0, len(completion_ids), CHUNK):
-        report.scores.extend(job_scores(session, job, completion_ids[start : start + CHUNK]))
+    for batch in batches(completion_ids):
+        report.scores.extend(job_scores(session, job, batch))
     report.checks = sum(1 for s in report.scores for c in s.criteria if c["status"] == "check")
     return report
 
@@ -500,7 +502,7 @@ def job_scores(
     session: Session, job: ScoreJob, completion_ids: Sequence[int]
 ) -> list[ScoredCompletion]:
     """The stored scores of these completions under the job's judge, aggregation and versions
-    (at most ``CHUNK`` ids: one statement)."""
+    (at most ``BATCH_SIZE`` ids: one statement)."""
     rows = session.execute(
         select(Score, Completion, Prompt, RubricVersion)
         .join(Completion, Score.completion_id == Completion.id)

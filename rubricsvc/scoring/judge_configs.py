@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.errors import ConflictError, NotFoundError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error, read_records
-from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec, VerdictMode
+from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec
 from rubricsvc.models import JudgeConfig
 
 
@@ -23,7 +23,7 @@ def to_row(spec: JudgeSpec) -> JudgeConfig:
         model=spec.model or "(embedded)",
         revision=spec.revision,
         template_hash=settings["template_sha256"],
-        verdict_mode=spec.mode.value,
+        verdict_mode=spec.mode,
         sampling=settings["sampling"],
         settings={"spec": spec.model_dump(mode="json"), "hashed": settings},
     )
@@ -54,7 +54,7 @@ def stored_spec(row: JudgeConfig) -> JudgeSpec:
     return JudgeSpec.model_validate(row.settings["spec"])
 
 
-def find_judge(session: Session, name: str, mode: VerdictMode | None = None) -> JudgeSpec:
+def find_judge(session: Session, name: str, mode: str | None = None) -> JudgeSpec:
     """A judge by name (stored configs first, then the built-in ones), in ``mode`` if given."""
     spec = _named_judge(session, name)
     return spec if mode is None else spec.with_mode(mode)

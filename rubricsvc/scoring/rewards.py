@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from typing import Any
 
 from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
+from rubricsvc.batching import batches
 from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.backends.base import JudgeBackend
@@ -26,8 +28,7 @@ from rubricsvc.judging.failures import empty_counts
 from rubricsvc.models import Completion, Prompt
 from rubricsvc.prompts import prompt_hash
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoredCompletion, ScoreOptions, score
-from rubricsvc.scoring.store import CHUNK
+from rubricsvc.scoring.service import JudgingTally, ScoredCompletion, ScoreOptions, score
 
 DEFAULT_SOURCE = "rewards"
 Messages = list[dict[str, Any]]
@@ -59,19 +60,12 @@ class RewardResult:
     failures: dict[str, int] = field(default_factory=empty_counts)
 
 
-@dataclass
-class RewardBatch:
+@dataclass(kw_only=True)
+class RewardBatch(JudgingTally):
     judge: str
     judge_config_hash: str
     aggregation: str
     results: list[RewardResult]
-    judgments: int = 0
-    computed: int = 0
-    cached: int = 0
-    failed: int = 0
-    backend_requests: int = 0
-    failures: dict[str, int] = field(default_factory=empty_counts)
-    alarms: list[str] = field(default_factory=list)
 
     @property
     def rewards(self) -> list[float | None]:
@@ -91,7 +85,12 @@ def compute_rewards(
     """Score each pair against its prompt's rubric; raises NotFoundError for an unknown prompt."""
     prompts = find_prompts(session, requests)
     completions = store_completions(session, requests, prompts, source)
-    batch = RewardBatch(spec.name, spec.config_hash(), options.aggregation, [])
+    batch = RewardBatch(
+        judge=spec.name,
+        judge_config_hash=spec.config_hash(),
+        aggregation=options.aggregation,
+        results=[],
+    )
     scored: dict[tuple[int, str | None], list[ScoredCompletion]] = {}
     by_rubric: dict[str | None, list[int]] = {}
     for request, completion in zip(requests, completions, strict=True):
@@ -104,14 +103,7 @@ def compute_rewards(
         )
         report = score(session, spec, selection, options, backend_factory)
         batch.aggregation = report.aggregation
-        batch.judgments += report.judgments
-        batch.computed += report.computed
-        batch.cached += report.cached
-        batch.failed += report.failed
-        batch.backend_requests += report.backend_requests
-        for name, count in report.failures.items():
-            batch.failures[name] += count
-        batch.alarms.extend(report.alarms)
+        batch.add(report)
         for entry in report.scores:
             scored.setdefault((entry.completion_id, rubric), []).append(entry)
     batch.results = [
@@ -127,11 +119,11 @@ def find_prompts(session: Session, requests: Sequence[RewardRequest]) -> list[Pr
     hashes = {prompt_hash(r.messages()) for r in requests if r.prompt_id is None}
     by_external: dict[str, Prompt] = {}
     by_hash: dict[str, Prompt] = {}
-    for start in range(0, max(len(external_ids), len(hashes)), CHUNK):
-        ids = sorted(external_ids)[start : start + CHUNK]
-        digests = sorted(hashes)[start : start + CHUNK]
+    for ids, digests in zip_longest(batches(sorted(external_ids)), batches(sorted(hashes))):
         for row in session.scalars(
-            select(Prompt).where(Prompt.external_id.in_(ids) | Prompt.content_hash.in_(digests))
+            select(Prompt).where(
+                Prompt.external_id.in_(ids or ()) | Prompt.content_hash.in_(digests or ())
+            )
         ):
             if row.external_id is not None:
                 by_external[row.external_id] = row
@@ -164,8 +156,7 @@ def store_completions(
     }
     stored: dict[tuple[int, str], Completion] = {}
     keys = sorted(wanted)
-    for start in range(0, len(keys), CHUNK):
-        part = keys[start : start + CHUNK]
+    for part in batches(keys):
         for completion in session.scalars(
             select(Completion)
             .where(tuple_(Completion.prompt_id, Completion.content_hash).in_(part))

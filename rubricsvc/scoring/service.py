@@ -20,25 +20,26 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from rubricsvc.hashing import content_hash
-from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, Outcome, Status, aggregate
+from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
 from rubricsvc.judging.backends.base import JudgeBackend
-from rubricsvc.judging.checks import run_check
-from rubricsvc.judging.config import JudgeSpec, VerdictMode
+from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.failures import (
     DEFAULT_JUDGE_FAILURE_ALARM,
     FailureClass,
     ResponseFailurePolicy,
     empty_counts,
-    worst_value,
 )
 from rubricsvc.judging.modes import (
-    BUILDERS,
-    REFERENCE_SCALE_MAX,
+    Assessment,
+    AssessOptions,
+    Case,
     CompletionView,
     CriterionView,
-    Item,
-    holistic_calls,
+    Plan,
+    RubricCriterion,
+    Ruling,
+    VerdictModeImpl,
+    get_mode,
 )
 from rubricsvc.models import (
     Completion,
@@ -48,13 +49,10 @@ from rubricsvc.models import (
     JudgmentStatus,
     RubricVersion,
 )
-from rubricsvc.scoring import keys
 from rubricsvc.scoring.executor import CallExecutor, JudgeResult
 from rubricsvc.scoring.judge_configs import ensure_judge_config
 from rubricsvc.scoring.selection import Selection, select_work
 from rubricsvc.scoring.store import judgments_by_key, save_judgments, save_scores
-
-HOLISTIC = "holistic"
 
 
 @dataclass(frozen=True)
@@ -85,32 +83,61 @@ class ScoredCompletion:
     failures: dict[str, int] = field(default_factory=empty_counts)
 
 
-@dataclass
-class ScoreReport:
+@dataclass(kw_only=True)
+class JudgingTally:
+    """What judging did in a run: the judgments it needed (checks excluded), how many were
+    computed, read from the cache or failed (failures also by class), the backend requests
+    made and the alarms raised."""
+
+    judgments: int = 0
+    computed: int = 0
+    cached: int = 0
+    failed: int = 0
+    backend_requests: int = 0
+    failures: dict[str, int] = field(default_factory=empty_counts)
+    alarms: list[str] = field(default_factory=list)
+    # Of the failed: given up on while the backend was unreachable, overloaded or rate-limited
+    # (it may pass), and the longest wait its provider asked for (seconds), if any.
+    unavailable: int = 0
+    retry_after: float | None = None
+
+    def add(self, other: JudgingTally) -> None:
+        """Count ``other``'s work in this tally too."""
+        self.judgments += other.judgments
+        self.computed += other.computed
+        self.cached += other.cached
+        self.failed += other.failed
+        self.backend_requests += other.backend_requests
+        for name, count in other.failures.items():
+            self.failures[name] += count
+        self.alarms.extend(other.alarms)
+        self.unavailable += other.unavailable
+        if other.retry_after is not None:
+            self.retry_after = max(self.retry_after or 0.0, other.retry_after)
+
+
+@dataclass(kw_only=True)
+class ScoreReport(JudgingTally):
     judge: str
     aggregation: str
     scores: list[ScoredCompletion] = field(default_factory=list)
     without_rubric: list[int] = field(default_factory=list)
-    judgments: int = 0  # judged criteria (checks excluded)
-    computed: int = 0
-    cached: int = 0
-    failed: int = 0
-    checks: int = 0
-    backend_requests: int = 0
-    # Judgments failed in this run, by class; and the alarms the run raised.
-    failures: dict[str, int] = field(default_factory=empty_counts)
-    alarms: list[str] = field(default_factory=list)
+    checks: int = 0  # check criteria computed
 
 
 @dataclass
 class _Unit:
-    """One (completion, version): its judge items and how to read its outcomes back."""
+    """One (completion, version): what its mode judges, and how to read the judgments back."""
 
     completion: Completion
     version: RubricVersion
-    view: CompletionView
-    items: list[Item]
-    key_of: dict[int, str]  # criterion id -> judgment key (judged criteria only)
+    case: Case
+    plan: Plan
+
+
+def score_aggregation(spec: JudgeSpec, options: ScoreOptions) -> str:
+    """The aggregation a run's scores are stored under: the mode's own, else the options'."""
+    return get_mode(spec.mode).aggregation or options.aggregation
 
 
 def score(
@@ -123,32 +150,36 @@ def score(
     checkpoint: Callable[[], None] | None = None,
 ) -> ScoreReport:
     """Score the selected completions; see the module docstring for the steps."""
-    aggregation = HOLISTIC if spec.mode == VerdictMode.HOLISTIC else options.aggregation
+    mode = get_mode(spec.mode)
+    aggregation = score_aggregation(spec, options)
     report = ScoreReport(judge=spec.name, aggregation=aggregation)
     judge_row = ensure_judge_config(session, spec)
     work, without = select_work(session, selection)
     report.without_rubric = [c.id for c in without]
     units = [
-        _unit(spec, judge_row.config_hash, completion, version) for completion, version in work
+        _unit(mode, judge_row.config_hash, completion, version) for completion, version in work
     ]
-    report.judgments = sum(len(u.items) for u in units)
+    report.judgments = sum(len(u.plan.items) for u in units)
 
-    stored = judgments_by_key(session, (item.key for u in units for item in u.items))
+    stored = judgments_by_key(session, (item.key for u in units for item in u.plan.items))
     cached = {k: j for k, j in stored.items() if _settled(j)}
-    report.cached = sum(1 for u in units for item in u.items if item.key in cached)
-    executor = CallExecutor(backend_factory, spec, _builder(spec, units), spec.prompt_template())
+    report.cached = sum(1 for u in units for item in u.plan.items if item.key in cached)
+    executor = CallExecutor(backend_factory, spec, mode.calls, spec.prompt_template())
     done = report.cached
     if progress:
         progress(done, report.judgments)
     try:
         for chunk in _chunks(units, cached, options.chunk_judgments):
-            todo = [(u.view, [i for i in u.items if i.key not in cached]) for u in chunk]
+            todo = [
+                (u.case.completion, [i for i in u.plan.items if i.key not in cached]) for u in chunk
+            ]
             results = executor.run([(view, items) for view, items in todo if items])
             fresh = _store_results(session, judge_row.id, chunk, results)
             cached.update({k: j for k, j in fresh.items() if _settled(j)})
             judged = fresh | cached  # fresh failures too, so the breakdown can show their errors
             scored = [
-                _score_unit(unit, judge_row.id, aggregation, options, judged) for unit in chunk
+                _score_unit(mode, unit, judge_row.id, aggregation, options, judged)
+                for unit in chunk
             ]
             save_scores(session, [row for _, row in scored])
             report.scores.extend(completion for completion, _ in scored)
@@ -164,6 +195,7 @@ def score(
                 progress(done, report.judgments)
     finally:
         report.backend_requests = executor.requests_sent
+        report.unavailable, report.retry_after = executor.unavailable, executor.retry_after
         executor.close()
     report.checks = sum(1 for s in report.scores for c in s.criteria if c["status"] == "check")
     report.alarms = judge_failure_alarms(report, options.judge_failure_alarm)
@@ -190,55 +222,34 @@ def judge_failure_alarms(report: ScoreReport, threshold: float) -> list[str]:
     ]
 
 
-def _builder(spec: JudgeSpec, units: Sequence[_Unit]) -> Any:
-    if spec.mode != VerdictMode.HOLISTIC:
-        return BUILDERS[spec.mode]
-    rubric_of = {u.view.id: [CriterionView.of(c) for c in u.version.criteria] for u in units}
-
-    def build(
-        spec: JudgeSpec, template: Any, completion: CompletionView, items: Any, attempt: int
-    ) -> Any:
-        return holistic_calls(
-            spec, template, completion, items, attempt, rubric=rubric_of[completion.id]
-        )
-
-    return build
-
-
 def _unit(
-    spec: JudgeSpec, judge_hash: str, completion: Completion, version: RubricVersion
+    mode: VerdictModeImpl, judge_hash: str, completion: Completion, version: RubricVersion
 ) -> _Unit:
     prompt = completion.prompt
-    reference = prompt.reference_answer
-    view = CompletionView(completion.id, prompt.messages, completion.text, reference)
-    items: list[Item] = []
-    key_of: dict[int, str] = {}
-    seen: set[str] = set()
-    if spec.mode == VerdictMode.HOLISTIC:
-        key = keys.holistic_key(
-            judge_hash, version.content_hash, prompt.content_hash, completion.content_hash
-        )
-        return _Unit(completion, version, view, [Item(key, None)], {})
-    for criterion in version.criteria:
-        if criterion.kind == CriterionKind.CHECK:
-            continue
-        if spec.mode == VerdictMode.REFERENCE_RELATIVE:
-            key = keys.reference_key(
-                judge_hash,
-                criterion.content_hash,
-                prompt.content_hash,
-                content_hash(reference or ""),
-                completion.content_hash,
-            )
-        else:
-            key = keys.criterion_key(
-                judge_hash, criterion.content_hash, prompt.content_hash, completion.content_hash
-            )
-        if key not in seen:  # two criteria with the same content: judged once
-            seen.add(key)
-            items.append(Item(key, CriterionView.of(criterion)))
-        key_of[criterion.id] = key
-    return _Unit(completion, version, view, items, key_of)
+    view = CompletionView(completion.id, prompt.messages, completion.text, prompt.reference_answer)
+    case = Case(
+        view,
+        tuple(rubric_criterion(c) for c in version.criteria),
+        judge_hash,
+        version.content_hash,
+        prompt.content_hash,
+        completion.content_hash,
+        version.dimension_weights,
+    )
+    return _Unit(completion, version, case, mode.plan(case))
+
+
+def rubric_criterion(criterion: Criterion) -> RubricCriterion:
+    """A stored criterion as a verdict mode plans and scores it."""
+    check = criterion.check if criterion.kind == CriterionKind.CHECK else None
+    return RubricCriterion(
+        criterion.id,
+        criterion.position,
+        CriterionView.of(criterion),
+        criterion.content_hash,
+        criterion.required,
+        check,
+    )
 
 
 def _chunks(units: Sequence[_Unit], cached: dict[str, Judgment], size: int) -> list[list[_Unit]]:
@@ -247,7 +258,7 @@ def _chunks(units: Sequence[_Unit], cached: dict[str, Judgment], size: int) -> l
     count = 0
     for unit in units:
         chunks[-1].append(unit)
-        count += sum(1 for item in unit.items if item.key not in cached)
+        count += sum(1 for item in unit.plan.items if item.key not in cached)
         if count >= size:
             chunks.append([])
             count = 0
@@ -259,7 +270,7 @@ def _store_results(
 ) -> dict[str, Judgment]:
     origin: dict[str, tuple[int, int | None]] = {}
     for unit in chunk:
-        for item in unit.items:
+        for item in unit.plan.items:
             origin.setdefault(
                 item.key, (unit.completion.id, item.criterion.id if item.criterion else None)
             )
@@ -292,6 +303,7 @@ def _store_results(
 
 
 def _score_unit(
+    mode: VerdictModeImpl,
     unit: _Unit,
     judge_id: int,
     aggregation: str,
@@ -299,62 +311,21 @@ def _score_unit(
     judged: dict[str, Judgment],
 ) -> tuple[ScoredCompletion, dict[str, Any]]:
     """The completion's score, and its row for the scores table."""
-    breakdown: list[dict[str, Any]] = []
-    outcomes: list[Outcome] = []
-    failures = empty_counts()
-    policy = options.response_failure
-    if aggregation == HOLISTIC:
-        judgment = judged.get(unit.items[0].key)
-        value, reasons = None, []
-        if judgment is not None and judgment.status == JudgmentStatus.OK:
-            value = judgment.value
-        else:
-            failure = judgment.failure if judgment is not None else None
-            failures[failure or FailureClass.INFRASTRUCTURE.value] += 1
-            error = judgment.error if judgment else "not judged"
-            if failure == FailureClass.RESPONSE.value and policy == ResponseFailurePolicy.WORST:
-                value = worst_value(1.0)
-                reasons.append(f"the response could not be judged, scored at the worst: {error}")
-            else:
-                reasons.append(f"holistic judgment failed ({failure}): {error}")
-        result_value, coverage = value, 1.0 if value is not None else 0.0
-        status = Status.OK if value is not None else Status.MASKED
-    else:
-        for criterion in unit.version.criteria:
-            entry, outcome = _criterion_outcome(criterion, unit, judged, policy)
-            breakdown.append(entry)
-            outcomes.append(outcome)
-            if "failure" in entry:
-                failures[entry["failure"]] += 1
-        result = aggregate(
-            aggregation,
-            outcomes,
-            dimension_weights=unit.version.dimension_weights,
-            min_coverage=options.min_coverage,
-            gate_cap=options.gate_cap,
-        )
-        result_value, coverage, status, reasons = (
-            result.value,
-            result.coverage,
-            result.status,
-            result.reasons,
-        )
-        worst = sum(1 for entry in breakdown if entry["status"] == "unjudgeable")
-        if worst:
-            reasons = [
-                f"{worst} criteria scored at their worst value: the response could not be "
-                "judged (it does not fit the judge's context)",
-                *reasons,
-            ]
+    rulings = {key: _ruling(judgment) for key, judgment in judged.items()}
+    assess = AssessOptions(
+        aggregation, options.min_coverage, options.gate_cap, options.response_failure
+    )
+    result: Assessment = mode.assess(unit.case, unit.plan, rulings, assess)
+    details = {"criteria": result.criteria, "reasons": result.reasons, "failures": result.failures}
     row = {
         "completion_id": unit.completion.id,
         "rubric_version_id": unit.version.id,
         "judge_config_id": judge_id,
         "aggregation": aggregation,
-        "value": result_value,
-        "coverage": coverage,
-        "status": status.value,
-        "details": {"criteria": breakdown, "reasons": reasons, "failures": failures},
+        "value": result.value,
+        "coverage": result.coverage,
+        "status": result.status.value,
+        "details": details,
     }
     scored = ScoredCompletion(
         unit.completion.id,
@@ -362,60 +333,24 @@ def _score_unit(
         unit.completion.prompt.external_id,
         unit.completion.source,
         unit.version.ref,
-        result_value,
-        coverage,
-        status.value,
-        reasons,
-        breakdown,
-        failures,
+        result.value,
+        result.coverage,
+        result.status.value,
+        result.reasons,
+        result.criteria,
+        result.failures,
     )
     return scored, row
 
 
-def _criterion_outcome(
-    criterion: Criterion,
-    unit: _Unit,
-    judged: dict[str, Judgment],
-    policy: ResponseFailurePolicy,
-) -> tuple[dict[str, Any], Outcome]:
-    entry: dict[str, Any] = {
-        "criterion_id": criterion.id,
-        "position": criterion.position,
-        "text": criterion.text,
-        "weight": criterion.weight,
-        "theme": criterion.theme,
-    }
-    reference = None
-    if criterion.kind == CriterionKind.CHECK:
-        assert criterion.check is not None
-        value: float | None = 1.0 if run_check(criterion.check, unit.completion.text) else 0.0
-        entry.update(status="check", value=value, verdict="pass" if value else "fail")
-    else:
-        judgment = judged.get(unit.key_of[criterion.id])
-        if judgment is not None and judgment.status == JudgmentStatus.OK:
-            value = judgment.value
-            reference_score = (judgment.detail or {}).get("reference")
-            if reference_score is not None:
-                reference = float(reference_score) / REFERENCE_SCALE_MAX
-            entry.update(
-                status="ok", value=value, verdict=judgment.verdict, judgment_id=judgment.id
-            )
-        else:
-            value = None
-            error = judgment.error if judgment is not None else "not judged"
-            failure = (judgment.failure if judgment is not None else None) or "infrastructure"
-            entry.update(
-                status="failed",
-                value=None,
-                error=error,
-                failure=failure,
-                judgment_id=judgment.id if judgment else None,
-            )
-            if failure == FailureClass.RESPONSE.value and policy == ResponseFailurePolicy.WORST:
-                # Charged to the response: provoking a failure must never pay.
-                value = worst_value(criterion.weight)
-                entry.update(status="unjudgeable", value=value, verdict="worst")
-    outcome = Outcome(
-        criterion.id, criterion.weight, value, criterion.theme, criterion.required, reference
+def _ruling(judgment: Judgment) -> Ruling:
+    """A stored judgment as a score reads it."""
+    ok = judgment.status == JudgmentStatus.OK
+    return Ruling(
+        judgment.value if ok else None,
+        judgment.verdict,
+        judgment.detail,
+        None if ok else judgment.failure,
+        judgment.error,
+        judgment.id,
     )
-    return entry, outcome

@@ -8,21 +8,18 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from rubricsvc.batching import batches
 from rubricsvc.db import insert_for
 from rubricsvc.models import Judgment, JudgmentStatus, Score
-
-# Keeps IN (...) lists and multi-row inserts well under every driver's parameter limit.
-CHUNK = 500
 
 
 def judgments_by_key(session: Session, keys: Iterable[str]) -> dict[str, Judgment]:
     keys = list(dict.fromkeys(keys))
     found: dict[str, Judgment] = {}
-    for start in range(0, len(keys), CHUNK):
-        chunk = keys[start : start + CHUNK]
+    for batch in batches(keys):
         # populate_existing: rows rewritten by a Core upsert must not come back stale
         # from the session's identity map.
-        query = select(Judgment).where(Judgment.cache_key.in_(chunk))
+        query = select(Judgment).where(Judgment.cache_key.in_(batch))
         for row in session.scalars(query.execution_options(populate_existing=True)):
             found[row.cache_key] = row
     return found
@@ -32,9 +29,8 @@ def save_judgments(session: Session, rows: Sequence[dict[str, Any]]) -> None:
     """Store judgments; a new ok verdict replaces a stored failure, nothing replaces an ok one."""
     if not rows:
         return
-    for start in range(0, len(rows), CHUNK):
-        chunk = rows[start : start + CHUNK]
-        statement = insert_for(session, Judgment).values(chunk)
+    for batch in batches(rows):
+        statement = insert_for(session, Judgment).values(batch)
         excluded = statement.excluded
         # Retrying a failed judgment overwrites it; a concurrent writer's ok row is kept.
         statement = statement.on_conflict_do_update(
@@ -64,8 +60,8 @@ def save_judgments(session: Session, rows: Sequence[dict[str, Any]]) -> None:
 
 def save_scores(session: Session, rows: Sequence[dict[str, Any]]) -> None:
     """Insert or replace scores on (completion, rubric version, judge config, aggregation)."""
-    for start in range(0, len(rows), CHUNK):
-        statement = insert_for(session, Score).values(rows[start : start + CHUNK])
+    for batch in batches(rows):
+        statement = insert_for(session, Score).values(batch)
         excluded = statement.excluded
         statement = statement.on_conflict_do_update(
             index_elements=["completion_id", "rubric_version_id", "judge_config_id", "aggregation"],

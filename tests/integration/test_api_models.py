@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cli_runner import run_cli
+from tests.cli_runner import EXAMPLES, add_examples, cli_ok
 from tests.requirements import prepared_model_dir, require_module
 
 require_module("fastapi", "api")
@@ -25,7 +25,6 @@ from tests.api_harness import api_client, bearer  # noqa: E402
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 # The same pairs batched alike give the same float32 forward passes; the margin only allows
 # for a different batch composition between the CLI and the server.
 TOLERANCE = 1e-5
@@ -53,15 +52,8 @@ def _examples() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 def _cli_scores(database_url: str) -> dict[tuple[str, str], float]:
-    def cli(*args: str) -> str:
-        result = run_cli(*args, database_url=database_url)
-        assert result.code == 0, result.stderr
-        return result.stdout
-
-    cli("rubrics", "add", str(EXAMPLES / "rubrics.yaml"))
-    cli("completions", "add", str(EXAMPLES / "completions.jsonl"))
-    cli("rubrics", "approve", "demo/sleep-advice", "demo/explain-recursion", "demo/haiku-autumn")
-    report = json.loads(cli("score", "--judge", "embedded", "--json"))
+    add_examples(database_url)
+    report = cli_ok("score", "--judge", "embedded", "--json", database_url=database_url).json()
     texts = {
         json.loads(line)["external_id"]: json.loads(line)["text"]
         for line in (EXAMPLES / "completions.jsonl").read_text().splitlines()

@@ -9,19 +9,13 @@ import yaml
 
 from rubricsvc.rubrics.generic import GENERIC_CRITERIA
 from tests.cli_runner import CliResult, run_cli
+from tests.helpers import check_criterion
 
 # A check criterion is computed without a model, so `score` runs here without loading one.
 RUBRIC = {
     "name": "t/short",
     "prompt": {"text": "Say hello briefly.", "external_id": "hello"},
-    "criteria": [
-        {
-            "text": "Says hello",
-            "weight": 2,
-            "kind": "check",
-            "check": {"type": "contains", "text": "hello"},
-        }
-    ],
+    "criteria": [check_criterion("Says hello", {"type": "contains", "text": "hello"}, weight=2)],
 }
 
 

@@ -2,8 +2,8 @@
 
 - OpenAI-compatible endpoints get it as ``response_format`` (a real HTTP server on loopback);
 - vLLM decodes to it (the engine in process, the bundled model);
-- the transformers backend ignores it, so drafts decode through ``GuidedTransformers``, which
-  writes the JSON skeleton and lets the bundled model fill in the values.
+- the transformers backend decodes to it itself: it writes the JSON skeleton and lets the
+  bundled model fill in the values, also when the backend comes kept from a provider.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.judging.backends import backend_from_spec
 from rubricsvc.judging.backends.base import BackendError
+from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.judging.types import Generation, GenerationRequest
 from rubricsvc.prompts import get_or_create_prompt
 from rubricsvc.rubrics.generation import DraftRequest, generate_rubrics
@@ -126,9 +127,8 @@ def test_vllm_decodes_to_the_schema(monkeypatch: pytest.MonkeyPatch) -> None:
 def guided() -> Iterator[Any]:
     require_module("torch", "transformers")
     from rubricsvc.judging.backends.transformers import TransformersBackend
-    from rubricsvc.rubrics.guided import GuidedTransformers
 
-    backend = GuidedTransformers(TransformersBackend(prepared_model_dir()))
+    backend = TransformersBackend(prepared_model_dir())
     yield backend
     backend.close()
 
@@ -167,3 +167,18 @@ def test_guided_decoding_refuses_schemas_it_does_not_implement(guided: Any) -> N
     assert isinstance(refused, BackendError) and not refused.retryable
     assert "schema type 'integer' is not supported" in str(refused)
     assert isinstance(answered, Generation)  # a request without a schema decodes as usual
+
+
+@pytest.mark.model
+def test_a_kept_transformers_backend_decodes_to_the_schema(guided: Any) -> None:
+    # What drafting gets from a provider is a kept view, not the backend: the schema in the
+    # request is all it takes.
+    view = BackendProvider(build=lambda _spec: guided).get(SPEC)
+    assert view is not guided
+    request = GenerationRequest(
+        _chat("How can I sleep better?"), max_tokens=240, seed=3, json_schema=SPEC.json_schema()
+    )
+    (reply,) = view.generate([request])
+    assert isinstance(reply, Generation) and reply.text.startswith('{"criteria": [{"text": "')
+    if reply.finish_reason == "stop":
+        assert _fits_the_draft_schema(reply.text), reply.text

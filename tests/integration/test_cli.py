@@ -8,22 +8,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cli_runner import run_cli
-
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples"
+from tests.cli_runner import EXAMPLES, CliResult, add_examples, cli_error, cli_ok, run_cli
 
 
 def test_example_set_round_trip(database_url: str, tmp_path: Path) -> None:
-    def cli(*args: str) -> object:
-        result = run_cli(*args, database_url=database_url)
-        assert result.code == 0, result.stderr
-        return result
+    def cli(*args: str) -> CliResult:
+        return cli_ok(*args, database_url=database_url)
 
     added = cli("rubrics", "add", str(EXAMPLES / "rubrics.yaml"))
-    assert "3 rubric(s): 3 created" in added.stdout  # type: ignore[attr-defined]
+    assert "3 rubric(s): 3 created" in added.stdout
     again = cli("rubrics", "add", str(EXAMPLES / "rubrics.yaml"))
-    assert "0 created, 0 new version(s), 3 unchanged" in again.stdout  # type: ignore[attr-defined]
+    assert "0 created, 0 new version(s), 3 unchanged" in again.stdout
 
     listed = run_cli("rubrics", "list", "--json", database_url=database_url).json()
     assert sorted(item["ref"] for item in listed) == [
@@ -40,11 +35,11 @@ def test_example_set_round_trip(database_url: str, tmp_path: Path) -> None:
     assert shown["criteria"][5]["check"] == {"type": "word_count", "min": None, "max": 300}
 
     # Edit through the export format: the new version records its parent, the old one is unchanged.
-    exported = json.loads(cli("rubrics", "export", "demo/sleep-advice").stdout)  # type: ignore[attr-defined]
+    exported = json.loads(cli("rubrics", "export", "demo/sleep-advice").stdout)
     exported["criteria"][1]["weight"] = 4
     edited = tmp_path / "edited.yaml"
     edited.write_text(yaml.safe_dump(exported))
-    assert "new version  demo/sleep-advice@2" in cli("rubrics", "add", str(edited)).stdout  # type: ignore[attr-defined]
+    assert "new version  demo/sleep-advice@2" in cli("rubrics", "add", str(edited)).stdout
     v2 = run_cli(
         "rubrics", "show", "demo/sleep-advice@2", "--json", database_url=database_url
     ).json()
@@ -54,7 +49,7 @@ def test_example_set_round_trip(database_url: str, tmp_path: Path) -> None:
     ).json()
     assert v1["criteria"] == shown["criteria"]
 
-    diff = cli("rubrics", "diff", "demo/sleep-advice@1", "demo/sleep-advice@2").stdout  # type: ignore[attr-defined]
+    diff = cli("rubrics", "diff", "demo/sleep-advice@1", "demo/sleep-advice@2").stdout
     assert "weight: 3.0 -> 4.0" in diff
 
     cli("rubrics", "approve", "demo/sleep-advice@2", "--reviewer", "ann")
@@ -67,21 +62,16 @@ def test_example_set_round_trip(database_url: str, tmp_path: Path) -> None:
     assert "demo/sleep-advice@2 (id 4) is already approved" in twice.stdout
     retired = run_cli("rubrics", "retire", "demo/sleep-advice@1", database_url=database_url)
     assert retired.code == 0
-    refused = run_cli("rubrics", "approve", "demo/sleep-advice@1", database_url=database_url)
-    assert refused.code != 0
-    assert refused.stderr.strip() == (
-        "error: demo/sleep-advice@1 is retired; approve a newer version instead"
-    )
+    refused = cli_error("rubrics", "approve", "demo/sleep-advice@1", database_url=database_url)
+    assert refused == "error: demo/sleep-advice@1 is retired; approve a newer version instead"
 
     assert (
         "9 completion(s) added"
         in cli("completions", "add", str(EXAMPLES / "completions.jsonl")).stdout
-    )  # type: ignore[attr-defined]
+    )
     assert (
         "0 completion(s) added, 9 already stored"
-        in cli(  # type: ignore[attr-defined]
-            "completions", "add", str(EXAMPLES / "completions.jsonl")
-        ).stdout
+        in cli("completions", "add", str(EXAMPLES / "completions.jsonl")).stdout
     )
     completions = run_cli(
         "completions", "list", "--json", "--prompt", "demo-haiku", database_url=database_url
@@ -100,32 +90,26 @@ def test_unknown_reference_is_one_line(sqlite_url: str) -> None:
         (("rubrics", "diff", "nope", "nope@2"), "error: no rubric named 'nope'"),
         (("rubrics", "approve", "nope@1"), "error: no rubric named 'nope'"),
     ]:
-        result = run_cli(*args, database_url=sqlite_url)
-        assert result.code != 0
-        assert result.stderr.strip() == message
+        assert cli_error(*args, database_url=sqlite_url) == message
 
 
 def test_unmigrated_database_says_what_to_do(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'fresh.sqlite'}"
-    result = run_cli("rubrics", "list", database_url=url)
-    assert result.code != 0
-    assert result.stderr.strip() == f"error: database {url} is empty: run `rubricsvc db upgrade`"
+    refused = cli_error("rubrics", "list", database_url=url)
+    assert refused == f"error: database {url} is empty: run `rubricsvc db upgrade`"
     assert run_cli("db", "upgrade", database_url=url).code == 0
     assert run_cli("rubrics", "list", database_url=url).code == 0
 
 
 def test_bad_completions_store_nothing(sqlite_url: str, tmp_path: Path) -> None:
-    assert (
-        run_cli("rubrics", "add", str(EXAMPLES / "rubrics.yaml"), database_url=sqlite_url).code == 0
-    )
+    cli_ok("rubrics", "add", str(EXAMPLES / "rubrics.yaml"), database_url=sqlite_url)
     path = tmp_path / "c.jsonl"
     path.write_text(
         '{"prompt_external_id": "demo-haiku", "text": "fine"}\n'
         '{"prompt_external_id": "no-such-prompt", "text": "orphan"}\n'
     )
-    result = run_cli("completions", "add", str(path), database_url=sqlite_url)
-    assert result.code != 0
-    assert result.stderr.strip() == f"error: {path}:2: no prompt with external id 'no-such-prompt'"
+    refused = cli_error("completions", "add", str(path), database_url=sqlite_url)
+    assert refused == f"error: {path}:2: no prompt with external id 'no-such-prompt'"
     listed = run_cli("completions", "list", "--json", database_url=sqlite_url).json()
     assert listed == []
 
@@ -140,16 +124,19 @@ def test_bad_completions_store_nothing(sqlite_url: str, tmp_path: Path) -> None:
 def test_scoring_with_the_embedded_model_then_from_the_cache(sqlite_url: str) -> None:
     """The demo's path: approve, score with the bundled model, score again from the cache."""
 
-    def cli(*args: str) -> str:
-        result = run_cli(*args, database_url=sqlite_url)
-        assert result.code == 0, result.stderr
-        return result.stdout
+    def score(*args: str) -> str:
+        return cli_ok(
+            "score",
+            "--judge",
+            "embedded",
+            "--mode",
+            "criterion-prob",
+            *args,
+            database_url=sqlite_url,
+        ).stdout
 
-    cli("rubrics", "add", str(EXAMPLES / "rubrics.yaml"))
-    cli("completions", "add", str(EXAMPLES / "completions.jsonl"))
-    cli("rubrics", "approve", "demo/sleep-advice", "demo/explain-recursion", "demo/haiku-autumn")
-
-    report = json.loads(cli("score", "--judge", "embedded", "--mode", "criterion-prob", "--json"))
+    add_examples(sqlite_url)
+    report = json.loads(score("--json"))
     assert (report["judgments"], report["computed"], report["failed"], report["checks"]) == (
         39,
         39,
@@ -164,7 +151,7 @@ def test_scoring_with_the_embedded_model_then_from_the_cache(sqlite_url: str) ->
         judged = [c for c in scored["criteria"] if c["status"] == "ok"]
         assert all(0.0 < c["value"] < 1.0 for c in judged)  # probabilities, not hard verdicts
 
-    again = cli("score", "--judge", "embedded", "--mode", "criterion-prob")
+    again = score()
     assert (
         "39 judgment(s): 0 computed, 39 from the cache, 0 failed; 6 check(s); 0 backend request(s)"
         in again

@@ -15,14 +15,10 @@ from typing import Any
 
 import pytest
 
-from rubricsvc.db import make_engine, session_scope
-from rubricsvc.judging.config import JudgeSpec, VerdictMode
-from rubricsvc.rubrics.schemas import RubricSpec
-from rubricsvc.rubrics.service import approve, save_rubric
-from rubricsvc.scoring.judge_configs import ensure_judge_config
 from tests.api_harness import api_client, bearer
 from tests.cli_runner import run_cli
-from tests.fake_openai import FakeOpenAI, chat_completion, serving
+from tests.fake_openai import FakeOpenAI, chat_completion, openai_judge, serving
+from tests.helpers import approve_rubrics
 from tests.requirements import require_module
 
 require_module("openai", "openai")
@@ -75,25 +71,10 @@ def judge_server() -> Iterator[ScriptedJudge]:
         yield server
 
 
-def judge_spec(server: ScriptedJudge) -> JudgeSpec:
-    return JudgeSpec(
-        name="scripted-http",
-        backend="openai",
-        model="scripted",
-        mode=VerdictMode.CRITERION_TEXT,
-        retries=1,
-        retry_backoff=0.0,
-        backend_options={"base_url": server.base_url, "timeout": 5, "api_key_env": None},
-    )
-
-
 @pytest.fixture
 def database(sqlite_url: str, judge_server: ScriptedJudge) -> str:
-    engine = make_engine(sqlite_url)
-    with session_scope(engine) as session:
-        approve(session, save_rubric(session, RubricSpec.model_validate(RUBRIC)).version, "t")
-        ensure_judge_config(session, judge_spec(judge_server))
-    engine.dispose()
+    judge = openai_judge(judge_server, "scripted-http", model="scripted")
+    approve_rubrics(sqlite_url, RUBRIC, judges=[judge], reviewer="t")
     return sqlite_url
 
 
@@ -223,10 +204,7 @@ def test_a_response_longer_than_the_embedded_judges_context_gets_the_worst_value
     from tests.requirements import prepared_model_dir
 
     prepared_model_dir()
-    engine = make_engine(sqlite_url)
-    with session_scope(engine) as session:
-        approve(session, save_rubric(session, RubricSpec.model_validate(RUBRIC)).version, "t")
-    engine.dispose()
+    approve_rubrics(sqlite_url, RUBRIC, reviewer="t")
     records = [
         {"external_id": "padded", "prompt_external_id": "p-fc", "text": "Sleep well. " * 4000},
         {"external_id": "short", "prompt_external_id": "p-fc", "text": RESPONSES["ok"]},

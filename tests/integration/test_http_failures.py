@@ -17,12 +17,12 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.judging.backends import create_backend
-from rubricsvc.judging.config import JudgeSpec, VerdictMode
+from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import Judgment, JudgmentStatus
 from rubricsvc.rubrics import service as rubrics
 from rubricsvc.scoring.selection import Selection
 from rubricsvc.scoring.service import ScoreOptions, score
-from tests.fake_openai import FakeOpenAI, chat_completion, serving
+from tests.fake_openai import FakeOpenAI, chat_completion, openai_judge, serving
 from tests.helpers import rubric_spec
 from tests.requirements import require_module
 
@@ -68,14 +68,9 @@ def endpoint() -> Iterator[ScriptedEndpoint]:
 
 
 def _judge(endpoint: ScriptedEndpoint, name: str = "http") -> JudgeSpec:
-    return JudgeSpec(
-        name=name,
-        backend="openai",
-        model="scripted",
-        mode=VerdictMode.CRITERION_TEXT,
-        retries=2,
-        retry_backoff=0.05,
-        backend_options={"base_url": endpoint.base_url, "timeout": 0.5, "api_key_env": None},
+    """Two quick retries, and a time-out shorter than the endpoint's slow answer."""
+    return openai_judge(
+        endpoint, name, model="scripted", retries=2, retry_backoff=0.05, timeout=0.5
     )
 
 

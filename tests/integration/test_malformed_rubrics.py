@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import create_engine, func, select
 
 from rubricsvc.models import Criterion, Prompt, Rubric, RubricVersion
-from tests.cli_runner import run_cli
+from tests.cli_runner import cli_error
 
 GOOD = """
 name: good/rubric
@@ -157,12 +157,11 @@ def test_malformed_rubric_file(
     bad.write_text(content)
 
     # The valid file comes first: it must not be stored either.
-    result = run_cli("rubrics", "add", str(good), str(bad), database_url=sqlite_url)
+    stderr = cli_error("rubrics", "add", str(good), str(bad), database_url=sqlite_url)
 
-    assert result.code != 0
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
     assert lines[0].startswith("error: ")
     assert expected in lines[0]
     assert str(bad) in lines[0]
@@ -170,9 +169,8 @@ def test_malformed_rubric_file(
 
 
 def test_missing_file(tmp_path: Path, sqlite_url: str) -> None:
-    result = run_cli("rubrics", "add", str(tmp_path / "absent.yaml"), database_url=sqlite_url)
-    assert result.code != 0
-    assert result.stderr.strip() == f"error: {tmp_path / 'absent.yaml'}: no such file"
+    stderr = cli_error("rubrics", "add", str(tmp_path / "absent.yaml"), database_url=sqlite_url)
+    assert stderr == f"error: {tmp_path / 'absent.yaml'}: no such file"
 
 
 def test_error_names_the_rubric(tmp_path: Path, sqlite_url: str) -> None:
@@ -181,7 +179,6 @@ def test_error_names_the_rubric(tmp_path: Path, sqlite_url: str) -> None:
         '{"name": "ok/one", "criteria": [{"text": "a", "weight": 1}]}\n'
         '{"name": "bad/two", "criteria": [{"text": "a", "weight": 0}]}\n'
     )
-    result = run_cli("rubrics", "add", str(path), database_url=sqlite_url)
-    assert result.code != 0
-    assert f"{path}:2: rubric 'bad/two': criteria[0].weight" in result.stderr
+    stderr = cli_error("rubrics", "add", str(path), database_url=sqlite_url)
+    assert f"{path}:2: rubric 'bad/two': criteria[0].weight" in stderr
     assert _counts(sqlite_url) == (0, 0, 0, 0)

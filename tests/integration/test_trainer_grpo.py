@@ -11,12 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from rubricsvc.db import make_engine, session_scope
-from rubricsvc.rubrics.schemas import RubricSpec
-from rubricsvc.rubrics.service import approve, save_rubric
-from rubricsvc.scoring.judge_configs import ensure_judge_config
 from tests.cli_runner import run_cli
-from tests.integration.test_trainer_rewards import FAILING_JUDGE
+from tests.helpers import check_criterion
+from tests.integration.test_trainer_rewards import seed
 from tests.requirements import prepared_model_dir, require_module
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
@@ -26,29 +23,20 @@ GREETING: dict[str, Any] = {
     "name": "grpo/greet",
     "prompt": {"external_id": "grpo-greet", "text": "Say hello to a friend in a few words."},
     "criteria": [
-        {"text": "Uses the word hello", "weight": 2, "kind": "check", "check": HELLO},
+        check_criterion("Uses the word hello", HELLO, weight=2),
         {"text": "The reply is a friendly greeting", "weight": 1},  # the model judges this one
     ],
 }
 HELD_OUT: dict[str, Any] = {
     "name": "grpo/held-out",
     "prompt": {"external_id": "grpo-team", "text": "Greet your team in a few words."},
-    "criteria": [{"text": "Uses the word hello", "weight": 1, "kind": "check", "check": HELLO}],
+    "criteria": [check_criterion("Uses the word hello", HELLO)],
 }
 STORM: dict[str, Any] = {
     "name": "grpo/storm",
     "prompt": {"external_id": "grpo-storm", "text": "Describe a storm in a few words."},
     "criteria": [{"text": "Mentions the wind", "weight": 1}],
 }
-
-
-def _seed(database_url: str, *rubrics: dict[str, Any]) -> None:
-    engine = make_engine(database_url)
-    with session_scope(engine) as session:
-        for data in rubrics:
-            approve(session, save_rubric(session, RubricSpec.model_validate(data)).version)
-        ensure_judge_config(session, FAILING_JUDGE)
-    engine.dispose()
 
 
 def _load_weights(folder: Path) -> dict[str, Any]:
@@ -63,7 +51,7 @@ def _load_weights(folder: Path) -> dict[str, Any]:
 def test_rubricsvc_train_runs_grpo_and_the_policy_changes(sqlite_url: str, tmp_path: Path) -> None:
     require_module("trl", "trainer")
     model_dir = prepared_model_dir()
-    _seed(sqlite_url, GREETING, HELD_OUT)
+    seed(sqlite_url, GREETING, HELD_OUT)
     config = {
         "name": "five",
         "policy": str(model_dir),
@@ -133,7 +121,7 @@ def test_a_masked_score_reaches_trl_as_none_and_is_left_out_of_the_loss(
     from trainer.rewards import AsyncRubricReward
 
     model_dir = prepared_model_dir()
-    _seed(sqlite_url, GREETING, STORM)
+    seed(sqlite_url, GREETING, STORM)
     torch.set_num_threads(1)
     # The judge of this run always fails: the storm rubric (a judged criterion only) is
     # masked; the greeting rubric keeps its check, so its coverage stays above the floor.

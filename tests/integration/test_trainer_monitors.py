@@ -9,9 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rubricsvc.db import make_engine, session_scope
-from rubricsvc.rubrics.schemas import RubricSpec
-from rubricsvc.rubrics.service import approve, save_rubric
+from tests.helpers import approve_rubrics, check_criterion
 from tests.requirements import prepared_model_dir, require_module
 from trainer.callbacks import RunCallback
 from trainer.config import ScorerSettings
@@ -23,64 +21,35 @@ PROMPT = {"external_id": "mon-sleep", "text": "How can I sleep better?"}
 LENGTH = {
     "name": "mon/length",
     "criteria": [
-        {
-            "text": f"At least {n} words",
-            "weight": 1,
-            "kind": "check",
-            "check": {"type": "word_count", "min": n},
-        }
+        check_criterion(f"At least {n} words", {"type": "word_count", "min": n})
         for n in (5, 10, 20, 40)
     ],
 }
 GOLD_RUBRIC = {
     "name": "mon/gold",
     "criteria": [
-        {
-            "text": "Mentions a regular schedule",
-            "weight": 2,
-            "kind": "check",
-            "check": {"type": "contains", "text": "schedule"},
-        },
-        {
-            "text": "At most 25 words",
-            "weight": 1,
-            "kind": "check",
-            "check": {"type": "word_count", "max": 25},
-        },
+        check_criterion(
+            "Mentions a regular schedule", {"type": "contains", "text": "schedule"}, weight=2
+        ),
+        check_criterion("At most 25 words", {"type": "word_count", "max": 25}),
     ],
 }
 OWN = {"name": "mon/own", "prompt": PROMPT, "criteria": GOLD_RUBRIC["criteria"]}
 # Any answer of a word or more passes the first; none passes the second.
 ANY_WORDS = {
     "name": "mon/any-words",
-    "criteria": [
-        {
-            "text": "Says something",
-            "weight": 1,
-            "kind": "check",
-            "check": {"type": "word_count", "min": 1},
-        }
-    ],
+    "criteria": [check_criterion("Says something", {"type": "word_count", "min": 1})],
 }
 NEVER = {
     "name": "mon/never",
     "criteria": [
-        {
-            "text": "Says the magic word",
-            "weight": 1,
-            "kind": "check",
-            "check": {"type": "contains", "text": "xyzzy-plugh"},
-        }
+        check_criterion("Says the magic word", {"type": "contains", "text": "xyzzy-plugh"})
     ],
 }
 
 
 def _seed(database_url: str) -> None:
-    engine = make_engine(database_url)
-    with session_scope(engine) as session:
-        for data in (OWN, LENGTH, GOLD_RUBRIC):
-            approve(session, save_rubric(session, RubricSpec.model_validate(data)).version)
-    engine.dispose()
+    approve_rubrics(database_url, OWN, LENGTH, GOLD_RUBRIC)
 
 
 def _monitor(database_url: str) -> GoldMonitor:
@@ -159,11 +128,7 @@ def test_the_run_callback_generates_held_out_answers_and_records_the_alarm(
 
     model_dir = prepared_model_dir()
     _seed(sqlite_url)
-    engine = make_engine(sqlite_url)
-    with session_scope(engine) as session:
-        for data in (ANY_WORDS, NEVER):
-            approve(session, save_rubric(session, RubricSpec.model_validate(data)).version)
-    engine.dispose()
+    approve_rubrics(sqlite_url, ANY_WORDS, NEVER)
     train = InProcessScorer(ScorerSettings(database_url=sqlite_url, rubric="mon/any-words"))
     gold = InProcessScorer(ScorerSettings(database_url=sqlite_url, rubric="mon/never"))
     monitor = GoldMonitor(train, gold, window=3)

@@ -20,32 +20,13 @@ import pytest
 from rubricsvc.db import make_engine, session_scope
 from rubricsvc.errors import RubricsvcError
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
-from rubricsvc.rubrics.schemas import RubricSpec
-from rubricsvc.rubrics.service import approve, save_rubric
-from rubricsvc.scoring.judge_configs import ensure_judge_config
+from tests.helpers import approve_rubrics, blue_sea_rubric
 from tests.requirements import require_module
 from trainer.adapters.verl import compute_score
 from trainer.config import ScorerSettings, Via
 from trainer.rewards import AsyncRubricReward, RubricReward
 
-BLUE: dict[str, Any] = {
-    "name": "tr/blue",
-    "prompt": {"external_id": "tr-sea", "text": "Write one sentence about the sea."},
-    "criteria": [
-        {
-            "text": "Uses the word blue",
-            "weight": 3,
-            "kind": "check",
-            "check": {"type": "contains", "text": "blue"},
-        },
-        {
-            "text": "Stays under 8 words",
-            "weight": 1,
-            "kind": "check",
-            "check": {"type": "word_count", "max": 8},
-        },
-    ],
-}
+BLUE: dict[str, Any] = blue_sea_rubric("tr/blue", "tr-sea", max_words=8)
 JUDGED: dict[str, Any] = {
     "name": "tr/judged",
     "prompt": {"external_id": "tr-judged", "text": "Describe a storm."},
@@ -63,12 +44,8 @@ SEA_MESSAGES = [{"role": "user", "content": "Write one sentence about the sea."}
 
 
 def seed(database_url: str, *rubrics: dict[str, Any]) -> None:
-    engine = make_engine(database_url)
-    with session_scope(engine) as session:
-        for data in rubrics:
-            approve(session, save_rubric(session, RubricSpec.model_validate(data)).version)
-        ensure_judge_config(session, FAILING_JUDGE)
-    engine.dispose()
+    """The rubrics, approved, and the judge that always fails."""
+    approve_rubrics(database_url, *rubrics, judges=[FAILING_JUDGE])
 
 
 @pytest.fixture

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from rubricsvc.judging.config import BUILTIN_JUDGES
-from rubricsvc.judging.modes import CompletionView, CriterionView, Item, criterion_prob_calls
+from rubricsvc.judging.modes import (
+    CallContext,
+    CompletionView,
+    CriterionView,
+    Item,
+    criterion_prob_calls,
+)
 from rubricsvc.judging.types import ChoiceRequest
 from tests.requirements import require_module
 
@@ -48,7 +54,7 @@ def _requests() -> list[ChoiceRequest]:
             Item(f"{completion_id}-{i}", CriterionView(i, text, None, 1.0, {"type": "binary"}))
             for i, text in enumerate(CRITERIA)
         ]
-        calls = criterion_prob_calls(spec, spec.prompt_template(), completion, items, 0)
+        calls = criterion_prob_calls(CallContext(spec, spec.prompt_template(), completion), items)
         requests += [call.request for call in calls if isinstance(call.request, ChoiceRequest)]
     return requests
 

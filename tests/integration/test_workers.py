@@ -9,10 +9,9 @@ in the failure test and in the comparison of the in-process and Celery paths.
 
 from __future__ import annotations
 
-import json
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,21 +29,18 @@ from rubricsvc.models import (
     ScoreChunk,
 )
 from tests.cli_runner import CliResult
-from tests.requirements import prepared_model_dir, require_module
+from tests.requirements import require_module
 from tests.workers_harness import (
-    RABBITMQ_URL,
-    REDIS_URL,
     Cluster,
+    MakeCluster,
     Worker,
-    clean_rabbitmq,
-    clean_redis,
     fast_judge,
     finish,
+    load_examples,
     private_postgres,
     private_redis,
-    rabbitmq_unavailable,
-    redis_unavailable,
-    require,
+    require_embedded_model,
+    score_via_celery,
     seed,
     tally,
     wait_for,
@@ -54,51 +50,11 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 require_module("celery", "workers")
 
-MakeCluster = Callable[..., Cluster]
-
-
-@pytest.fixture
-def make_cluster(
-    make_postgres_database: Callable[[], str], tmp_path: Path
-) -> Iterator[MakeCluster]:
-    """Clusters on fresh migrated databases; workers stopped and queues deleted afterwards."""
-    made: list[Cluster] = []
-
-    def make(broker: str = "redis", database_url: str | None = None, **env: str) -> Cluster:
-        if broker == "redis":
-            require(redis_unavailable())
-            broker_url = REDIS_URL
-        else:
-            require(rabbitmq_unavailable())
-            broker_url = RABBITMQ_URL
-        if database_url is None:
-            database_url = make_postgres_database()
-            db.upgrade(database_url)
-        cluster = Cluster(database_url, broker_url, tmp_path, extra_env=env)
-        made.append(cluster)
-        return cluster
-
-    yield make
-    for cluster in made:
-        cluster.stop()
-        if cluster.broker_url.startswith("redis"):
-            clean_redis(cluster.broker_url, cluster.prefix)
-        else:
-            clean_rabbitmq(
-                cluster.broker_url, [f"{cluster.prefix}fast", f"{cluster.prefix}default"]
-            )
-
 
 def job_id_of(result: CliResult) -> int:
     found = re.search(r"^job (\d+):", result.stderr, re.MULTILINE)
     assert found, result.stderr
     return int(found.group(1))
-
-
-def score_via_celery(cluster: Cluster, *args: str, judge: str = "fast") -> CliResult:
-    result = cluster.cli("score", "--judge", judge, "--via", "celery", "--json", *args, timeout=300)
-    assert result.code == 0, result.stderr
-    return result
 
 
 def running_chunk(url: str, workers: list[Worker]) -> tuple[Worker, int, str] | None:
@@ -317,31 +273,6 @@ def _snapshot(url: str) -> tuple[object, ...]:
 
 
 # --- 4 and 6: the real model ---------------------------------------------------------------
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-DEMO_RUBRICS = ("demo/sleep-advice", "demo/explain-recursion", "demo/haiku-autumn")
-
-
-def require_embedded_model() -> None:
-    """The workers load the embedded model: transformers installed, the model prepared."""
-    require_module("transformers", "transformers")
-    prepared_model_dir()
-
-
-def load_examples(cluster: Cluster, judges: tuple[JudgeSpec, ...] = ()) -> None:
-    """The demo's rubrics (approved) and completions: 39 judgments per judge."""
-    for args in (
-        ("rubrics", "add", str(EXAMPLES / "rubrics.yaml")),
-        ("completions", "add", str(EXAMPLES / "completions.jsonl")),
-        ("rubrics", "approve", *DEMO_RUBRICS),
-    ):
-        result = cluster.cli(*args)
-        assert result.code == 0, result.stderr
-    if judges:
-        path = cluster.logs / "judges.json"
-        path.write_text(json.dumps({"judges": [j.model_dump(mode="json") for j in judges]}))
-        result = cluster.cli("judges", "add", str(path))
-        assert result.code == 0, result.stderr
 
 
 @pytest.mark.model

@@ -10,6 +10,7 @@ import base64
 import json
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -23,9 +24,11 @@ from rubricsvc.judging.backends.scripted import ScriptedBackend
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import ChunkStatus, Judgment, Score, ScoreChunk, ScoreJob
 from rubricsvc.models.base import utcnow
-from rubricsvc.scoring import jobs
+from rubricsvc.scoring import jobs, lifecycle
+from rubricsvc.scoring.chunks import ChunkRun, run_chunk
+from rubricsvc.scoring.dispatch import LocalDispatcher
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreOptions, score
+from rubricsvc.scoring.service import ScoreOptions, ScoreReport, score
 from tests.cli_runner import CliResult, run_cli
 from tests.requirements import require_module
 from tests.workers_harness import (
@@ -36,7 +39,6 @@ from tests.workers_harness import (
     require,
     seed,
 )
-from workers.chunks import ChunkRun, run_chunk
 
 JUDGE = fast_judge()
 SETTINGS = BrokerSettings(heartbeat_interval=0.2, heartbeat_timeout=30, max_attempts=3)
@@ -263,6 +265,67 @@ def test_a_chunk_that_keeps_losing_its_worker_is_given_up(seeded: Engine) -> Non
     assert result.outcome == "failed"
     assert result.error == "gave up after 3 attempts: its workers were lost"
     assert job_state(seeded, job.id).chunks == {"failed": 1, "pending": 3}
+
+
+# --- dispatchers ----------------------------------------------------------------------------
+
+
+def test_the_local_dispatcher_runs_chunks_on_threads_after_the_commit(seeded: Engine) -> None:
+    reports: list[ScoreReport] = []
+    with ThreadPoolExecutor(2) as executor:
+        local = LocalDispatcher(executor, seeded, scripted, SETTINGS, reports.append)
+        with session_scope(seeded) as session:
+            submission = lifecycle.submit(session, local, JUDGE, Selection(), ScoreOptions(), 12)
+            job_id = submission.job.id
+            executor.submit(lambda: None).result()
+            assert reports == []  # nothing was handed over before the commit
+    # Leaving the executor waited for its threads.
+    state = job_state(seeded, job_id)
+    assert (state.status, state.done, state.total) == ("done", 60, 60)
+    assert sorted(r.judgments for r in reports) == [15, 15, 15, 15]
+
+
+def test_submitting_again_resends_what_a_lost_process_left_only_without_a_broker(
+    seeded: Engine,
+) -> None:
+    submit(seeded)
+    sent: list[int] = []
+
+    class Recorder:
+        keeps_messages = True
+
+        def send(self, _judge: str, chunk_ids: object) -> None:
+            sent.extend(chunk_ids)  # type: ignore[call-overload]
+
+    broker = Recorder()
+    with session_scope(seeded) as session:
+        lifecycle.submit(session, broker, JUDGE, Selection(), ScoreOptions(), 12)
+    assert sent == []  # the broker still holds the messages
+    broker.keeps_messages = False  # as the local dispatcher: its threads died with the process
+    with session_scope(seeded) as session:
+        lifecycle.submit(session, broker, JUDGE, Selection(), ScoreOptions(), 12)
+    assert sent == [c.id for c in chunks(seeded)]
+
+
+def test_a_delivery_counts_what_it_sent_and_keeps_a_failure(seeded: Engine) -> None:
+    class Down:
+        keeps_messages = True
+
+        def send(self, _judge: str, _chunk_ids: object) -> None:
+            raise ConnectionError("broker away")
+
+    send = lifecycle.Delivery(Down())
+    with session_scope(seeded) as session:
+        submission = lifecycle.submit(session, send, JUDGE, Selection(), ScoreOptions(), 12)
+    assert (send.sent, str(send.error)) == (0, "broker away")
+    send = lifecycle.Delivery(Down())
+    with session_scope(seeded) as session:
+        jobs.cancel(session, submission.job.id)
+    with session_scope(seeded) as session:
+        assert lifecycle.resume(session, send, submission.job.id) == {
+            "fast": [c.id for c in chunks(seeded)]
+        }
+    assert isinstance(send.error, ConnectionError)  # the job is stored and resumable
 
 
 # --- the commands ---------------------------------------------------------------------------

@@ -13,8 +13,11 @@ import pytest
 from rubricsvc.config import ApiLimits, get_settings
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.backends.base import BackendError
+from rubricsvc.judging.backends.kept import KeptView
 from rubricsvc.judging.backends.limits import LimitedBackend, SharedLimiter, estimated_tokens
-from rubricsvc.judging.config import JudgeSpec
+from rubricsvc.judging.backends.provider import BackendProvider, JudgeLimits
+from rubricsvc.judging.backends.scripted import ScriptedBackend
+from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.judging.types import Generation, GenerationRequest
 from tests.workers_harness import REDIS_URL, redis_unavailable, require
 
@@ -151,34 +154,49 @@ def test_errors_pass_through_in_order_and_slices_fit_the_limits(
     assert estimated_tokens(requests("x" * 400)[0]) == 101 + 4
 
 
-def test_a_worker_puts_judges_with_limits_behind_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    require(redis_unavailable())
-    from workers.backends import build
-
-    monkeypatch.setenv("RUBRICSVC_BROKER_URL", REDIS_URL)
+def provider_limiting_api(monkeypatch: pytest.MonkeyPatch, broker_url: str) -> BackendProvider:
+    """A provider made from the settings: the broker at ``broker_url``, and the judge "api"
+    limited to 4 concurrent calls."""
+    monkeypatch.setenv("RUBRICSVC_BROKER_URL", broker_url)
     monkeypatch.setenv("RUBRICSVC_BROKER_API_LIMITS", '{"api": {"concurrent_calls": 4}}')
     get_settings.cache_clear()
     try:
-        limited = build(JudgeSpec(name="api", backend="scripted"))
-        plain = build(JudgeSpec(name="other", backend="scripted"))
+        return BackendProvider.from_settings(get_settings())
     finally:
         get_settings.cache_clear()
-    assert isinstance(limited, LimitedBackend)
-    assert limited.limiter.limits.concurrent_calls == 4
-    assert not isinstance(plain, LimitedBackend)
+
+
+def test_a_provider_puts_judges_with_limits_behind_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    require(redis_unavailable())
+    provider = provider_limiting_api(monkeypatch, REDIS_URL)
+    limited = provider.get(JudgeSpec(name="api", backend="scripted"))
+    plain = provider.get(JudgeSpec(name="other", backend="scripted"))
+    assert isinstance(limited, KeptView) and isinstance(limited.inner, LimitedBackend)
+    assert limited.inner.limiter.limits.concurrent_calls == 4
+    assert isinstance(plain, KeptView) and not isinstance(plain.inner, LimitedBackend)
+    provider.close_all()
+
+
+def test_a_judge_with_limits_does_not_share_another_judges_backend() -> None:
+    limits = JudgeLimits({"api": ApiLimits(concurrent_calls=1)}, REDIS_URL)
+    built: list[str] = []
+
+    def build(spec: Any) -> Any:
+        built.append(spec.name)
+        return ScriptedBackend()
+
+    provider = BackendProvider(limits, share_models=True, build=build)
+    provider.get(JudgeSpec(name="free", backend="scripted"))
+    provider.get(JudgeSpec(name="free-text", backend="scripted", mode=VerdictMode.CRITERION_TEXT))
+    provider.get(JudgeSpec(name="api", backend="scripted"))
+    # One model shared by the two judges without limits; its own for the limited one.
+    assert built == ["free", "api"]
 
 
 def test_limits_without_a_redis_are_refused_before_the_backend_is_made(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from workers.backends import build
-
-    monkeypatch.setenv("RUBRICSVC_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
-    monkeypatch.setenv("RUBRICSVC_BROKER_API_LIMITS", '{"api": {"concurrent_calls": 4}}')
-    get_settings.cache_clear()
-    try:
-        # An unknown backend would be refused with its own message if it were made first.
-        with pytest.raises(ValidationFailed, match="RUBRICSVC_BROKER_LIMITS_URL"):
-            build(JudgeSpec(name="api", backend="nope"))
-    finally:
-        get_settings.cache_clear()
+    provider = provider_limiting_api(monkeypatch, "amqp://guest:guest@127.0.0.1:5672//")
+    # An unknown backend would be refused with its own message if it were made first.
+    with pytest.raises(ValidationFailed, match="RUBRICSVC_BROKER_LIMITS_URL"):
+        provider.get(JudgeSpec(name="api", backend="nope"))

@@ -40,27 +40,11 @@ def paged_rows(session: Session, query: Select[Any], paging: Paging) -> tuple[li
 
 
 def prompt_out(prompt: Prompt) -> PromptOut:
-    return PromptOut(
-        id=prompt.id,
-        external_id=prompt.external_id,
-        messages=prompt.messages,
-        reference_answer=prompt.reference_answer,
-        tags=prompt.tags or {},
-        content_hash=prompt.content_hash,
-        created_at=prompt.created_at,
-    )
+    return PromptOut.model_validate(prompt)
 
 
 def completion_out(completion: Completion) -> CompletionOut:
-    return CompletionOut(
-        id=completion.id,
-        prompt_id=completion.prompt_id,
-        external_id=completion.external_id,
-        text=completion.text,
-        source=completion.source,
-        metadata=completion.meta or {},
-        created_at=completion.created_at,
-    )
+    return CompletionOut.model_validate(completion)
 
 
 def version_out(version: RubricVersion) -> VersionOut:

@@ -2,14 +2,14 @@
 
 With a broker configured, a job's chunks go to the Celery workers of its judge, exactly as
 from ``rubricsvc score --via celery``. Without one, the server runs the chunks itself on a
-background thread (``RUBRICSVC_API_LOCAL_JOB_THREADS``), with the same claims and records.
+background thread (``RUBRICSVC_API_LOCAL_JOB_THREADS``), with the same claims and records:
+both are dispatchers of ``rubricsvc.scoring.dispatch``.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Sequence
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, replace
 
 from fastapi import APIRouter, Depends, Path, Response
 from sqlalchemy.orm import Session
@@ -18,22 +18,28 @@ from rubricsvc.api.deps import app_state, db, require
 from rubricsvc.api.errors import ApiError
 from rubricsvc.api.numbers import CheckedRoute
 from rubricsvc.api.routes.common import Paging
-from rubricsvc.api.schemas import JobIn, JobOut, Page
+from rubricsvc.api.schemas import JobIn, Page
 from rubricsvc.api.state import AppState
 from rubricsvc.api.work import check_job_work
 from rubricsvc.apikeys import Scope
 from rubricsvc.judging.aggregation import AGGREGATIONS
-from rubricsvc.scoring import jobs
+from rubricsvc.scoring import jobs, lifecycle
+from rubricsvc.scoring.dispatch import CeleryDispatcher, Dispatcher, LocalDispatcher
 from rubricsvc.scoring.judge_configs import find_judge
+from rubricsvc.scoring.lifecycle import Delivery
+from rubricsvc.scoring.options import score_options
 from rubricsvc.scoring.selection import Selection
+from rubricsvc.scoring.service import ScoreReport
 
-log = logging.getLogger(__name__)
+# A job as the API shows it: the library's own progress record.
+JobOut = jobs.JobProgress
+
 router = APIRouter(prefix="/v1/score-jobs", tags=["score jobs"], route_class=CheckedRoute)
 JOB_ID = Path(ge=1, le=2**31 - 1)
 
 
 def _job_out(session: Session, job_id: int, created: bool | None = None) -> JobOut:
-    return JobOut(**jobs.progress(session, job_id).as_dict(), created=created)
+    return replace(jobs.progress(session, job_id), created=created)
 
 
 def check_aggregation(name: str) -> None:
@@ -73,58 +79,40 @@ def submit_job(
     if state.local_jobs() is not None:
         state.judges.check(spec)  # this server runs the job: its model must fit the kept set
     check_job_work(state, session, selection)
-    options = state.settings.scoring.score_options(
-        aggregation=body.aggregation, min_coverage=body.min_coverage
+    options = score_options(
+        state.settings.scoring, aggregation=body.aggregation, min_coverage=body.min_coverage
     )
-    submission = jobs.submit(
-        session, spec, selection, options, state.settings.broker.chunk_judgments
+    send = Delivery(_dispatcher(state))
+    submission = lifecycle.submit(
+        session, send, spec, selection, options, state.settings.broker.chunk_judgments
     )
-    outbox = submission.outbox
-    if not submission.created and state.local_jobs() is not None:
-        # Local chunks die with the server that ran them: submitting again runs what is left
-        # (a claim is atomic, so a chunk another thread still holds is skipped).
-        outbox = {spec.name: jobs.pending_chunks(session, submission.job.id)}
-    jobs.send_after_commit(session, _sender(state), outbox)
     session.commit()  # the chunks are sent (or started) once this commit is done
+    if send.error is not None:
+        raise send.error
     if not submission.created:
         response.status_code = 200
     return _job_out(session, submission.job.id, submission.created)
 
 
-def _sender(state: AppState) -> jobs.Sender:
+def _dispatcher(state: AppState) -> Dispatcher:
     runner = state.local_jobs()
-    if runner is None:
-        if not state.settings.broker.url:
-            raise ApiError(
-                503, "no broker is configured and local jobs are off", code="unavailable"
-            )
-
-        def send(judge: str, chunk_ids: Sequence[int]) -> None:
-            from workers.app import send_chunks
-
-            send_chunks(judge, chunk_ids)
-
-        return send
-
-    def run_here(_judge: str, chunk_ids: Sequence[int]) -> None:
-        for chunk_id in chunk_ids:
-            runner.submit(_run_chunk, state, chunk_id)
-
-    return run_here
+    if runner is not None:
+        return LocalDispatcher(
+            runner, state.engine, state.judges.get, state.settings.broker, _counter(state)
+        )
+    if not state.settings.broker.url:
+        raise ApiError(503, "no broker is configured and local jobs are off", code="unavailable")
+    return CeleryDispatcher(state.settings.broker)
 
 
-def _run_chunk(state: AppState, chunk_id: int) -> None:
-    from workers.chunks import run_chunk
+def _counter(state: AppState) -> Callable[[ScoreReport], None]:
+    """Counts a locally run chunk's judgments and failures in the server's metrics."""
 
-    try:
-        run = run_chunk(state.engine, chunk_id, state.judges.get, state.settings.broker)
-    except Exception:  # a transient error left the chunk pending; `jobs resume` sends it again
-        log.exception("chunk %d stopped", chunk_id)
-        return
-    if run.report is not None:
-        report = run.report
+    def count(report: ScoreReport) -> None:
         state.metrics.count_judgments(report.judge, report.computed, report.cached, report.failed)
         state.metrics.count_failures(report.judge, report.failures)
+
+    return count
 
 
 @router.get("", response_model=Page, dependencies=[Depends(require(Scope.READ))])

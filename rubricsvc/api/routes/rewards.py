@@ -9,10 +9,12 @@ needs a number for every sample: there a masked score is sent as the configured 
 
 from __future__ import annotations
 
+from math import ceil
+
 from fastapi import APIRouter, Depends, Query
 
 from rubricsvc.api.deps import app_state, require, require_with_query_key
-from rubricsvc.api.errors import ApiError
+from rubricsvc.api.errors import DEFAULT_RETRY_AFTER, ApiError
 from rubricsvc.api.numbers import CheckedRoute
 from rubricsvc.api.routes.jobs import check_aggregation
 from rubricsvc.api.schemas import OpenRLHFIn, OpenRLHFOut, RewardsIn, RewardsOut
@@ -22,9 +24,9 @@ from rubricsvc.apikeys import Scope
 from rubricsvc.db import session_scope
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
-from rubricsvc.judging.config import VerdictMode
 from rubricsvc.judging.failures import empty_counts
 from rubricsvc.scoring.judge_configs import find_judge
+from rubricsvc.scoring.options import score_options
 from rubricsvc.scoring.rewards import (
     RewardBatch,
     RewardRequest,
@@ -39,9 +41,8 @@ router = APIRouter(tags=["rewards"], route_class=CheckedRoute)
 def _rewards(
     state: AppState,
     requests: list[RewardRequest],
-    *,
     judge: str,
-    mode: VerdictMode | None,
+    mode: str | None,
     aggregation: str,
     min_coverage: float,
     include_drafts: bool | None,
@@ -54,8 +55,8 @@ def _rewards(
     drafts = state.settings.scoring.use_drafts if include_drafts is None else include_drafts
     # Refused before anything is stored or judged: a judge past the kept set, too much work.
     check_reward_work(state, requests, judge=judge, mode=mode, include_drafts=drafts)
-    options = state.settings.scoring.score_options(
-        aggregation=aggregation, min_coverage=min_coverage
+    options = score_options(
+        state.settings.scoring, aggregation=aggregation, min_coverage=min_coverage
     )
     with state.reward_lock(judge), session_scope(state.engine) as session:
         spec = find_judge(session, judge, mode)
@@ -64,7 +65,7 @@ def _rewards(
             spec,
             requests,
             options,
-            lambda: state.judges.get(spec),
+            state.judges.factory(spec),
             source=source,
             include_drafts=drafts,
         )
@@ -74,6 +75,25 @@ def _rewards(
     state.metrics.rewards.labels(spec.name, "ok").inc(len(batch.rewards) - nulls)
     state.metrics.rewards.labels(spec.name, "null").inc(nulls)
     return batch
+
+
+def _judge_unavailable(batch: RewardBatch) -> ApiError | None:
+    """503 with Retry-After when no item got a reward because the judge was unreachable,
+    overloaded or rate-limited (every failed judgment gave up on a failure that may pass): a
+    client should come back later rather than train on nothing. The OpenRLHF route never
+    refuses (masked rewards get a value)."""
+    if not batch.failed or batch.unavailable < batch.failed:
+        return None
+    if any(result.reward is not None for result in batch.results):
+        return None
+    errors = (c.get("error") for r in batch.results for c in r.criteria if c.get("error"))
+    first = next(errors, None) or next((m for r in batch.results for m in r.reasons), "")
+    return ApiError(
+        503,
+        f"the judge failed on every item ({batch.failed} judgment(s)): {first}",
+        code="judge_unavailable",
+        headers={"Retry-After": str(ceil(batch.retry_after or DEFAULT_RETRY_AFTER))},
+    )
 
 
 @router.post("/v1/rewards", response_model=RewardsOut, dependencies=[Depends(require(Scope.SCORE))])
@@ -92,27 +112,12 @@ def rewards(body: RewardsIn, state: AppState = Depends(app_state)) -> RewardsOut
         )
         for item in body.items
     ]
-    batch = _rewards(
-        state,
-        requests,
-        judge=body.judge,
-        mode=body.mode,
-        aggregation=body.aggregation,
-        min_coverage=body.min_coverage,
-        include_drafts=body.include_drafts,
-        source=body.source,
-    )
-    return RewardsOut(
-        rewards=batch.rewards,
-        results=batch.results,
-        judge=batch.judge,
-        judge_config_hash=batch.judge_config_hash,
-        aggregation=batch.aggregation,
-        judgments=batch.judgments,
-        computed=batch.computed,
-        cached=batch.cached,
-        failed=batch.failed,
-    )
+    batch = _rewards(state, requests, body.judge, body.mode, body.aggregation, body.min_coverage,
+                     body.include_drafts, body.source)  # fmt: skip
+    unavailable = _judge_unavailable(batch)
+    if unavailable is not None:
+        raise unavailable
+    return RewardsOut.model_validate(batch, from_attributes=True)
 
 
 @router.post(
@@ -155,16 +160,7 @@ def openrlhf_reward(
             requests.append(RewardRequest(completion=response, prompt_id=label))
         else:
             requests.append(RewardRequest(completion=response, prompt=prompt))
-    batch = _rewards(
-        state,
-        requests,
-        judge=judge,
-        mode=None,
-        aggregation=aggregation,
-        min_coverage=min_coverage,
-        include_drafts=None,
-        source="openrlhf",
-    )
+    batch = _rewards(state, requests, judge, None, aggregation, min_coverage, None, "openrlhf")
     # A masked score never stops the run: it is sent as the configured value and counted.
     filled = fill_masked(batch.rewards, policy)
     return OpenRLHFOut(

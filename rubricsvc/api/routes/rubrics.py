@@ -6,7 +6,7 @@ and the routes with a suffix (``/versions``, ``/diff``) are declared before the 
 
 from __future__ import annotations
 
-from contextlib import ExitStack
+from typing import Literal
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 from pydantic import ValidationError
@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rubricsvc.api.deps import app_state, db, require
-from rubricsvc.api.errors import ApiError
+from rubricsvc.api.errors import ApiError, backend_unavailable
 from rubricsvc.api.numbers import CheckedRoute
 from rubricsvc.api.routes.common import Paging, paged_rows, version_out
 from rubricsvc.api.schemas import (
@@ -29,7 +29,6 @@ from rubricsvc.api.schemas import (
 from rubricsvc.api.state import AppState
 from rubricsvc.apikeys import Scope
 from rubricsvc.errors import NotFoundError
-from rubricsvc.judging.backends import JudgeBackend
 from rubricsvc.models import RubricVersion, VersionStatus
 from rubricsvc.rubrics import service
 from rubricsvc.rubrics.diff import diff_versions
@@ -117,18 +116,12 @@ def generate(
     state.judges.check(spec)  # the generator's model must fit the kept set (422 if not)
     requests = requests_from_database(session, body.prompt_ids)
     options = GenerationOptions(name_prefix=body.name_prefix, with_generic=body.with_generic)
-    with ExitStack() as held:
-
-        def backend() -> JudgeBackend:
-            # Loaded once and kept (shared with a judge of the same model), and held for the
-            # whole drafting: the guided decoder drives the model directly.
-            view = state.judges.get(spec)
-            held.enter_context(view.exclusive())
-            return view
-
-        report = generate_rubrics(
-            session, requests, spec, backend, options, checkpoint=session.commit
-        )
+    # Loaded once and kept (shared with a judge of the same model).
+    backend = state.judges.factory(spec)
+    report = generate_rubrics(session, requests, spec, backend, options, checkpoint=session.commit)
+    failure = report.backend_failure()
+    if failure is not None:  # nothing drafted, and the generator is to blame: 502, or 503
+        raise backend_unavailable(failure)
     return GenerateOut(
         generator_hash=report.generator_hash,
         drafts=[
@@ -164,36 +157,27 @@ def get_rubric_version(
     return version_out(_version(session, name, number))
 
 
+# The review actions and what each does to a version (both keep it stored).
+REVIEW_ACTIONS = {"approve": service.approve, "retire": service.retire}
+
+
 @router.post(
-    "/{name:path}/versions/{number}/approve",
+    "/{name:path}/versions/{number}/{action}",
     response_model=VersionOut,
     dependencies=[Depends(require(Scope.AUTHOR))],
 )
-def approve_version(
+def review_version(
+    action: Literal["approve", "retire"],
     name: str = NAME,
     number: int = NUMBER,
     body: ReviewIn | None = None,
     session: Session = Depends(db),
 ) -> VersionOut:
-    """Approve a draft: scoring and rewards use approved versions by default."""
+    """Approve a draft (scoring and rewards use approved versions by default), or retire a
+    version: it is taken out of use and stays stored, so past scores remain traceable."""
     version = _version(session, name, number)
-    return version_out(service.approve(session, version, body.reviewer if body else None))
-
-
-@router.post(
-    "/{name:path}/versions/{number}/retire",
-    response_model=VersionOut,
-    dependencies=[Depends(require(Scope.AUTHOR))],
-)
-def retire_version(
-    name: str = NAME,
-    number: int = NUMBER,
-    body: ReviewIn | None = None,
-    session: Session = Depends(db),
-) -> VersionOut:
-    """Take a version out of use; it stays stored so past scores remain traceable."""
-    version = _version(session, name, number)
-    return version_out(service.retire(session, version, body.reviewer if body else None))
+    review = REVIEW_ACTIONS[action]
+    return version_out(review(session, version, body.reviewer if body else None))
 
 
 @router.get("/{name:path}/diff", dependencies=[Depends(require(Scope.READ))])

@@ -63,7 +63,7 @@ def judges(session: Session = Depends(db)) -> list[JudgeOut]:
             name=name,
             backend=spec.backend,
             model=spec.model,
-            mode=spec.mode.value,
+            mode=spec.mode,
             stored=False,
             config_hash=None,
         )

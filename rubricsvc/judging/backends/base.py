@@ -12,10 +12,18 @@ from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, Gen
 class BackendError(RubricsvcError):
     """A backend call failed. ``retryable`` tells the caller whether trying again may help."""
 
-    def __init__(self, message: str, *, retryable: bool, status: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.status = status  # the provider's HTTP status, when there is one
+        self.retry_after = retry_after  # seconds the provider asked to wait, when it did
 
 
 class ContextLengthError(BackendError):

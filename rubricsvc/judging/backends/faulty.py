@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from rubricsvc.errors import ValidationFailed
@@ -33,6 +34,7 @@ class FaultyBackend:
         failure_rate: float = 0.3,
         seed: int | None = None,
         latency: float = 0.0,
+        model_dir: str | Path | None = None,  # for an inner backend that runs the embedded model
         **inner_options: Any,
     ) -> None:
         if not 0.0 <= failure_rate <= 1.0:
@@ -42,7 +44,7 @@ class FaultyBackend:
                 raise ValidationFailed("a faulty backend cannot wrap another faulty backend")
             from rubricsvc.judging.backends import create_backend
 
-            inner = create_backend(inner, **inner_options)
+            inner = create_backend(inner, model_dir=model_dir, **inner_options)
         self.inner = inner
         self.model = inner.model
         self.failure_rate = failure_rate

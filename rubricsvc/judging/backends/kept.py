@@ -1,4 +1,5 @@
-"""Backends kept loaded for the life of a process (a worker, the API server, a trainer).
+"""Backends kept loaded for the life of a process (a worker, the API server, a trainer);
+the process's ``BackendProvider`` (``provider``) keeps them here.
 
 The scoring service closes its backend at the end of each run; a long-lived process hands it
 a view whose ``close`` does nothing, so the model stays loaded between runs. Calls through
@@ -19,8 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from rubricsvc.errors import ValidationFailed
@@ -57,11 +57,7 @@ def loaded_backend_key(spec: BackendChoice) -> str:
 
 
 class KeptView:
-    """A kept backend as the scoring service sees it: everything but ``close``.
-
-    Other attributes (a transformers backend's ``lm``, ``tokenizer``) are the backend's own,
-    for wrappers such as the guided rubric decoder; such a wrapper runs under ``exclusive()``.
-    """
+    """A kept backend as the scoring service sees it: everything but ``close``."""
 
     def __init__(self, inner: JudgeBackend, lock: threading.RLock) -> None:
         self.inner = inner
@@ -76,17 +72,6 @@ class KeptView:
     def choice_probs(self, requests: Sequence[ChoiceRequest]) -> list[ChoiceResult | BackendError]:
         with self._lock:
             return self.inner.choice_probs(requests)
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        """Hold the backend for a whole run of calls (other users wait; this thread may call)."""
-        with self._lock:
-            yield
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in {"inner", "_lock"}:
-            raise AttributeError(name)
-        return getattr(self.inner, name)
 
     def close(self) -> None:
         pass  # closed by KeptBackends.close_all() when the process stops

@@ -23,7 +23,7 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rubricsvc.errors import DependencyMissing
+from rubricsvc.errors import missing_extra
 from rubricsvc.judging import neutral
 from rubricsvc.judging.backends.base import BackendError, ContextLengthError
 from rubricsvc.judging.backends.tokens import ChoiceTokens, encode_chat
@@ -52,10 +52,7 @@ def _import_openai() -> Any:
     try:
         import openai
     except ImportError as err:
-        raise DependencyMissing(
-            f"the openai backend needs the openai extra ({err.name} is missing): "
-            "pip install 'rubricsvc[openai]'"
-        ) from None
+        raise missing_extra(err, "the openai backend needs the openai extra", "openai") from None
     return openai
 
 
@@ -202,7 +199,10 @@ class OpenAIBackend:
             # 408 and 429 are the server asking to come back later; 5xx are its own faults.
             retryable = status in (408, 429) or status >= 500
             return BackendError(
-                f"{self.base_url} answered {status}: {message}", retryable=retryable, status=status
+                f"{self.base_url} answered {status}: {message}",
+                retryable=retryable,
+                status=status,
+                retry_after=_retry_after(err.response.headers.get("retry-after")),
             )
         return BackendError(f"{self.base_url}: {type(err).__name__}: {err}", retryable=False)
 
@@ -304,6 +304,16 @@ def _usage(response: Any, field: str) -> int:
     """A token count from the response's usage block (0 where the provider sends none)."""
     usage = getattr(response, "usage", None)
     return int(getattr(usage, field, 0) or 0)
+
+
+def _retry_after(value: str | None) -> float | None:
+    """A Retry-After header in seconds (the HTTP-date form is rare from model servers and
+    is left out)."""
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds < 86_400 else None
 
 
 def _server_message(err: Any) -> str:

@@ -10,12 +10,14 @@ from rubricsvc.judging.backends.base import BackendError
 from rubricsvc.judging.types import Chat
 
 
-def default_model_path() -> Path:
-    """The embedded model's folder, converted on first use."""
-    from rubricsvc.config import get_settings
+def default_model_path(model_dir: str | Path | None = None) -> Path:
+    """The embedded model's folder under ``model_dir`` (the process's
+    ``RUBRICSVC_JUDGE_MODEL_DIR``, which its provider passes; None: the default cache),
+    converted on first use."""
+    from rubricsvc.config import default_cache_dir
     from rubricsvc.judging.embedded import prepare_embedded_model
 
-    return prepare_embedded_model(get_settings().judge.model_dir)
+    return prepare_embedded_model(Path(model_dir) if model_dir else default_cache_dir() / "models")
 
 
 def encode_chat(tokenizer: Any, chat: Chat) -> list[int]:

@@ -2,7 +2,8 @@
 
 Choice probabilities come from one forward pass. Requests that share a ``group`` share
 their long prefix (the judged prompt and response, then one criterion each): the prefix's
-key/value cache is computed once and reused for every criterion of the group.
+key/value cache is computed once and reused for every criterion of the group. Generation
+requests with a ``json_schema`` are decoded to it (``guided``), as vLLM and OpenAI servers do.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rubricsvc.errors import DependencyMissing
+from rubricsvc.errors import missing_extra
 from rubricsvc.judging.backends.base import BackendError, ContextLengthError
+from rubricsvc.judging.backends.guided import GuidedDecoder
 from rubricsvc.judging.backends.tokens import ChoiceTokens, default_model_path, encode_chat
 from rubricsvc.judging.types import (
     Chat,
@@ -33,9 +35,8 @@ def _import_torch() -> tuple[Any, Any]:
         import torch
         import transformers
     except ImportError as err:
-        raise DependencyMissing(
-            f"the transformers backend needs the transformers extra ({err.name} is missing): "
-            "pip install 'rubricsvc[transformers]'"
+        raise missing_extra(
+            err, "the transformers backend needs the transformers extra", "transformers"
         ) from None
     return torch, transformers
 
@@ -53,10 +54,11 @@ class TransformersBackend:
         prefix_reuse: bool = True,
         max_context: int | None = None,
         threads: int | None = None,
+        model_dir: str | Path | None = None,
     ) -> None:
         torch, transformers = _import_torch()
         self._torch = torch
-        path = Path(model) if model else default_model_path()
+        path = Path(model) if model else default_model_path(model_dir)
         self.model = str(model) if model else path.name
         if threads:
             torch.set_num_threads(threads)
@@ -74,6 +76,7 @@ class TransformersBackend:
         )
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.tokenizer.eos_token_id)
+        self.guided = GuidedDecoder(self.lm, self.tokenizer, self.pad_id, torch)
 
     # -- encoding ---------------------------------------------------------------------
 
@@ -192,15 +195,22 @@ class TransformersBackend:
         batches: dict[tuple[int, float, int | None], list[tuple[int, list[int]]]] = defaultdict(
             list
         )
+        guided: list[tuple[int, list[int]]] = []
         for index, request in enumerate(requests):
             ids = self.encode(request.chat)
             if len(ids) + request.max_tokens > self.context_limit:
                 results[index] = ContextLengthError(
                     len(ids) + request.max_tokens, self.context_limit
                 )
-                continue
-            key = (request.max_tokens, request.temperature, request.seed)
-            batches[key].append((index, ids))
+            elif request.json_schema is not None:
+                guided.append((index, ids))
+            else:
+                key = (request.max_tokens, request.temperature, request.seed)
+                batches[key].append((index, ids))
+        if guided:
+            answers = self.guided.generate([(requests[i], ids) for i, ids in guided])
+            for (index, _), answer in zip(guided, answers, strict=True):
+                results[index] = answer
         for (max_tokens, temperature, seed), items in batches.items():
             for start in range(0, len(items), self.batch_size):
                 chunk = items[start : start + self.batch_size]
@@ -248,7 +258,7 @@ class TransformersBackend:
         return generations
 
     def close(self) -> None:
-        del self.lm
+        del self.lm, self.guided
 
 
 def reused_prefix_length(sequences: Sequence[Sequence[int]]) -> int:

@@ -96,11 +96,12 @@ class VLLMBackend:
         kv_cache_memory_bytes: int | None = None,
         enforce_eager: bool = False,
         enable_prefix_caching: bool = True,
+        model_dir: str | Path | None = None,
         **engine_options: Any,
     ) -> None:
         vllm = _import_vllm()
         self._sampling_params = vllm.SamplingParams
-        path = str(model) if model else str(default_model_path())
+        path = str(model) if model else str(default_model_path(model_dir))
         self.model = str(model) if model else Path(path).name
         options: dict[str, Any] = {
             "model": path,

@@ -1,13 +1,12 @@
 """Schema-guided JSON decoding for the in-process transformers backend.
 
-vLLM and OpenAI-compatible servers decode to a JSON schema themselves (``json_schema`` on a
-``GenerationRequest``); the transformers backend ignores it, and a small model rarely writes
-valid JSON unaided. ``GuidedTransformers`` wraps that backend: the decoder writes the JSON
-skeleton (braces, keys, separators) and the model writes the rest, sampling from its own
-next-token distribution restricted to the tokens that keep the reply valid. It fills the free
-text of string fields (no quote, backslash or control character; a quote ends the string),
-picks each enum value among the allowed ones, and decides whether an array goes on within
-``minItems`` and ``maxItems``.
+vLLM and OpenAI-compatible servers decode to a JSON schema themselves; the transformers backend
+does it here, for every ``GenerationRequest`` with a ``json_schema`` (a small model rarely writes
+valid JSON unaided). The decoder writes the JSON skeleton (braces, keys, separators) and the
+model writes the rest, sampling from its own next-token distribution restricted to the tokens
+that keep the reply valid. It fills the free text of string fields (no quote, backslash or
+control character; a quote ends the string), picks each enum value among the allowed ones, and
+decides whether an array goes on within ``minItems`` and ``maxItems``.
 
 Supported schemas: objects (every listed property, in the listed order), arrays with
 ``minItems`` of at least 1, strings and string enums: what rubric drafts use. Anything else is
@@ -27,8 +26,8 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rubricsvc.judging.backends.base import BackendError, ContextLengthError
-from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
+from rubricsvc.judging.backends.base import BackendError
+from rubricsvc.judging.types import Generation, GenerationRequest
 
 MAX_STRING_TOKENS = 48  # a string still open after this many tokens ends the reply, cut
 
@@ -96,56 +95,34 @@ class _Sample:
 Walk = Generator[_Write | _Feed | _Sample, int | None, Any]
 
 
-class GuidedTransformers:
-    """A transformers backend whose ``generate`` honours ``json_schema`` (see the module)."""
+class GuidedDecoder:
+    """Decodes the schema-bound requests of one transformers model (see the module)."""
 
-    name = "transformers"
-
-    def __init__(self, backend: Any) -> None:
-        import torch
-
-        self.backend = backend
-        self.model: str = backend.model
+    def __init__(self, lm: Any, tokenizer: Any, pad_id: int, torch: Any) -> None:
+        self.lm = lm
+        self.tokenizer = tokenizer
+        self.pad_id = pad_id
         self._torch = torch
         self._vocabulary: _Vocabulary | None = None
 
     @property
     def vocabulary(self) -> _Vocabulary:
         if self._vocabulary is None:
-            size = int(self.backend.lm.get_output_embeddings().weight.shape[0])
-            self._vocabulary = _Vocabulary.build(self.backend.tokenizer, size, self._torch)
+            size = int(self.lm.get_output_embeddings().weight.shape[0])
+            self._vocabulary = _Vocabulary.build(self.tokenizer, size, self._torch)
         return self._vocabulary
 
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation | BackendError]:
-        results: list[Generation | BackendError | None] = [None] * len(requests)
-        plain = [i for i, request in enumerate(requests) if request.json_schema is None]
-        if plain:
-            answers = self.backend.generate([requests[i] for i in plain])
-            for index, answer in zip(plain, answers, strict=True):
-                results[index] = answer
-        rows = []
-        for index, request in enumerate(requests):
-            if request.json_schema is None:
-                continue
-            ids = self.backend.encode(request.chat)
-            if len(ids) + request.max_tokens > self.backend.context_limit:
-                limit = self.backend.context_limit
-                results[index] = ContextLengthError(len(ids) + request.max_tokens, limit)
-                continue
-            rows.append(_Row(index, ids, request, self.vocabulary, self.backend.tokenizer))
-        if rows:
-            with self._torch.inference_mode():
-                _Batch(self.backend, rows, self._torch).run()
-            for row in rows:
-                results[row.index] = row.result()
-        return [r for r in results if r is not None]
-
-    def choice_probs(self, requests: Sequence[ChoiceRequest]) -> list[ChoiceResult | BackendError]:
-        result: list[ChoiceResult | BackendError] = self.backend.choice_probs(requests)
-        return result
-
-    def close(self) -> None:
-        self.backend.close()
+    def generate(
+        self, requests: Sequence[tuple[GenerationRequest, list[int]]]
+    ) -> list[Generation | BackendError]:
+        """A reply per (request, its encoded chat), each request carrying a ``json_schema``."""
+        rows = [
+            _Row(index, ids, request, self.vocabulary, self.tokenizer)
+            for index, (request, ids) in enumerate(requests)
+        ]
+        with self._torch.inference_mode():
+            _Batch(self, rows, self._torch).run()
+        return [row.result() for row in rows]
 
 
 @dataclass
@@ -325,9 +302,9 @@ class _Row:
 class _Batch:
     """Rows decoded together over one cache: left-padded prompts, then right-padded steps."""
 
-    def __init__(self, backend: Any, rows: list[_Row], torch: Any) -> None:
-        self.lm = backend.lm
-        self.pad = int(backend.pad_id)
+    def __init__(self, decoder: GuidedDecoder, rows: list[_Row], torch: Any) -> None:
+        self.lm = decoder.lm
+        self.pad = int(decoder.pad_id)
         self.rows = rows
         self.torch = torch
         self.cache: Any = None

@@ -1,5 +1,8 @@
 """Running one chunk of a score job: claim it, score it with a heartbeat, record it.
 
+Every dispatcher ends here: a Celery worker's task and the API's local threads call
+``run_chunk`` with the chunk's id.
+
 A claim is one atomic UPDATE (pending, or running with a stale heartbeat, becomes running
 under this worker's token), so two deliveries of the same message cannot both score the
 chunk; every later write names the token, so a worker whose chunk was given to another

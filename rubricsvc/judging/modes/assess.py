@@ -1,0 +1,130 @@
+"""From rulings to a score, for every mode and for scoring and audits alike.
+
+A failed judgment is masked unless the response caused it (it overflows the judge's
+context): then it counts at its worst value, so provoking a failure never pays, unless
+the policy says to mask that too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rubricsvc.judging.aggregation import Outcome, Status, aggregate
+from rubricsvc.judging.checks import run_check
+from rubricsvc.judging.failures import FailureClass, ResponseFailurePolicy, worst_value
+from rubricsvc.judging.modes.base import (
+    Assessment,
+    AssessOptions,
+    Case,
+    Plan,
+    RubricCriterion,
+    Ruling,
+)
+
+NOT_JUDGED = Ruling(None, error="not judged")
+
+OutcomeOf = Callable[[RubricCriterion, Ruling], Outcome]
+
+
+def failure_class(ruling: Ruling) -> str:
+    """A failed ruling's class; one never judged counts as the infrastructure's."""
+    return ruling.failure or FailureClass.INFRASTRUCTURE.value
+
+
+def charged_value(ruling: Ruling, policy: ResponseFailurePolicy, weight: float) -> float | None:
+    """What a failed ruling counts for: its worst value when the response caused it, else
+    nothing (masked)."""
+    if ruling.failure == FailureClass.RESPONSE.value and policy == ResponseFailurePolicy.WORST:
+        return worst_value(weight)
+    return None
+
+
+def plain_outcome(criterion: RubricCriterion, ruling: Ruling) -> Outcome:
+    """A criterion's outcome from its judgment's value."""
+    view = criterion.view
+    return Outcome(criterion.id, view.weight, ruling.value, view.theme, criterion.required)
+
+
+def assess_criteria(
+    case: Case,
+    plan: Plan,
+    rulings: Mapping[str, Ruling],
+    options: AssessOptions,
+    outcome_of: OutcomeOf = plain_outcome,
+) -> Assessment:
+    """Each criterion's value (checks computed, judged ones read), aggregated with the run's
+    aggregation."""
+    assessment = Assessment(None, 0.0, Status.MASKED, [])
+    outcomes = []
+    for criterion in case.criteria:
+        entry, outcome = _criterion_outcome(criterion, case, plan, rulings, options, outcome_of)
+        assessment.criteria.append(entry)
+        outcomes.append(outcome)
+        if criterion.check is None:
+            ruling = rulings.get(plan.key_of[criterion.id], NOT_JUDGED)
+            assessment.verdicts.append(ruling.value)
+        if "failure" in entry:
+            assessment.failures[entry["failure"]] += 1
+    result = aggregate(
+        options.aggregation,
+        outcomes,
+        dimension_weights=case.dimension_weights,
+        min_coverage=options.min_coverage,
+        gate_cap=options.gate_cap,
+    )
+    assessment.value, assessment.coverage, assessment.status = (
+        result.value,
+        result.coverage,
+        result.status,
+    )
+    assessment.reasons = result.reasons
+    worst = sum(1 for entry in assessment.criteria if entry["status"] == "unjudgeable")
+    if worst:
+        assessment.reasons = [
+            f"{worst} criteria scored at their worst value: the response could not be "
+            "judged (it does not fit the judge's context)",
+            *result.reasons,
+        ]
+    return assessment
+
+
+def _criterion_outcome(
+    criterion: RubricCriterion,
+    case: Case,
+    plan: Plan,
+    rulings: Mapping[str, Ruling],
+    options: AssessOptions,
+    outcome_of: OutcomeOf,
+) -> tuple[dict[str, Any], Outcome]:
+    view = criterion.view
+    entry: dict[str, Any] = {
+        "criterion_id": criterion.id,
+        "position": criterion.position,
+        "text": view.text,
+        "weight": view.weight,
+        "theme": view.theme,
+    }
+    if criterion.check is not None:
+        passed = run_check(criterion.check, case.completion.response)
+        entry.update(
+            status="check", value=1.0 if passed else 0.0, verdict="pass" if passed else "fail"
+        )
+        return entry, plain_outcome(criterion, Ruling(entry["value"]))
+    ruling = rulings.get(plan.key_of[criterion.id], NOT_JUDGED)
+    if ruling.value is not None:
+        entry.update(
+            status="ok", value=ruling.value, verdict=ruling.label, judgment_id=ruling.judgment_id
+        )
+        return entry, outcome_of(criterion, ruling)
+    entry.update(
+        status="failed",
+        value=None,
+        error=ruling.error,
+        failure=failure_class(ruling),
+        judgment_id=ruling.judgment_id,
+    )
+    value = charged_value(ruling, options.response_failure, view.weight)
+    if value is not None:
+        entry.update(status="unjudgeable", value=value, verdict="worst")
+    return entry, plain_outcome(criterion, Ruling(value))

@@ -1,0 +1,204 @@
+"""The verdict-mode seam: what a mode is given, what it returns, and the protocol it meets.
+
+A mode decides which judgments a rubric version needs for one completion (one per
+criterion, per theme, or one for the whole rubric) and what content each one's cache key
+covers, builds the backend calls that decide them and parses the replies, and turns the
+judgments back into a score's outcomes (or brings its own aggregation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from rubricsvc.judging import verdicts as v
+from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, Status
+from rubricsvc.judging.failures import ResponseFailurePolicy, empty_counts
+from rubricsvc.judging.templates import PromptTemplate
+from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
+
+if TYPE_CHECKING:
+    from rubricsvc.judging.config import JudgeSpec
+
+
+@dataclass(frozen=True)
+class CriterionView:
+    """What a judge needs of a criterion."""
+
+    id: int
+    text: str
+    explanation: str | None
+    weight: float
+    scale: dict[str, Any]
+    theme: str | None = None
+
+    @classmethod
+    def of(cls, criterion: Any) -> CriterionView:
+        """The view of a stored criterion (``models.Criterion``)."""
+        return cls(
+            criterion.id,
+            criterion.text,
+            criterion.explanation,
+            criterion.weight,
+            criterion.scale,
+            criterion.theme,
+        )
+
+    @property
+    def levels(self) -> list[dict[str, Any]] | None:
+        return self.scale.get("levels") if self.scale.get("type") == "ordinal" else None
+
+    @property
+    def scores(self) -> list[int]:
+        return [int(level["score"]) for level in self.levels or []]
+
+
+@dataclass(frozen=True)
+class CompletionView:
+    """What a judge needs of a completion: the conversation so far and the response."""
+
+    id: int
+    messages: list[dict[str, Any]]
+    response: str
+    reference: str | None = None
+
+
+@dataclass(frozen=True)
+class Item:
+    """One judgment to make, by its cache key: one criterion, or several judged as one."""
+
+    key: str
+    criterion: CriterionView | None
+    # A judgment of the whole rubric at once: every criterion, in order.
+    rubric: tuple[CriterionView, ...] = ()
+
+
+Request = GenerationRequest | ChoiceRequest
+Parser = Callable[[Generation | ChoiceResult], dict[str, v.Verdict]]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One backend request that decides the judgments ``keys``."""
+
+    request: Request
+    keys: tuple[str, ...]
+    parse: Parser
+
+
+class ModeError(Exception):
+    """An item that this mode cannot judge at all (no reference report, ...): not retried."""
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """What the calls for one completion share: the judge, its template, the completion, and
+    which attempt this is (a retry with sampling on gets another seed)."""
+
+    spec: JudgeSpec
+    template: PromptTemplate
+    completion: CompletionView
+    attempt: int = 0
+
+
+CallBuilder = Callable[[CallContext, Sequence[Item]], list[Call]]
+
+
+@dataclass(frozen=True)
+class RubricCriterion:
+    """One criterion of a rubric version as a mode plans and scores it."""
+
+    id: int  # the stored criterion's id (an audit uses its position)
+    position: int
+    view: CriterionView
+    content_hash: str
+    required: bool = False
+    check: dict[str, Any] | None = None  # a check criterion: computed, never judged
+
+
+@dataclass(frozen=True)
+class Case:
+    """One completion under one rubric version, with the hashes cache keys are made of."""
+
+    completion: CompletionView
+    criteria: tuple[RubricCriterion, ...]
+    judge_hash: str
+    rubric_hash: str
+    prompt_hash: str
+    response_hash: str
+    dimension_weights: Mapping[str, float] | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The judgments a case needs, and which one decides each judged criterion."""
+
+    items: list[Item]
+    key_of: dict[int, str]  # criterion id -> judgment key
+
+
+@dataclass(frozen=True)
+class Ruling:
+    """A judgment as a score reads it, stored (scoring) or in memory (an audit)."""
+
+    value: float | None  # None: the judgment failed
+    label: str | None = None
+    detail: Mapping[str, Any] | None = None
+    failure: str | None = None  # its failure class when it failed
+    error: str | None = None
+    judgment_id: int | None = None
+
+
+@dataclass(frozen=True)
+class AssessOptions:
+    """How a case's rulings become a score."""
+
+    aggregation: str = "rar"
+    min_coverage: float = DEFAULT_MIN_COVERAGE
+    gate_cap: float | None = 0.0
+    response_failure: ResponseFailurePolicy = ResponseFailurePolicy.WORST
+
+
+@dataclass
+class Assessment:
+    """One case's score with its breakdown, failures by class and judged values."""
+
+    value: float | None
+    coverage: float
+    status: Status
+    reasons: list[str]
+    criteria: list[dict[str, Any]] = field(default_factory=list)
+    failures: dict[str, int] = field(default_factory=empty_counts)
+    # Each judgment's own value in plan order (None: failed), before any worst value.
+    verdicts: list[float | None] = field(default_factory=list)
+
+
+class VerdictModeImpl(Protocol):
+    """A verdict mode, registered by ``name``; the built-in ones are in this package."""
+
+    name: str
+    template: str  # the bundled template (or a path) used when a judge names none
+    # The aggregation the mode brings (its scores are stored under this name); None: the run's.
+    aggregation: str | None
+    decodes: bool  # whether sampling settings (max_tokens, temperature, seed) shape a verdict
+    # JudgeSpec fields only this mode reads ("max_criteria", "likert_max"): hashed when set.
+    options: frozenset[str]
+
+    def plan(self, case: Case) -> Plan:
+        """The judgments ``case`` needs, each keyed by exactly the content it depends on."""
+        ...
+
+    def count(self, criteria: Sequence[RubricCriterion]) -> int:
+        """How many judgments one completion needs under a rubric of ``criteria``."""
+        ...
+
+    def calls(self, context: CallContext, items: Sequence[Item]) -> list[Call]:
+        """The backend calls that decide ``items``, each with its parser."""
+        ...
+
+    def assess(
+        self, case: Case, plan: Plan, rulings: Mapping[str, Ruling], options: AssessOptions
+    ) -> Assessment:
+        """The case's score from its rulings (a missing ruling: not judged)."""
+        ...

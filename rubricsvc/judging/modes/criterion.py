@@ -1,0 +1,104 @@
+"""One criterion per call: the verdict token's probability, or a reasoned verdict line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+
+from rubricsvc.judging import verdicts as v
+from rubricsvc.judging.modes import text
+from rubricsvc.judging.modes.base import Call, CallContext, CriterionView, Item, Parser
+from rubricsvc.judging.modes.per_criterion import PerCriterionMode
+from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation
+
+
+def _binary_probs(key: str, result: Generation | ChoiceResult) -> dict[str, v.Verdict]:
+    return {key: v.binary_from_probs(text.probs_of(result))}
+
+
+def _ordinal_probs(
+    key: str, scores: list[int], result: Generation | ChoiceResult
+) -> dict[str, v.Verdict]:
+    return {key: v.ordinal_from_probs(text.probs_of(result), scores)}
+
+
+def _binary_text(key: str, result: Generation | ChoiceResult) -> dict[str, v.Verdict]:
+    return {key: v.binary_from_text(text.text_of(result))}
+
+
+def _ordinal_text(
+    key: str, scores: list[int], result: Generation | ChoiceResult
+) -> dict[str, v.Verdict]:
+    return {key: v.ordinal_from_text(text.text_of(result), scores)}
+
+
+def _each_criterion(
+    context: CallContext,
+    items: Sequence[Item],
+    call_for: Callable[[dict[str, str], Item, CriterionView], Call],
+) -> list[Call]:
+    """One call per item, each deciding its own criterion."""
+    framed = text.framed(context.completion)  # rendered once for all the criteria
+    calls = []
+    for item in items:
+        assert item.criterion is not None
+        calls.append(call_for(framed, item, item.criterion))
+    return calls
+
+
+def criterion_prob_calls(context: CallContext, items: Sequence[Item]) -> list[Call]:
+    """One forward pass per criterion: the probability of each verdict token."""
+
+    def call(framed: dict[str, str], item: Item, criterion: CriterionView) -> Call:
+        if criterion.levels:
+            question = f"{text.question(criterion)}\nAnswer with one number."
+            choices = tuple(str(s) for s in criterion.scores)
+            parse: Parser = partial(_ordinal_probs, item.key, criterion.scores)
+        else:
+            question = f"{text.question(criterion)} Answer with one word: Yes or No."
+            choices = v.YES_TOKENS + v.NO_TOKENS
+            parse = partial(_binary_probs, item.key)
+        chat = context.template.render(**framed, question=question)
+        request = ChoiceRequest(chat, choices, group=str(context.completion.id))
+        return Call(request, (item.key,), parse)
+
+    return _each_criterion(context, items, call)
+
+
+def criterion_text_calls(context: CallContext, items: Sequence[Item]) -> list[Call]:
+    """One decoded reply per criterion, ending in a strictly parsed verdict line."""
+
+    def call(framed: dict[str, str], item: Item, criterion: CriterionView) -> Call:
+        if criterion.levels:
+            verdict_format = f"VERDICT: <one of {', '.join(map(str, criterion.scores))}>"
+            parse: Parser = partial(_ordinal_text, item.key, criterion.scores)
+        else:
+            verdict_format = "VERDICT: YES or VERDICT: NO"
+            parse = partial(_binary_text, item.key)
+        chat = context.template.render(
+            **framed, question=text.question(criterion), verdict_format=verdict_format
+        )
+        return Call(text.generation(context, chat), (item.key,), parse)
+
+    return _each_criterion(context, items, call)
+
+
+class CriterionProb(PerCriterionMode):
+    """The probability of the verdict token, one forward pass per criterion."""
+
+    name = "criterion-prob"
+    template = "criterion_prob"
+    decodes = False  # one forward pass: no decoding settings apply
+
+    def calls(self, context: CallContext, items: Sequence[Item]) -> list[Call]:
+        return criterion_prob_calls(context, items)
+
+
+class CriterionText(PerCriterionMode):
+    """Reasoning, then a strictly parsed verdict line, one call per criterion."""
+
+    name = "criterion-text"
+    template = "criterion_text"
+
+    def calls(self, context: CallContext, items: Sequence[Item]) -> list[Call]:
+        return criterion_text_calls(context, items)

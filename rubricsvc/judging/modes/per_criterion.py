@@ -1,0 +1,66 @@
+"""The base of modes that judge each criterion on its own (alone or several per call)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from rubricsvc.judging import keys
+from rubricsvc.judging.aggregation import Outcome
+from rubricsvc.judging.modes.assess import assess_criteria, plain_outcome
+from rubricsvc.judging.modes.base import (
+    Assessment,
+    AssessOptions,
+    Call,
+    CallContext,
+    Case,
+    Item,
+    Plan,
+    RubricCriterion,
+    Ruling,
+)
+
+
+class PerCriterionMode:
+    """One judgment per judged criterion (criteria with the same content: one), scored with
+    the run's aggregation. A subclass sets the class attributes and writes ``calls``."""
+
+    name: str = ""
+    template: str = ""
+    aggregation: str | None = None
+    decodes: bool = True
+    options: frozenset[str] = frozenset()
+
+    def key(self, case: Case, criterion: RubricCriterion) -> str:
+        """The cache key of ``criterion``'s judgment: the judge, criterion, prompt and response."""
+        return keys.criterion_key(
+            case.judge_hash, criterion.content_hash, case.prompt_hash, case.response_hash
+        )
+
+    def plan(self, case: Case) -> Plan:
+        items: list[Item] = []
+        key_of: dict[int, str] = {}
+        seen: set[str] = set()
+        for criterion in case.criteria:
+            if criterion.check is not None:
+                continue
+            key = self.key(case, criterion)
+            if key not in seen:  # two criteria with the same content: judged once
+                seen.add(key)
+                items.append(Item(key, criterion.view))
+            key_of[criterion.id] = key
+        return Plan(items, key_of)
+
+    def count(self, criteria: Sequence[RubricCriterion]) -> int:
+        return len({c.content_hash for c in criteria if c.check is None})
+
+    def calls(self, context: CallContext, items: Sequence[Item]) -> list[Call]:
+        raise NotImplementedError
+
+    def outcome(self, criterion: RubricCriterion, ruling: Ruling) -> Outcome:
+        """A judged criterion's outcome from its (successful) ruling."""
+        return plain_outcome(criterion, ruling)
+
+    def assess(
+        self, case: Case, plan: Plan, rulings: Mapping[str, Ruling], options: AssessOptions
+    ) -> Assessment:
+        return assess_criteria(case, plan, rulings, options, self.outcome)

@@ -1,0 +1,53 @@
+"""Fixtures the integration tests share: clusters of real workers over real brokers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from rubricsvc import db
+from tests.workers_harness import (
+    RABBITMQ_URL,
+    REDIS_URL,
+    Cluster,
+    MakeCluster,
+    clean_rabbitmq,
+    clean_redis,
+    rabbitmq_unavailable,
+    redis_unavailable,
+    require,
+)
+
+
+@pytest.fixture
+def make_cluster(
+    make_postgres_database: Callable[[], str], tmp_path: Path
+) -> Iterator[MakeCluster]:
+    """Clusters on fresh migrated databases; workers stopped and queues deleted afterwards."""
+    made: list[Cluster] = []
+
+    def make(broker: str = "redis", database_url: str | None = None, **env: str) -> Cluster:
+        if broker == "redis":
+            require(redis_unavailable())
+            broker_url = REDIS_URL
+        else:
+            require(rabbitmq_unavailable())
+            broker_url = RABBITMQ_URL
+        if database_url is None:
+            database_url = make_postgres_database()
+            db.upgrade(database_url)
+        cluster = Cluster(database_url, broker_url, tmp_path, extra_env=env)
+        made.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in made:
+        cluster.stop()
+        if cluster.broker_url.startswith("redis"):
+            clean_redis(cluster.broker_url, cluster.prefix)
+        else:
+            clean_rabbitmq(
+                cluster.broker_url, [f"{cluster.prefix}fast", f"{cluster.prefix}default"]
+            )
