@@ -135,7 +135,7 @@ def through_celery(
         "RUBRICSVC_DATABASE_URL": url,
         "RUBRICSVC_BROKER_URL": REDIS,
         "RUBRICSVC_BROKER_QUEUE_PREFIX": queue_prefix,
-        "RUBRICSVC_BROKER_CHUNK_JUDGMENTS": str(chunk),
+        "RUBRICSVC_JOBS_CHUNK_JUDGMENTS": str(chunk),
     }
     command = [sys.executable, "-m", "rubricsvc", "worker", "--judge", spec.name,
                "--loglevel", "WARNING"]  # fmt: skip

@@ -47,7 +47,7 @@ class ApiLimits(BaseModel):
 
 
 class BrokerSettings(BaseSettings):
-    """The Celery broker; unset means scoring runs in-process."""
+    """The Celery broker, where score jobs' messages go; unset means scoring runs in-process."""
 
     model_config = SettingsConfigDict(
         env_prefix="RUBRICSVC_BROKER_", env_file=".env", extra="ignore"
@@ -56,6 +56,15 @@ class BrokerSettings(BaseSettings):
     url: str | None = None
     # Chunks of a judge named NAME go to the queue PREFIX + NAME.
     queue_prefix: str = "judge."
+    # Redis transport: an unacknowledged message returns to its queue after this long.
+    visibility_timeout: int = Field(default=3600, gt=0)
+
+
+class JobSettings(BaseSettings):
+    """How score jobs are cut into chunks, watched and recovered, whatever the transport."""
+
+    model_config = SettingsConfigDict(env_prefix="RUBRICSVC_JOBS_", env_file=".env", extra="ignore")
+
     # Judgments per chunk: one worker task, sent to the backend as one batch.
     chunk_judgments: int = Field(default=256, gt=0)
     # A worker writes a chunk's heartbeat this often while it scores it ...
@@ -69,16 +78,10 @@ class BrokerSettings(BaseSettings):
     reap_interval: float = Field(default=60.0, ge=0)
     # Claims of one chunk before it is marked failed (a chunk that keeps killing workers).
     max_attempts: int = Field(default=5, gt=0)
-    # Redis transport: an unacknowledged message returns to its queue after this long.
-    visibility_timeout: int = Field(default=3600, gt=0)
-    # Redis for the shared API limits; default: the broker when it is Redis.
-    limits_url: str | None = None
-    # Judge name -> its limits, e.g. {"gpt-api": {"requests_per_minute": 500}} (JSON in env).
-    api_limits: dict[str, ApiLimits] = Field(default_factory=dict)
 
 
 class JudgeSettings(BaseSettings):
-    """Defaults for the embedded judge model."""
+    """Where the embedded judge model is, and the limits judges behind paid APIs share."""
 
     model_config = SettingsConfigDict(
         env_prefix="RUBRICSVC_JUDGE_", env_file=".env", extra="ignore"
@@ -86,6 +89,11 @@ class JudgeSettings(BaseSettings):
 
     # Where `rubricsvc models prepare` writes the converted embedded model.
     model_dir: Path = Field(default_factory=lambda: default_cache_dir() / "models")
+    # Judge name -> its limits, e.g. {"gpt-api": {"requests_per_minute": 500}} (JSON in env),
+    # shared by every process that judges with it ...
+    api_limits: dict[str, ApiLimits] = Field(default_factory=dict)
+    # ... and counted in this Redis; default: the broker when it is Redis.
+    limits_url: str | None = None
 
 
 class ScoringSettings(BaseSettings):
@@ -154,6 +162,7 @@ class Settings(BaseSettings):
 
     db: DatabaseSettings = Field(default_factory=DatabaseSettings)
     broker: BrokerSettings = Field(default_factory=BrokerSettings)
+    jobs: JobSettings = Field(default_factory=JobSettings)
     judge: JudgeSettings = Field(default_factory=JudgeSettings)
     scoring: ScoringSettings = Field(default_factory=ScoringSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)

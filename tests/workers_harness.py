@@ -55,11 +55,11 @@ MakeCluster = Callable[..., "Cluster"]  # the make_cluster fixture (tests/integr
 
 # Fast recovery for tests: production defaults are minutes, not seconds.
 FAST_RECOVERY = {
-    "RUBRICSVC_BROKER_HEARTBEAT_INTERVAL": "1",
-    "RUBRICSVC_BROKER_HEARTBEAT_TIMEOUT": "6",
-    "RUBRICSVC_BROKER_REAP_INTERVAL": "2",
-    "RUBRICSVC_BROKER_REQUEUE_AFTER": "15",
-    "RUBRICSVC_BROKER_MAX_ATTEMPTS": "10",
+    "RUBRICSVC_JOBS_HEARTBEAT_INTERVAL": "1",
+    "RUBRICSVC_JOBS_HEARTBEAT_TIMEOUT": "6",
+    "RUBRICSVC_JOBS_REAP_INTERVAL": "2",
+    "RUBRICSVC_JOBS_REQUEUE_AFTER": "15",
+    "RUBRICSVC_JOBS_MAX_ATTEMPTS": "10",
 }
 
 

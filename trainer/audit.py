@@ -10,7 +10,6 @@ from rubricsvc.audit.sets import DEMO_SET, demo_items
 from rubricsvc.audit.store import save_audit
 from rubricsvc.db import make_engine, session_scope
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.judging.failures import ResponseFailurePolicy
 from rubricsvc.scoring.judge_configs import find_judge
 from trainer.config import TrainConfig
@@ -31,7 +30,7 @@ def audit_reward_judge(config: TrainConfig, say: Callable[[str], None]) -> Audit
     )
     engine = make_engine(reward.engine_url())
     try:
-        with BackendProvider() as backends, session_scope(engine) as session:
+        with reward.backend_provider() as backends, session_scope(engine) as session:
             spec = find_judge(session, reward.judge, reward.mode)
             items = demo_items()
             say(f"auditing judge {spec.name} with {len(attacks)} attack(s) on the demo set")

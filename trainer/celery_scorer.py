@@ -17,7 +17,7 @@ from rubricsvc.scoring.rewards import RewardRequest, RewardResult, reward_result
 from trainer.config import ScorerSettings
 
 if TYPE_CHECKING:
-    from rubricsvc.config import BrokerSettings
+    from rubricsvc.config import BrokerSettings, JobSettings
 
 POLL_SECONDS = 0.5
 
@@ -25,16 +25,23 @@ POLL_SECONDS = 0.5
 class CeleryScorer:
     """Scores through a job for the workers of the judge's queue; picklable (settings only)."""
 
-    def __init__(self, settings: ScorerSettings, broker: BrokerSettings | None = None) -> None:
+    def __init__(
+        self,
+        settings: ScorerSettings,
+        broker: BrokerSettings | None = None,
+        jobs: JobSettings | None = None,
+    ) -> None:
         self.settings = settings
-        self.broker = broker  # None: the environment's, read on first use
+        # None: the trainer process's environment, read on first use.
+        self.broker = broker
+        self.jobs = jobs
         self._engine: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"settings": self.settings, "broker": self.broker}
+        return {"settings": self.settings, "broker": self.broker, "jobs": self.jobs}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["settings"], state.get("broker"))  # type: ignore[misc]
+        self.__init__(state["settings"], state.get("broker"), state.get("jobs"))  # type: ignore[misc]
 
     def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
         from rubricsvc.db import make_engine
@@ -70,7 +77,7 @@ class CeleryScorer:
         from rubricsvc.scoring.judge_configs import find_judge
         from rubricsvc.scoring.selection import Selection
 
-        broker = self._broker()
+        broker, policy = self._environment()
         dispatcher = CeleryDispatcher(broker)
         selection = Selection(
             completion_ids=tuple(sorted(set(completion_ids))),
@@ -81,7 +88,7 @@ class CeleryScorer:
         with session_scope(self._engine) as session:
             spec = find_judge(session, self.settings.judge, self.settings.mode)
             submission = lifecycle.submit(
-                session, dispatcher, spec, selection, options, broker.chunk_judgments
+                session, dispatcher, spec, selection, options, policy.chunk_judgments
             )
             job_id = submission.job.id
         deadline = time.monotonic() + self.settings.timeout
@@ -98,9 +105,11 @@ class CeleryScorer:
         with session_scope(self._engine) as session:
             return list(jobs.job_report(session, job_id).scores)
 
-    def _broker(self) -> BrokerSettings:
-        if self.broker is None:
+    def _environment(self) -> tuple[BrokerSettings, JobSettings]:
+        if self.broker is None or self.jobs is None:
             from rubricsvc.config import get_settings
 
-            self.broker = get_settings().broker  # the trainer process's environment
-        return self.broker
+            settings = get_settings()  # the trainer process's environment
+            self.broker = self.broker or settings.broker
+            self.jobs = self.jobs or settings.jobs
+        return self.broker, self.jobs

@@ -7,24 +7,27 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.fileformats import describe_validation_error
-from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
+from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, AggregationName
 from rubricsvc.judging.config import ModeName
 from rubricsvc.judging.failures import ResponseFailurePolicy
 from rubricsvc.scoring.service import ScoreOptions
+
+if TYPE_CHECKING:
+    from rubricsvc.judging.backends.provider import BackendProvider, JudgeLimits
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Via(enum.StrEnum):
+class ScorerVia(enum.StrEnum):
     INPROCESS = "inprocess"  # this process scores with a kept judge (SQLite or PostgreSQL)
     CELERY = "celery"  # a job for the workers of the judge's queue
     HTTP = "http"  # the HTTP API's /v1/rewards
@@ -35,14 +38,14 @@ class ScorerSettings(Strict):
 
     judge: str = "embedded"
     mode: ModeName | None = None  # None: the judge's own verdict mode
-    aggregation: str = "rar"
+    aggregation: AggregationName = "rar"
     min_coverage: float = Field(default=DEFAULT_MIN_COVERAGE, ge=0.0, le=1.0)
     include_drafts: bool = False
     # One rubric version (REF) for every prompt, e.g. a shared scenario rubric; None: each
     # prompt's latest usable rubric.
     rubric: str | None = None
     source: str = "trainer"  # the completions' source, so every reward traces back to its run
-    via: Via = Via.INPROCESS
+    via: ScorerVia = ScorerVia.INPROCESS
     database_url: str | None = None  # None: RUBRICSVC_DATABASE_URL
     base_url: str | None = None  # for via: http
     # The variable holding the API key (the key itself is never in a config).
@@ -70,6 +73,16 @@ class ScorerSettings(Strict):
 
         return get_settings().db.url
 
+    def backend_provider(self, limits: JudgeLimits | None = None) -> BackendProvider:
+        """The in-process scorer's provider: the process's embedded-model folder and, unless
+        ``limits`` are given, the judges' shared API limits of its settings."""
+        from rubricsvc.config import get_settings
+        from rubricsvc.judging.backends.provider import BackendProvider, JudgeLimits
+
+        settings = get_settings()
+        limits = limits or JudgeLimits.from_settings(settings)
+        return BackendProvider(limits, model_dir=settings.judge.model_dir)
+
     def score_options(self) -> ScoreOptions:
         return ScoreOptions(
             aggregation=self.aggregation,
@@ -80,7 +93,7 @@ class ScorerSettings(Strict):
 
     @model_validator(mode="after")
     def _http_needs_url(self) -> ScorerSettings:
-        if self.via == Via.HTTP and not self.base_url:
+        if self.via == ScorerVia.HTTP and not self.base_url:
             raise ValueError("via http needs base_url")
         return self
 

@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 from rubricsvc.errors import DependencyMissing, RubricsvcError
 from rubricsvc.judging.failures import empty_counts
 from rubricsvc.scoring.rewards import RewardRequest, RewardResult
-from trainer.config import ScorerSettings, Via
+from trainer.config import ScorerSettings, ScorerVia
 
 if TYPE_CHECKING:
     from rubricsvc.judging.backends.provider import BackendProvider, JudgeLimits
@@ -51,13 +51,12 @@ class InProcessScorer:
 
     def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
         from rubricsvc.db import make_engine, session_scope
-        from rubricsvc.judging.backends.provider import BackendProvider
         from rubricsvc.scoring.judge_configs import find_judge
         from rubricsvc.scoring.rewards import compute_rewards
 
         if self._engine is None or self._backends is None:
             self._engine = make_engine(self.settings.engine_url())
-            self._backends = BackendProvider(self.limits)
+            self._backends = self.settings.backend_provider(self.limits)
         backends = self._backends
         options = self.settings.score_options()
         with session_scope(self._engine) as session:
@@ -169,9 +168,9 @@ def _result_from_json(item: dict[str, Any]) -> RewardResult:
 
 def make_scorer(settings: ScorerSettings, limits: JudgeLimits | None = None) -> Scorer:
     """The scorer ``settings.via`` names; in process, behind ``limits`` (see InProcessScorer)."""
-    if settings.via == Via.HTTP:
+    if settings.via == ScorerVia.HTTP:
         return HttpScorer(settings)
-    if settings.via == Via.CELERY:
+    if settings.via == ScorerVia.CELERY:
         from trainer.celery_scorer import CeleryScorer
 
         return CeleryScorer(settings)

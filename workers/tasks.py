@@ -2,7 +2,7 @@
 
 At start a worker process loads the judge of the queue it serves (``rubricsvc worker --judge
 NAME`` serves ``judge.NAME``) once and keeps it for every chunk; the main process runs the
-reaper every ``RUBRICSVC_BROKER_REAP_INTERVAL`` seconds, so chunks of lost workers come back
+reaper every ``RUBRICSVC_JOBS_REAP_INTERVAL`` seconds, so chunks of lost workers come back
 even when nobody follows the job.
 """
 
@@ -54,7 +54,7 @@ def backoff(retries: int) -> float:
 def score_chunk(self: Any, chunk_id: int, **_extra: Any) -> str:
     """Score one chunk; the database or a backend being away is retried with backoff."""
     try:
-        run = run_chunk(engine(), int(chunk_id), backend_for, settings().broker)
+        run = run_chunk(engine(), int(chunk_id), backend_for, settings().jobs)
     except Exception as err:
         if not is_transient(err):
             raise
@@ -71,8 +71,8 @@ class ReaperThread:
     """A thread that reaps periodically and sends what it gives back to the workers."""
 
     def __init__(self, interval: float) -> None:
-        broker = settings().broker
-        self.reap = Reaper(CeleryDispatcher(broker), broker.heartbeat_timeout, broker.requeue_after)
+        broker, policy = settings().broker, settings().jobs
+        self.reap = Reaper(CeleryDispatcher(broker), policy.heartbeat_timeout, policy.requeue_after)
         self.interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rubricsvc-reaper", daemon=True)
@@ -121,7 +121,7 @@ def _load_judge(**_: Any) -> None:
 
 @worker_ready.connect  # type: ignore[untyped-decorator]
 def _start_reaper(**_: Any) -> None:
-    interval = settings().broker.reap_interval
+    interval = settings().jobs.reap_interval
     if interval > 0:
         reaper = ReaperThread(interval)
         reaper.start()

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
+from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, AggregationName
 from rubricsvc.judging.config import ModeName
 from rubricsvc.rubrics.schemas import Message
 from rubricsvc.scoring.rewards import RewardResult
@@ -159,7 +159,7 @@ class IngestOut(BaseModel):
 class JobIn(_Body):
     judge: str = Field(default="embedded", min_length=1)
     mode: ModeName | None = None
-    aggregation: str = "rar"
+    aggregation: AggregationName = "rar"
     min_coverage: float = Field(default=DEFAULT_MIN_COVERAGE, ge=0, le=1)
     completion_ids: list[RowId] = Field(default_factory=list)
     prompt_ids: list[str] = Field(default_factory=list, description="Prompt external ids.")
@@ -188,7 +188,7 @@ class RewardsIn(_Body):
     items: list[RewardItem] = Field(min_length=1)
     judge: str = Field(default="embedded", min_length=1)
     mode: ModeName | None = None
-    aggregation: str = "rar"
+    aggregation: AggregationName = "rar"
     min_coverage: float = Field(default=DEFAULT_MIN_COVERAGE, ge=0, le=1)
     include_drafts: bool | None = None
     source: str = Field(default="rewards", min_length=1, max_length=200)

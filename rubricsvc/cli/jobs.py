@@ -64,7 +64,7 @@ def score_via_celery(
     send = _dispatcher()
     with db_session() as session:
         spec = find_judge(session, judge, mode)
-        chunk_judgments = get_settings().broker.chunk_judgments
+        chunk_judgments = get_settings().jobs.chunk_judgments
         submission = lifecycle.submit(session, send, spec, selection, options, chunk_judgments)
         job_id = submission.job.id
     _check_sent(send, job_id)
@@ -86,11 +86,11 @@ def unfinished_exit(state: jobs.JobProgress) -> CliExit:
 
 def _reaper() -> lifecycle.Reaper | None:
     """The reaper a follower runs, when a broker is configured and reaping is on."""
-    broker = get_settings().broker
-    if not broker.url or broker.reap_interval <= 0:
+    settings = get_settings()
+    if not settings.broker.url or settings.jobs.reap_interval <= 0:
         return None
-    send = Delivery(CeleryDispatcher(broker))  # a failed send is retried at the next reap
-    return lifecycle.Reaper(send, broker.heartbeat_timeout, broker.requeue_after)
+    send = Delivery(CeleryDispatcher(settings.broker))  # a failed send is retried at the next reap
+    return lifecycle.Reaper(send, settings.jobs.heartbeat_timeout, settings.jobs.requeue_after)
 
 
 def follow(job_id: int, show: bool) -> jobs.JobProgress:
@@ -111,7 +111,7 @@ def follow(job_id: int, show: bool) -> jobs.JobProgress:
         job_id,
         POLL_SECONDS,
         _reaper(),
-        get_settings().broker.reap_interval,
+        get_settings().jobs.reap_interval,
         on_outage,
     )
     try:
@@ -231,9 +231,9 @@ def jobs_reap(
     ),
 ) -> None:
     """Send again the chunks of lost workers and chunks whose message may be lost."""
-    broker = get_settings().broker
+    policy = get_settings().jobs
     send = _dispatcher()
-    reap = lifecycle.Reaper(send, timeout or broker.heartbeat_timeout, broker.requeue_after)
+    reap = lifecycle.Reaper(send, timeout or policy.heartbeat_timeout, policy.requeue_after)
     with db_session() as session:
         reap(session)
     if send.error is not None:

@@ -32,7 +32,7 @@ scores_app = typer.Typer(help="Read and export stored scores.", no_args_is_help=
 judges_app = typer.Typer(help="Judge configurations.", no_args_is_help=True)
 
 
-class Via(enum.StrEnum):
+class ScoreVia(enum.StrEnum):
     INPROCESS = "inprocess"
     CELERY = "celery"
 
@@ -57,7 +57,7 @@ def score_command(
     min_coverage: float = typer.Option(DEFAULT_MIN_COVERAGE, help="Below this coverage: no score."),
     breakdown: bool = typer.Option(True, help="Print the per-criterion breakdown."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-    via: Via | None = typer.Option(
+    via: ScoreVia | None = typer.Option(
         None,
         help="Score in this process, or submit a job to Celery workers and follow it "
         "(default: celery when RUBRICSVC_BROKER_URL is set).",
@@ -85,8 +85,8 @@ def score_command(
     if response_failure is not None:
         options = replace(options, response_failure=response_failure)
     if via is None:
-        via = Via.CELERY if get_settings().broker.url else Via.INPROCESS
-    if via == Via.CELERY:
+        via = ScoreVia.CELERY if get_settings().broker.url else ScoreVia.INPROCESS
+    if via == ScoreVia.CELERY:
         report, state = score_via_celery(judge, mode, selection, options, show=not as_json)
         if as_json:
             console.print_json(json.dumps(asdict(report)))

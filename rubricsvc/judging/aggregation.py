@@ -13,6 +13,9 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 from rubricsvc.errors import ValidationFailed
 
@@ -114,6 +117,18 @@ def get_aggregation(name: str) -> AggregationFn:
         raise ValidationFailed(
             f"unknown aggregation {name!r}; choose one of {', '.join(sorted(AGGREGATIONS))}"
         ) from None
+
+
+def _known(name: str) -> str:
+    try:
+        get_aggregation(name)
+    except ValidationFailed as err:
+        raise ValueError(str(err)) from None  # pydantic reports it as a validation error
+    return name
+
+
+# The name of an aggregation, for request bodies and configs: refused before any work starts.
+AggregationName = Annotated[str, AfterValidator(_known)]
 
 
 def aggregate(

@@ -25,7 +25,7 @@ from sqlalchemy import Engine, and_, or_, select, update
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
-from rubricsvc.config import BrokerSettings
+from rubricsvc.config import JobSettings
 from rubricsvc.db import session_scope
 from rubricsvc.errors import RubricsvcError
 from rubricsvc.judging.backends.base import BackendError, JudgeBackend
@@ -71,7 +71,7 @@ def worker_token() -> str:
 
 
 def run_chunk(
-    engine: Engine, chunk_id: int, backend_for: BackendFor, settings: BrokerSettings
+    engine: Engine, chunk_id: int, backend_for: BackendFor, settings: JobSettings
 ) -> ChunkRun:
     """Claim chunk ``chunk_id`` and score it.
 

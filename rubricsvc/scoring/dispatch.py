@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Engine
 
-from rubricsvc.config import BrokerSettings
+from rubricsvc.config import BrokerSettings, JobSettings
 from rubricsvc.errors import missing_extra
 from rubricsvc.scoring.chunks import BackendFor, run_chunk
 from rubricsvc.scoring.service import ScoreReport
@@ -111,7 +111,7 @@ class LocalDispatcher:
         executor: Executor,
         engine: Engine,
         backend_for: BackendFor,
-        policy: BrokerSettings,
+        policy: JobSettings,
         on_report: Callable[[ScoreReport], None] | None = None,
     ) -> None:
         self.executor = executor

@@ -602,3 +602,39 @@ def test_a_huge_dimension_weight_is_422_naming_it(sqlite_url: str) -> None:
         response = client.post("/v1/rubrics", json=themed, headers=bearer(keys["author"]))
         assert response.status_code == 422, response.text
         assert "dimension_weights.coverage" in response.json()["error"]["message"]
+
+
+# --- names the library would refuse only after judging are refused up front ------------------
+
+UNKNOWN_NAMES = [
+    ("/v1/rewards", {"json": {"items": [ITEM], "aggregation": "mean"}}, "body.aggregation"),
+    ("/v1/rewards", {"json": {"items": [ITEM], "mode": "pairwise"}}, "body.mode"),
+    ("/v1/score-jobs", {"json": {"prompt_ids": [SEA], "aggregation": "mean"}}, "body.aggregation"),
+    (
+        "/v1/openrlhf/reward",
+        {"json": OPENRLHF, "params": {"aggregation": "mean"}},
+        "query.aggregation",
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "request_args", "field"), UNKNOWN_NAMES, ids=lambda x: str(x))
+def test_unknown_aggregations_and_modes_are_422_before_any_work(
+    sqlite_url: str, path: str, request_args: dict[str, Any], field: str
+) -> None:
+    with api_client(sqlite_url) as (client, keys):
+        answer = client.post(
+            path,
+            json=request_args["json"],
+            params=request_args.get("params", {}),
+            headers=bearer(keys["score"]),
+        )
+        assert answer.status_code == 422, answer.text
+        error = answer.json()["error"]
+        assert error["field"] == field
+        assert "choose one of" in error["message"]  # the known names are listed
+        engine = make_engine(sqlite_url)
+        with session_scope(engine) as session:
+            assert session.scalar(select(func.count()).select_from(Judgment)) == 0
+            assert session.scalar(select(func.count()).select_from(ScoreJob)) == 0
+        engine.dispose()

@@ -408,7 +408,13 @@ def demo_judge_calls(response_suffix: str) -> list[ChoiceRequest]:
     import yaml
 
     from rubricsvc.judging.config import BUILTIN_JUDGES
-    from rubricsvc.judging.modes import CompletionView, CriterionView, Item, criterion_prob_calls
+    from rubricsvc.judging.modes import (
+        CallContext,
+        CompletionView,
+        CriterionView,
+        Item,
+        criterion_prob_calls,
+    )
 
     root = Path(__file__).resolve().parents[2] / "examples"
     rubrics = yaml.safe_load((root / "rubrics.yaml").read_text())["rubrics"]
@@ -441,7 +447,7 @@ def demo_judge_calls(response_suffix: str) -> list[ChoiceRequest]:
             for position, c in enumerate(rubric["criteria"])
             if c.get("kind", "judged") != "check"
         ]
-        calls = criterion_prob_calls(spec, spec.prompt_template(), view, items, 0)
+        calls = criterion_prob_calls(CallContext(spec, spec.prompt_template(), view), items)
         requests.extend(call.request for call in calls if isinstance(call.request, ChoiceRequest))
     return requests
 

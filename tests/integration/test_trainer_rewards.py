@@ -23,7 +23,7 @@ from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from tests.helpers import approve_rubrics, blue_sea_rubric
 from tests.requirements import require_module
 from trainer.adapters.verl import compute_score
-from trainer.config import ScorerSettings, Via
+from trainer.config import ScorerSettings, ScorerVia
 from trainer.rewards import AsyncRubricReward, RubricReward
 
 BLUE: dict[str, Any] = blue_sea_rubric("tr/blue", "tr-sea", max_words=8)
@@ -201,7 +201,7 @@ def test_rewards_over_http_match_the_in_process_ones(api: str, database: str) ->
         "completions": ["The blue sea.", "A grey sea, cold and wide and very deep.", "Blue"],
         "prompt_id": ["tr-sea", "tr-sea", None],
     }
-    over_http = RubricReward(ScorerSettings(via=Via.HTTP, base_url=api))(**args)
+    over_http = RubricReward(ScorerSettings(via=ScorerVia.HTTP, base_url=api))(**args)
     in_process = RubricReward(ScorerSettings(database_url=database))(**args)
     assert over_http == in_process == pytest.approx([1.0, 0.0, 1.0])
 
@@ -243,7 +243,7 @@ def test_http_rewards_wait_for_a_server_that_is_still_starting(
     monkeypatch.setenv("RUBRICSVC_REWARD_API_KEY", _api_key(database))
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
-    settings = ScorerSettings(via=Via.HTTP, base_url=base_url, retries=7, retry_backoff=0.25)
+    settings = ScorerSettings(via=ScorerVia.HTTP, base_url=base_url, retries=7, retry_backoff=0.25)
     server = _start_api(database, port)
     try:
         assert not _healthy(base_url)  # the first attempt below is refused
@@ -259,7 +259,7 @@ def test_an_unreachable_api_is_one_clear_error_after_the_retries(database: str) 
     from tests.servers import free_port
 
     base_url = f"http://127.0.0.1:{free_port()}"
-    settings = ScorerSettings(via=Via.HTTP, base_url=base_url, retries=1, retry_backoff=0)
+    settings = ScorerSettings(via=ScorerVia.HTTP, base_url=base_url, retries=1, retry_backoff=0)
     with pytest.raises(RubricsvcError) as raised:
         RubricReward(settings)(prompts=[SEA_MESSAGES], completions=["x"], prompt_id=["tr-sea"])
     message = str(raised.value)

@@ -112,7 +112,7 @@ def done_at_least(url: str, wanted: int) -> int | None:
 
 @pytest.mark.parametrize("broker", ["redis", "rabbitmq"])
 def test_two_workers_judge_every_pair_exactly_once(make_cluster: MakeCluster, broker: str) -> None:
-    cluster = make_cluster(broker, RUBRICSVC_BROKER_CHUNK_JUDGMENTS="64")
+    cluster = make_cluster(broker, RUBRICSVC_JOBS_CHUNK_JUDGMENTS="64")
     seed(cluster.database_url, 10, 25, 8, [fast_judge(latency=0.002)])
     workers = [cluster.start_worker("fast") for _ in range(2)]
     for worker in workers:
@@ -147,7 +147,7 @@ def test_two_workers_judge_every_pair_exactly_once(make_cluster: MakeCluster, br
 
 
 def test_workers_killed_mid_chunk_lose_and_duplicate_nothing(make_cluster: MakeCluster) -> None:
-    cluster = make_cluster("redis", RUBRICSVC_BROKER_CHUNK_JUDGMENTS="64")
+    cluster = make_cluster("redis", RUBRICSVC_JOBS_CHUNK_JUDGMENTS="64")
     seed(cluster.database_url, 10, 25, 8, [fast_judge(latency=0.015)])
     for _ in range(2):
         cluster.start_worker("fast").wait_ready()
@@ -190,7 +190,7 @@ def test_the_job_survives_restarts_of_the_broker_then_the_database(tmp_path: Pat
         db.upgrade(postgres.url)
         total = seed(postgres.url, 5, 25, 8, [fast_judge(latency=0.01)])
         cluster = Cluster(
-            postgres.url, broker.url, tmp_path, extra_env={"RUBRICSVC_BROKER_CHUNK_JUDGMENTS": "40"}
+            postgres.url, broker.url, tmp_path, extra_env={"RUBRICSVC_JOBS_CHUNK_JUDGMENTS": "40"}
         )
         try:
             for _ in range(2):
@@ -235,7 +235,7 @@ def test_a_second_submission_does_no_judging_work(
     if database == "sqlite":
         url = f"sqlite:///{tmp_path / 'workers.sqlite'}"
         db.upgrade(url)
-    cluster = make_cluster("redis", database_url=url, RUBRICSVC_BROKER_CHUNK_JUDGMENTS="64")
+    cluster = make_cluster("redis", database_url=url, RUBRICSVC_JOBS_CHUNK_JUDGMENTS="64")
     total = seed(cluster.database_url, 4, 5, 8, [fast_judge()])
     cluster.start_worker("fast").wait_ready()
 

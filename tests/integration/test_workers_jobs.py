@@ -16,7 +16,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Engine, func, select, update
 
-from rubricsvc.config import BrokerSettings
+from rubricsvc.config import JobSettings
 from rubricsvc.db import session_scope
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.backends.base import BackendError, JudgeBackend
@@ -41,7 +41,7 @@ from tests.workers_harness import (
 )
 
 JUDGE = fast_judge()
-SETTINGS = BrokerSettings(heartbeat_interval=0.2, heartbeat_timeout=30, max_attempts=3)
+SETTINGS = JobSettings(heartbeat_interval=0.2, heartbeat_timeout=30, max_attempts=3)
 
 
 @pytest.fixture

@@ -158,7 +158,7 @@ def provider_limiting_api(monkeypatch: pytest.MonkeyPatch, broker_url: str) -> B
     """A provider made from the settings: the broker at ``broker_url``, and the judge "api"
     limited to 4 concurrent calls."""
     monkeypatch.setenv("RUBRICSVC_BROKER_URL", broker_url)
-    monkeypatch.setenv("RUBRICSVC_BROKER_API_LIMITS", '{"api": {"concurrent_calls": 4}}')
+    monkeypatch.setenv("RUBRICSVC_JUDGE_API_LIMITS", '{"api": {"concurrent_calls": 4}}')
     get_settings.cache_clear()
     try:
         return BackendProvider.from_settings(get_settings())
@@ -198,5 +198,5 @@ def test_limits_without_a_redis_are_refused_before_the_backend_is_made(
 ) -> None:
     provider = provider_limiting_api(monkeypatch, "amqp://guest:guest@127.0.0.1:5672//")
     # An unknown backend would be refused with its own message if it were made first.
-    with pytest.raises(ValidationFailed, match="RUBRICSVC_BROKER_LIMITS_URL"):
+    with pytest.raises(ValidationFailed, match="RUBRICSVC_JUDGE_LIMITS_URL"):
         provider.get(JudgeSpec(name="api", backend="nope"))

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rubricsvc.errors import ValidationFailed
-from trainer.config import ScorerSettings, Via
+from trainer.config import ScorerSettings, ScorerVia
 from trainer.scorers import post_json
 
 ROUTE = "/v1/openrlhf/reward"
@@ -38,7 +38,7 @@ def api_settings() -> ScorerSettings:
         )
     timeout = float(os.environ.get("RUBRICSVC_REWARD_TIMEOUT", "600"))
     retries = int(os.environ.get("RUBRICSVC_REWARD_RETRIES", "3"))
-    return ScorerSettings(via=Via.HTTP, base_url=base_url, timeout=timeout, retries=retries)
+    return ScorerSettings(via=ScorerVia.HTTP, base_url=base_url, timeout=timeout, retries=retries)
 
 
 def query_params() -> dict[str, str]:

@@ -22,7 +22,6 @@ from rubricsvc.api.schemas import JobIn, Page
 from rubricsvc.api.state import AppState
 from rubricsvc.api.work import check_job_work
 from rubricsvc.apikeys import Scope
-from rubricsvc.judging.aggregation import AGGREGATIONS
 from rubricsvc.scoring import jobs, lifecycle
 from rubricsvc.scoring.dispatch import CeleryDispatcher, Dispatcher, LocalDispatcher
 from rubricsvc.scoring.judge_configs import find_judge
@@ -42,14 +41,6 @@ def _job_out(session: Session, job_id: int, created: bool | None = None) -> JobO
     return replace(jobs.progress(session, job_id), created=created)
 
 
-def check_aggregation(name: str) -> None:
-    if name not in AGGREGATIONS:
-        choices = ", ".join(sorted(AGGREGATIONS))
-        raise ApiError(
-            422, f"unknown aggregation {name!r}; choose one of {choices}", "body.aggregation"
-        )
-
-
 @router.post(
     "",
     response_model=JobOut,
@@ -64,7 +55,6 @@ def submit_job(
     state: AppState = Depends(app_state),
 ) -> JobOut:
     """Submit the selected completions for scoring; the same work again returns its job."""
-    check_aggregation(body.aggregation)
     include_drafts = (
         state.settings.scoring.use_drafts if body.include_drafts is None else body.include_drafts
     )
@@ -84,7 +74,7 @@ def submit_job(
     )
     send = Delivery(_dispatcher(state))
     submission = lifecycle.submit(
-        session, send, spec, selection, options, state.settings.broker.chunk_judgments
+        session, send, spec, selection, options, state.settings.jobs.chunk_judgments
     )
     session.commit()  # the chunks are sent (or started) once this commit is done
     if send.error is not None:
@@ -98,7 +88,7 @@ def _dispatcher(state: AppState) -> Dispatcher:
     runner = state.local_jobs()
     if runner is not None:
         return LocalDispatcher(
-            runner, state.engine, state.judges.get, state.settings.broker, _counter(state)
+            runner, state.engine, state.judges.get, state.settings.jobs, _counter(state)
         )
     if not state.settings.broker.url:
         raise ApiError(503, "no broker is configured and local jobs are off", code="unavailable")

@@ -10,20 +10,20 @@ needs a number for every sample: there a masked score is sent as the configured 
 from __future__ import annotations
 
 from math import ceil
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
 from rubricsvc.api.deps import app_state, require, require_with_query_key
 from rubricsvc.api.errors import DEFAULT_RETRY_AFTER, ApiError
 from rubricsvc.api.numbers import CheckedRoute
-from rubricsvc.api.routes.jobs import check_aggregation
 from rubricsvc.api.schemas import OpenRLHFIn, OpenRLHFOut, RewardsIn, RewardsOut
 from rubricsvc.api.state import AppState
 from rubricsvc.api.work import check_reward_work
 from rubricsvc.apikeys import Scope
 from rubricsvc.db import session_scope
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
+from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, AggregationName
 from rubricsvc.judging.failures import empty_counts
 from rubricsvc.scoring.judge_configs import find_judge
 from rubricsvc.scoring.options import score_options
@@ -48,7 +48,6 @@ def _rewards(
     include_drafts: bool | None,
     source: str,
 ) -> RewardBatch:
-    check_aggregation(aggregation)
     limit = state.settings.api.max_reward_items
     if len(requests) > limit:
         raise ApiError(413, f"{len(requests)} items: at most {limit} per request", "body.items")
@@ -129,7 +128,7 @@ def openrlhf_reward(
     body: OpenRLHFIn,
     state: AppState = Depends(app_state),
     judge: str = Query("embedded", min_length=1, description="The judge config to score with."),
-    aggregation: str = Query("rar"),
+    aggregation: Annotated[AggregationName, Query()] = "rar",
     min_coverage: float = Query(DEFAULT_MIN_COVERAGE, ge=0, le=1),
     masked: str | None = Query(
         None,

@@ -32,9 +32,9 @@ class JudgeLimits:
     @classmethod
     def from_settings(cls, settings: Settings) -> JudgeLimits:
         """The limits ``settings`` configure; counted in the broker's Redis unless told."""
-        broker = settings.broker
+        judge, broker = settings.judge, settings.broker
         redis_broker = broker.url if (broker.url or "").startswith("redis") else None
-        return cls(dict(broker.api_limits), broker.limits_url or redis_broker)
+        return cls(dict(judge.api_limits), judge.limits_url or redis_broker)
 
     def of(self, spec: BackendChoice) -> ApiLimits | None:
         """The limits of the judge ``spec`` names (a generator has none)."""
@@ -117,7 +117,7 @@ class BackendProvider:
         if url is None:  # refused before any model is loaded
             raise ValidationFailed(
                 f"judge {name!r} has API limits, which are counted in Redis: set "
-                "RUBRICSVC_BROKER_LIMITS_URL (the broker is not Redis)"
+                "RUBRICSVC_JUDGE_LIMITS_URL (the broker is not Redis)"
             )
         from rubricsvc.judging.backends.limits import limited
 
