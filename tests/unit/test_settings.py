@@ -32,3 +32,34 @@ def test_scoring_uses_approved_versions_unless_set(monkeypatch: pytest.MonkeyPat
     assert Settings().scoring.use_drafts is False
     monkeypatch.setenv("RUBRICSVC_SCORING_USE_DRAFTS", "true")
     assert Settings().scoring.use_drafts is True
+
+
+def test_groups_by_role(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Transport, job policy and judge limits are read from their own prefixes."""
+    monkeypatch.setenv("RUBRICSVC_BROKER_QUEUE_PREFIX", "q.")
+    monkeypatch.setenv("RUBRICSVC_JOBS_HEARTBEAT_TIMEOUT", "33")
+    monkeypatch.setenv("RUBRICSVC_JUDGE_API_LIMITS", '{"paid": {"concurrent_calls": 2}}')
+    settings = Settings()
+    assert settings.broker.queue_prefix == "q."
+    assert settings.jobs.heartbeat_timeout == 33.0
+    assert settings.judge.api_limits["paid"].concurrent_calls == 2
+    assert not hasattr(settings.broker, "heartbeat_timeout")  # no longer the broker's
+
+
+def test_plugins_are_a_comma_separated_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUBRICSVC_PLUGINS", "json, email.utils ,")
+    assert Settings().plugins == ["json", "email.utils"]
+    monkeypatch.delenv("RUBRICSVC_PLUGINS")
+    assert Settings().plugins == []
+
+
+def test_a_plugin_that_cannot_be_imported_is_named_in_one_line() -> None:
+    from rubricsvc.errors import ValidationFailed
+    from rubricsvc.plugins import load_plugins
+
+    assert load_plugins(["json"])[:1] == ["json"]
+    with pytest.raises(ValidationFailed) as raised:
+        load_plugins(["json", "no_such_plugin_module"])
+    message = str(raised.value)
+    assert "'no_such_plugin_module'" in message and "RUBRICSVC_PLUGINS" in message
+    assert "\n" not in message
