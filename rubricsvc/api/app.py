@@ -15,7 +15,7 @@ from rubricsvc.api.errors import install_error_handlers
 from rubricsvc.api.limits import BodySizeLimit
 from rubricsvc.api.logs import install_redaction
 from rubricsvc.api.metrics import MetricsMiddleware
-from rubricsvc.api.routes import completions, jobs, prompts, rewards, rubrics, service
+from rubricsvc.api.routes import completions, jobs, operations, prompts, rewards, rubrics
 from rubricsvc.api.state import AppState
 from rubricsvc.config import Settings, get_settings
 from rubricsvc.db import make_engine
@@ -61,7 +61,7 @@ def create_app(
     )
     app.state.rubricsvc = state
     install_error_handlers(app)
-    for module in (service, prompts, rubrics, completions, jobs, rewards):
+    for module in (operations, prompts, rubrics, completions, jobs, rewards):
         app.include_router(module.router)
     # Outermost last: keys and rate limits are checked before the app receives a byte of the
     # body, declared sizes before that, and every refusal is counted.

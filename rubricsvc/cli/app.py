@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from rubricsvc.cli import admin, audit, data, importing, jobs, rubrics, scoring, service, train
+from rubricsvc.cli import admin, audit, data, importing, jobs, rubrics, scoring, serving, train
 from rubricsvc.cli.context import CliExit, fail, load_configured_plugins
 from rubricsvc.errors import RubricsvcError
 
@@ -28,8 +28,8 @@ app.add_typer(importing.import_app, name="import")
 app.add_typer(jobs.jobs_app, name="jobs")
 app.command("worker")(jobs.worker_command)
 app.command("train")(train.train_command)
-app.add_typer(service.keys_app, name="keys")
-app.command("serve")(service.serve_command)
+app.add_typer(serving.keys_app, name="keys")
+app.command("serve")(serving.serve_command)
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Routes about the service itself: health, metrics, the judges it can score with."""
+"""Routes about the server itself: health, metrics, the judges it can score with."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from rubricsvc.errors import first_line
 from rubricsvc.judging.config import BUILTIN_JUDGES
 from rubricsvc.models import JudgeConfig
 
-router = APIRouter(tags=["service"], route_class=CheckedRoute)
+router = APIRouter(tags=["operations"], route_class=CheckedRoute)
 
 
 @router.get("/healthz", responses={503: {"description": "The database is unreachable or behind."}})
