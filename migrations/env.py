@@ -52,10 +52,32 @@ def run_migrations_online() -> None:
 
 
 def _run_with(connection: Connection) -> None:
-    # Batch mode lets ALTER-style migrations run on SQLite (copy-and-move).
+    # Batch mode lets ALTER-style migrations run on SQLite (copy-and-move). Moving a table that
+    # other tables refer to needs SQLite's foreign-key enforcement off while it runs (it is a
+    # no-op inside a transaction, so before it); every reference is checked before the commit.
+    sqlite = connection.dialect.name == "sqlite" and not connection.in_transaction()
+    if sqlite:
+        connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+        connection.commit()  # end the transaction SQLAlchemy began, so Alembic's is its own
     context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
-    with context.begin_transaction():
-        context.run_migrations()
+    try:
+        with context.begin_transaction():
+            context.run_migrations()
+            if sqlite:
+                _check_foreign_keys(connection)
+    finally:
+        if sqlite:
+            connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+            connection.commit()
+
+
+def _check_foreign_keys(connection: Connection) -> None:
+    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+    if broken:
+        table, row, parent, _ = broken[0]
+        raise RuntimeError(
+            f"migration left {len(broken)} broken reference(s), e.g. {table} row {row} -> {parent}"
+        )
 
 
 if context.is_offline_mode():

@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from rubricsvc.cli.context import console, db_session, err_console
 from rubricsvc.cli.jobs import score_via_celery, unfinished_exit
@@ -23,7 +24,13 @@ from rubricsvc.judging.config import BUILTIN_JUDGES
 from rubricsvc.judging.failures import ResponseFailurePolicy, empty_counts
 from rubricsvc.judging.modes import mode_names
 from rubricsvc.models import Completion, JudgeConfig, Prompt, RubricVersion, Score
-from rubricsvc.scoring.judge_configs import ensure_judge_config, find_judge, load_judge_file
+from rubricsvc.scoring.judge_configs import (
+    current_judge_configs,
+    ensure_judge_config,
+    find_judge,
+    latest_judge_config,
+    load_judge_file,
+)
 from rubricsvc.scoring.options import score_options
 from rubricsvc.scoring.selection import Selection
 from rubricsvc.scoring.service import ScoredCompletion, ScoreReport, score
@@ -197,7 +204,8 @@ def scores_export(
             .join(Completion, Score.completion_id == Completion.id)
             .join(Prompt, Completion.prompt_id == Prompt.id)
             .join(RubricVersion, Score.rubric_version_id == RubricVersion.id)
-            .where(JudgeConfig.name == judge, Score.aggregation == aggregation)
+            .where(Score.judge_config_id == _judge_id(session, judge))
+            .where(Score.aggregation == aggregation)
             .order_by(Score.completion_id, Score.rubric_version_id)
         ).all()
         lines = [
@@ -231,9 +239,7 @@ def scores_export(
 def judges_list() -> None:
     """Built-in and stored judge configs."""
     with db_session() as session:
-        stored = {
-            row.name: row for row in session.scalars(select(JudgeConfig).order_by(JudgeConfig.name))
-        }
+        stored = {row.name: row for row in current_judge_configs(session)}
     rows = [
         [name, spec.backend, spec.model or "(embedded)", spec.mode, "built-in"]
         for name, spec in BUILTIN_JUDGES.items()
@@ -261,3 +267,9 @@ def judges_add(
             console.print(
                 f"judge {row.name}: {row.backend} {row.model} {row.verdict_mode} ({row.config_hash[:12]})"
             )
+
+
+def _judge_id(session: Session, name: str) -> int | None:
+    """The id of the config that answers to ``name`` (its newest), or None if none is stored."""
+    row = latest_judge_config(session, name)
+    return row.id if row is not None else None

@@ -25,7 +25,8 @@ class JudgeConfig(CreatedAtMixin, Base):
     __tablename__ = "judge_configs"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    name: Mapped[str] = mapped_column(String(200), unique=True)
+    # The newest config of a name answers to it; older ones stay for the verdicts they made.
+    name: Mapped[str] = mapped_column(String(200), index=True)
     config_hash: Mapped[str] = mapped_column(String(HASH_LENGTH), unique=True)
     backend: Mapped[str] = mapped_column(String(50))
     model: Mapped[str] = mapped_column(String(300))

@@ -142,7 +142,9 @@ def flag_constant(
 
 
 def _judge(session: Session, name: str) -> JudgeConfig:
-    judge = session.scalar(select(JudgeConfig).where(JudgeConfig.name == name))
+    # The newest config of the name: the one that answers to it (scoring/judge_configs.py).
+    newest = select(JudgeConfig).where(JudgeConfig.name == name).order_by(JudgeConfig.id.desc())
+    judge = session.scalars(newest.limit(1)).first()
     if judge is None:
         raise NotFoundError(f"no stored judgments of a judge named {name!r}")
     return judge

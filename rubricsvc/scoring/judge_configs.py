@@ -1,4 +1,10 @@
-"""Judge configs in the database: one row per distinct configuration, found by name."""
+"""Judge configs in the database: one row per distinct configuration, found by name.
+
+A name's settings never change, but what they make the judge see can, when rubricsvc changes
+(a new neutralizing step, a mode's wording): the same settings then hash differently and are
+stored as a new config of the same name, the newest answering to the name. The older rows
+stay, with the verdicts they made, which are never replayed for the new config.
+"""
 
 from __future__ import annotations
 
@@ -29,16 +35,30 @@ def to_row(spec: JudgeSpec) -> JudgeConfig:
     )
 
 
+def latest_judge_config(session: Session, name: str) -> JudgeConfig | None:
+    """The newest stored config of ``name`` (the one that answers to it), if any."""
+    query = select(JudgeConfig).where(JudgeConfig.name == name).order_by(JudgeConfig.id.desc())
+    return session.scalars(query.limit(1)).first()
+
+
+def current_judge_configs(session: Session) -> list[JudgeConfig]:
+    """The newest stored config of every name, by name."""
+    rows = session.scalars(select(JudgeConfig).order_by(JudgeConfig.name, JudgeConfig.id))
+    return list({row.name: row for row in rows}.values())
+
+
 def ensure_judge_config(session: Session, spec: JudgeSpec) -> JudgeConfig:
     """The stored row for ``spec``, created if new; a name reused for other settings is refused."""
-    row = session.scalar(select(JudgeConfig).where(JudgeConfig.name == spec.name))
+    row = latest_judge_config(session, spec.name)
     if row is not None:
-        if row.config_hash != spec.config_hash():
+        if row.config_hash == spec.config_hash():
+            return row
+        if _settings_of(row) != _settings_of_spec(spec):
             raise ConflictError(
                 f"judge {spec.name!r} is already stored with other settings (configs are never "
                 "edited): give the changed judge a new name"
             )
-        return row
+        # The same settings, which this rubricsvc hashes anew: the name's next config.
     same = session.scalar(select(JudgeConfig).where(JudgeConfig.config_hash == spec.config_hash()))
     if same is not None:
         raise ConflictError(
@@ -48,6 +68,15 @@ def ensure_judge_config(session: Session, spec: JudgeSpec) -> JudgeConfig:
     session.add(row)
     session.flush()
     return row
+
+
+def _settings_of(row: JudgeConfig) -> dict[str, object]:
+    spec: dict[str, object] = row.settings.get("spec", {})
+    return spec
+
+
+def _settings_of_spec(spec: JudgeSpec) -> dict[str, object]:
+    return spec.model_dump(mode="json")
 
 
 def stored_spec(row: JudgeConfig) -> JudgeSpec:
@@ -61,7 +90,7 @@ def find_judge(session: Session, name: str, mode: str | None = None) -> JudgeSpe
 
 
 def _named_judge(session: Session, name: str) -> JudgeSpec:
-    row = session.scalar(select(JudgeConfig).where(JudgeConfig.name == name))
+    row = latest_judge_config(session, name)
     if row is not None and "spec" in row.settings:
         return stored_spec(row)
     if name in BUILTIN_JUDGES:

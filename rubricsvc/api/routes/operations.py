@@ -5,7 +5,6 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rubricsvc.api.deps import app_state, db, require
@@ -17,7 +16,7 @@ from rubricsvc.apikeys import Scope
 from rubricsvc.db import current_revision, head_revision
 from rubricsvc.errors import first_line
 from rubricsvc.judging.config import BUILTIN_JUDGES
-from rubricsvc.models import JudgeConfig
+from rubricsvc.scoring.judge_configs import current_judge_configs
 
 router = APIRouter(tags=["operations"], route_class=CheckedRoute)
 
@@ -56,7 +55,7 @@ def metrics(state: AppState = Depends(app_state)) -> Response:
 )
 def judges(session: Session = Depends(db)) -> list[JudgeOut]:
     """The judge configs a score job or reward can name: built in, and stored."""
-    stored = list(session.scalars(select(JudgeConfig).order_by(JudgeConfig.name)))
+    stored = current_judge_configs(session)
     names = {row.name for row in stored}
     found = [
         JudgeOut(

@@ -1,0 +1,89 @@
+"""A judge stored by an earlier rubricsvc, whose same settings this rubricsvc hashes anew (a
+new neutralizing step, say), becomes the name's next config: scoring goes on under the name,
+the old config and its verdicts stay, and no old verdict is replayed for the new config.
+Changing the settings under a stored name is still refused. On SQLite and PostgreSQL.
+
+The scripted backend judges: the test is about the configs' bookkeeping.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from rubricsvc.completions import CompletionRecord, add_completions
+from rubricsvc.errors import ConflictError
+from rubricsvc.judging.backends.scripted import ScriptedBackend
+from rubricsvc.judging.config import JudgeSpec
+from rubricsvc.models import JudgeConfig, Judgment, Score
+from rubricsvc.rubrics import service as rubrics
+from rubricsvc.scoring.judge_configs import (
+    current_judge_configs,
+    ensure_judge_config,
+    find_judge,
+    to_row,
+)
+from rubricsvc.scoring.selection import Selection
+from rubricsvc.scoring.service import ScoreOptions, score
+from tests.helpers import rubric_spec
+
+JUDGE = JudgeSpec(name="versioned", backend="scripted", mode="criterion-prob")
+
+
+def _store_as_an_earlier_release(session: Session, spec: JudgeSpec) -> JudgeConfig:
+    """The row an earlier rubricsvc stored for ``spec``: the same settings, another hash."""
+    row = to_row(spec)
+    row.config_hash = "0" * 64  # what the earlier hashing made of the same settings
+    row.settings = {**row.settings, "hashed": {**row.settings["hashed"], "neutralizer": "1"}}
+    session.add(row)
+    session.flush()
+    return row
+
+
+def _seed(session: Session) -> None:
+    version = rubrics.save_rubric(session, rubric_spec("t/versions")).version
+    rubrics.approve(session, version, "tests")
+    record = CompletionRecord(prompt_external_id="t/versions-prompt", text="Sleep at ten.")
+    add_completions(session, [("tests", record)])
+
+
+def _score(session: Session, spec: JudgeSpec) -> int:
+    backend = ScriptedBackend()
+    report = score(session, spec, Selection(), ScoreOptions(), lambda: backend)
+    assert report.failed == 0
+    return report.computed
+
+
+def test_the_same_settings_hashed_anew_become_the_names_next_config(session: Session) -> None:
+    _seed(session)
+    old = _store_as_an_earlier_release(session, JUDGE)
+    stored = find_judge(session, JUDGE.name)
+    assert stored == JUDGE  # the stored settings, read back
+    assert _score(session, stored) == 3  # judged afresh by the name's new config
+
+    query = select(JudgeConfig).where(JudgeConfig.name == JUDGE.name).order_by(JudgeConfig.id)
+    first, new = session.scalars(query).all()  # exactly two configs of the name
+    assert first.id == old.id
+    assert new.config_hash == JUDGE.config_hash() != old.config_hash
+    # Every verdict and score is the new config's; the old row stays for its lineage.
+    by_config = {
+        config_id: session.scalars(
+            select(Judgment).where(Judgment.judge_config_id == config_id)
+        ).all()
+        for config_id in (old.id, new.id)
+    }
+    assert len(by_config[old.id]) == 0 and len(by_config[new.id]) == 3
+    assert {s.judge_config_id for s in session.scalars(select(Score))} == {new.id}
+    # The name answers with its newest config; lists show each name once.
+    assert ensure_judge_config(session, JUDGE).id == new.id
+    assert [r.id for r in current_judge_configs(session) if r.name == JUDGE.name] == [new.id]
+    assert _score(session, JUDGE) == 0  # a second run: all from the new config's cache
+
+
+def test_other_settings_under_a_stored_name_are_still_refused(session: Session) -> None:
+    ensure_judge_config(session, JUDGE)
+    changed = JUDGE.model_copy(update={"template": "criterion_text"})
+    changed = JudgeSpec.model_validate(changed.model_dump())
+    with pytest.raises(ConflictError, match="already stored with other settings"):
+        ensure_judge_config(session, changed)
