@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, BeforeValidator, Field
+from pydantic import BaseModel, BeforeValidator, Field, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 APP_NAME = "rubricsvc"
@@ -155,6 +156,24 @@ def _names(value: Any) -> Any:
     return value
 
 
+# Variables that moved to another group: set under the old name, they would be ignored silently.
+MOVED_VARIABLES = {
+    **{
+        f"RUBRICSVC_BROKER_{name}": f"RUBRICSVC_JOBS_{name}"
+        for name in (
+            "CHUNK_JUDGMENTS",
+            "HEARTBEAT_INTERVAL",
+            "HEARTBEAT_TIMEOUT",
+            "REQUEUE_AFTER",
+            "REAP_INTERVAL",
+            "MAX_ATTEMPTS",
+        )
+    },
+    "RUBRICSVC_BROKER_API_LIMITS": "RUBRICSVC_JUDGE_API_LIMITS",
+    "RUBRICSVC_BROKER_LIMITS_URL": "RUBRICSVC_JUDGE_LIMITS_URL",
+}
+
+
 class Settings(BaseSettings):
     """All settings of rubricsvc."""
 
@@ -169,6 +188,13 @@ class Settings(BaseSettings):
     # Modules to import at start (comma separated): they register verdict modes and the like
     # (``rubricsvc.plugins``).
     plugins: Annotated[list[str], NoDecode, BeforeValidator(_names)] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _no_moved_variables(self) -> Settings:
+        moved = sorted(old for old in MOVED_VARIABLES if old.upper() in map(str.upper, os.environ))
+        if moved:
+            raise ValueError(f"{moved[0]} is now {MOVED_VARIABLES[moved[0]]}: rename it")
+        return self
 
 
 @lru_cache(maxsize=1)

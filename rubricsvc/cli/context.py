@@ -42,7 +42,9 @@ def load_configured_plugins() -> None:
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
-        raise CliExit(f"invalid setting {where} of {err.title}: {first['msg']}") from None
+        about = f"setting {where} of {err.title}" if where else "settings"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise CliExit(f"invalid {about}: {message}") from None
     load_plugins(plugins)
 
 

@@ -63,3 +63,17 @@ def test_a_plugin_that_cannot_be_imported_is_named_in_one_line() -> None:
     message = str(raised.value)
     assert "'no_such_plugin_module'" in message and "RUBRICSVC_PLUGINS" in message
     assert "\n" not in message
+
+
+def test_a_variable_of_the_old_group_is_refused_naming_the_new_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pydantic import ValidationError
+
+    monkeypatch.setenv("RUBRICSVC_BROKER_HEARTBEAT_TIMEOUT", "5")
+    with pytest.raises(ValidationError, match="is now RUBRICSVC_JOBS_HEARTBEAT_TIMEOUT"):
+        Settings()
+    monkeypatch.delenv("RUBRICSVC_BROKER_HEARTBEAT_TIMEOUT")
+    monkeypatch.setenv("RUBRICSVC_BROKER_API_LIMITS", "{}")
+    with pytest.raises(ValidationError, match="is now RUBRICSVC_JUDGE_API_LIMITS"):
+        Settings()
