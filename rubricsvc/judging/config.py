@@ -93,6 +93,7 @@ class JudgeSpec(BaseModel):
             "model": self.model,
             "revision": self.revision,
             "mode": self.mode,
+            "mode_wording": get_mode(self.mode).wording,
             "template_sha256": self.prompt_template().sha256,
             # How judged text is neutralized shapes what the judge reads, as the template does.
             "neutralizer": neutral.VERSION,

@@ -51,6 +51,7 @@ class AllMet:
     aggregation: str | None = TOY
     decodes = False  # one forward pass
     options: frozenset[str] = frozenset()
+    wording = "1"  # the text of its question, below
 
     def plan(self, case: modes.Case) -> modes.Plan:
         key = content_hash(

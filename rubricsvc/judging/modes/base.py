@@ -184,6 +184,11 @@ class VerdictModeImpl(Protocol):
     decodes: bool  # whether sampling settings (max_tokens, temperature, seed) shape a verdict
     # JudgeSpec fields only this mode reads ("max_criteria", "likert_max"): hashed when set.
     options: frozenset[str]
+    # The version of the text the mode writes itself (questions, answer formats, how it lists
+    # criteria), hashed with the judge config as the template is: bump it whenever that text
+    # changes, so no cached verdict is replayed for another question
+    # (tests/unit/test_mode_wording.py holds the built-in modes to it).
+    wording: str
 
     def plan(self, case: Case) -> Plan:
         """The judgments ``case`` needs, each keyed by exactly the content it depends on."""

@@ -49,6 +49,7 @@ class Holistic:
     aggregation: str | None = "holistic"
     decodes = True
     options = frozenset({"likert_max"})
+    wording = "1"
 
     def plan(self, case: Case) -> Plan:
         key = keys.holistic_key(

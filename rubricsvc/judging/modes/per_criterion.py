@@ -29,6 +29,7 @@ class PerCriterionMode:
     aggregation: str | None = None
     decodes: bool = True
     options: frozenset[str] = frozenset()
+    wording: str = "1"
 
     def key(self, case: Case, criterion: RubricCriterion) -> str:
         """The cache key of ``criterion``'s judgment: the judge, criterion, prompt and response."""
