@@ -11,8 +11,7 @@ from alembic import op
 
 from migrations.immutability import create_immutability_triggers, drop_immutability_triggers
 
-revision: str = "0006"
-down_revision: str | None = "0005"
+revision, down_revision = "0006", "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -12,24 +12,20 @@ from rubricsvc.judging.modes.per_criterion import PerCriterionMode
 from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation
 
 
-def _binary_probs(key: str, result: Generation | ChoiceResult) -> dict[str, v.Verdict]:
-    return {key: v.binary_from_probs(text.probs_of(result))}
-
-
-def _ordinal_probs(
+def _from_probs(
     key: str, scores: list[int], result: Generation | ChoiceResult
 ) -> dict[str, v.Verdict]:
-    return {key: v.ordinal_from_probs(text.probs_of(result), scores)}
+    """A choice result's verdict: a level's expected score on a scale, else P(yes)."""
+    probs = text.probs_of(result)
+    return {key: v.ordinal_from_probs(probs, scores) if scores else v.binary_from_probs(probs)}
 
 
-def _binary_text(key: str, result: Generation | ChoiceResult) -> dict[str, v.Verdict]:
-    return {key: v.binary_from_text(text.text_of(result))}
-
-
-def _ordinal_text(
+def _from_text(
     key: str, scores: list[int], result: Generation | ChoiceResult
 ) -> dict[str, v.Verdict]:
-    return {key: v.ordinal_from_text(text.text_of(result), scores)}
+    """A reply's verdict line: a level on a scale, else yes or no."""
+    reply = text.text_of(result)
+    return {key: v.ordinal_from_text(reply, scores) if scores else v.binary_from_text(reply)}
 
 
 def _each_criterion(
@@ -53,13 +49,13 @@ def criterion_prob_calls(context: CallContext, items: Sequence[Item]) -> list[Ca
         if criterion.levels:
             question = f"{text.question(criterion)}\nAnswer with one number."
             choices = tuple(str(s) for s in criterion.scores)
-            parse: Parser = partial(_ordinal_probs, item.key, criterion.scores)
         else:
             question = f"{text.question(criterion)} Answer with one word: Yes or No."
             choices = v.YES_TOKENS + v.NO_TOKENS
-            parse = partial(_binary_probs, item.key)
         chat = context.template.render(**framed, question=question)
         request = ChoiceRequest(chat, choices, group=str(context.completion.id))
+        # criterion.scores is empty for a yes/no criterion
+        parse: Parser = partial(_from_probs, item.key, criterion.scores)
         return Call(request, (item.key,), parse)
 
     return _each_criterion(context, items, call)
@@ -71,13 +67,12 @@ def criterion_text_calls(context: CallContext, items: Sequence[Item]) -> list[Ca
     def call(framed: dict[str, str], item: Item, criterion: CriterionView) -> Call:
         if criterion.levels:
             verdict_format = f"VERDICT: <one of {', '.join(map(str, criterion.scores))}>"
-            parse: Parser = partial(_ordinal_text, item.key, criterion.scores)
         else:
             verdict_format = "VERDICT: YES or VERDICT: NO"
-            parse = partial(_binary_text, item.key)
         chat = context.template.render(
             **framed, question=text.question(criterion), verdict_format=verdict_format
         )
+        parse: Parser = partial(_from_text, item.key, criterion.scores)
         return Call(text.generation(context, chat), (item.key,), parse)
 
     return _each_criterion(context, items, call)
