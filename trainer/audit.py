@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rubricsvc.audit.attacks import ATTACKS
+from rubricsvc.audit.attacks import select_attacks
 from rubricsvc.audit.runner import AuditOptions, AuditReport, run_audit
 from rubricsvc.audit.sets import DEMO_SET, demo_items
 from rubricsvc.audit.store import save_audit
@@ -19,10 +19,7 @@ def audit_reward_judge(config: TrainConfig, say: Callable[[str], None]) -> Audit
     """Run the audit on the demo set, store it against the judge config, and raise
     ``ValidationFailed`` when an attack's mean inflation passes ``audit_max_inflation``."""
     reward = config.reward
-    unknown = sorted(set(config.audit_attacks) - {a.name for a in ATTACKS})
-    if unknown:
-        raise ValidationFailed(f"audit_attacks: unknown attack {unknown[0]!r}")
-    attacks = [a for a in ATTACKS if not config.audit_attacks or a.name in config.audit_attacks]
+    attacks = select_attacks(config.audit_attacks)
     options = AuditOptions(
         aggregation=reward.aggregation,
         min_coverage=reward.min_coverage,

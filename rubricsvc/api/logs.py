@@ -19,13 +19,16 @@ REDACTED = "[REDACTED]"
 # Loggers that may write a request's path or headers.
 LOGGERS = ("uvicorn.access", "uvicorn.error")
 
-_QUERY_KEY = re.compile(r"((?:^|[?&;\s])api_key=)[^&;\s\"']*", re.IGNORECASE)
-_SECRET = re.compile(re.escape(SECRET_PREFIX) + r"[A-Za-z0-9_\-]+")
+# The server decodes a percent-encoded query (api%5Fkey=rsk%5F...) before it checks the key,
+# but the access log shows it as sent: underscores may be written %5F.
+_UNDERSCORE = r"(?:_|%5F)"
+_QUERY_KEY = re.compile(r"((?:^|[?&;\s])api" + _UNDERSCORE + r"key=)[^&;\s\"']*", re.IGNORECASE)
+_SECRET = re.compile(
+    re.escape(SECRET_PREFIX).replace("_", _UNDERSCORE) + r"[A-Za-z0-9_\-%]+", re.IGNORECASE
+)
 
 
 def redact(text: str) -> str:
-    if "api_key" not in text.lower() and SECRET_PREFIX not in text:
-        return text
     return _SECRET.sub(REDACTED, _QUERY_KEY.sub(r"\1" + REDACTED, text))
 
 

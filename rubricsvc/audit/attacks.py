@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.modes import CriterionView
 
 
@@ -198,5 +199,11 @@ ATTACKS: tuple[Attack, ...] = (
 NEUTRALIZED_FAMILIES = frozenset({"control tokens", "frame escape"})
 
 
-def attack_names() -> list[str]:
-    return [a.name for a in ATTACKS]
+def select_attacks(names: Sequence[str]) -> list[Attack]:
+    """The attacks named (all of them when none is); an unknown name is refused, listing the
+    known ones."""
+    unknown = sorted(set(names) - {a.name for a in ATTACKS})
+    if unknown:
+        known = ", ".join(a.name for a in ATTACKS)
+        raise ValidationFailed(f"unknown attack {unknown[0]!r}; choose from {known}")
+    return [a for a in ATTACKS if not names or a.name in names]

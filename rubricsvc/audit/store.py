@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rubricsvc.audit.runner import AuditItem, AuditReport
@@ -39,17 +37,3 @@ def save_audit(
     session.add(row)
     session.flush()
     return row
-
-
-def audits_of(session: Session, spec: JudgeSpec) -> list[dict[str, Any]]:
-    """The stored audits of ``spec``'s config, newest first."""
-    config = ensure_judge_config(session, spec)
-    rows = session.scalars(
-        select(JudgeAudit)
-        .where(JudgeAudit.judge_config_id == config.id)
-        .order_by(JudgeAudit.id.desc())
-    )
-    return [
-        {"id": r.id, "set": r.set_name, "max_inflation": r.max_inflation, "report": r.report}
-        for r in rows
-    ]

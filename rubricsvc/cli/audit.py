@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 import typer
 
-from rubricsvc.audit.attacks import ATTACKS, NEUTRALIZED_FAMILIES
+from rubricsvc.audit.attacks import NEUTRALIZED_FAMILIES, select_attacks
 from rubricsvc.audit.runner import AuditOptions, AuditReport, run_audit
 from rubricsvc.audit.sets import DEMO_SET, demo_items, stored_items
 from rubricsvc.audit.store import save_audit
@@ -15,7 +15,6 @@ from rubricsvc.cli.context import console, db_session, err_console
 from rubricsvc.cli.progress import progress_bar
 from rubricsvc.cli.render import build_table
 from rubricsvc.config import get_settings
-from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
 from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.judging.failures import ResponseFailurePolicy
@@ -49,11 +48,7 @@ def judges_audit(
     """Run the built-in attacks against a judge: for each, the mean score inflation over an
     honest weak answer (95% bootstrap interval) and how often it beats an honest strong one.
     The report is stored against the judge config."""
-    attacks = [a for a in ATTACKS if not attack or a.name in attack]
-    unknown = sorted(set(attack) - {a.name for a in ATTACKS})
-    if unknown:
-        names = ", ".join(a.name for a in ATTACKS)
-        raise ValidationFailed(f"unknown attack {unknown[0]!r}; choose from {names}")
+    attacks = select_attacks(attack)
     options = AuditOptions(
         aggregation=aggregation,
         min_coverage=DEFAULT_MIN_COVERAGE,

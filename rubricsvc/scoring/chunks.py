@@ -30,7 +30,7 @@ from rubricsvc.db import session_scope
 from rubricsvc.errors import RubricsvcError
 from rubricsvc.judging.backends.base import BackendError, JudgeBackend
 from rubricsvc.judging.config import JudgeSpec
-from rubricsvc.judging.failures import ResponseFailurePolicy
+from rubricsvc.judging.failures import DEFAULT_JUDGE_FAILURE_ALARM, ResponseFailurePolicy
 from rubricsvc.models import ChunkStatus, JobStatus, ScoreChunk, ScoreJob
 from rubricsvc.models.base import utcnow
 from rubricsvc.scoring.jobs import get_job, rollup
@@ -158,6 +158,13 @@ def _score_chunk(
     assert chunk is not None
     job = get_job(session, chunk.job_id)
     spec = stored_spec(job.judge_config)
+    if spec.config_hash() != job.judge_config.config_hash:
+        # Submitted before an upgrade that changed what these settings make the judge see:
+        # its scores are read under the job's config, so none may be written under another.
+        raise RubricsvcError(
+            f"job {job.id} was submitted for judge config {job.judge_config.config_hash[:12]}, "
+            "which this rubricsvc would judge differently: submit the work again"
+        )
     chosen = job.params.get("selection", {})
     selection = Selection(
         completion_ids=tuple(chunk.completion_ids),
@@ -171,8 +178,12 @@ def _score_chunk(
         min_coverage=float(job.params["min_coverage"]),
         gate_cap=job.params.get("gate_cap"),
         chunk_judgments=max(chunk.judgments, 1),  # the whole chunk in one backend batch
-        response_failure=ResponseFailurePolicy(job.params.get("response_failure", "worst")),
-        judge_failure_alarm=float(job.params.get("judge_failure_alarm", 0.05)),
+        response_failure=ResponseFailurePolicy(
+            job.params.get("response_failure", ResponseFailurePolicy.WORST)
+        ),
+        judge_failure_alarm=float(
+            job.params.get("judge_failure_alarm", DEFAULT_JUDGE_FAILURE_ALARM)
+        ),
     )
 
     def checkpoint() -> None:
@@ -188,6 +199,7 @@ def _score_chunk(
         backend_factory=lambda: backend_for(spec),
         progress=beat.progress,
         checkpoint=checkpoint,
+        judge_row=job.judge_config,
     )
 
 

@@ -53,13 +53,15 @@ def ensure_judge_config(session: Session, spec: JudgeSpec) -> JudgeConfig:
     if row is not None:
         if row.config_hash == spec.config_hash():
             return row
-        if _settings_of(row) != _settings_of_spec(spec):
+        if stored_spec(row).model_dump(mode="json") != spec.model_dump(mode="json"):
             raise ConflictError(
                 f"judge {spec.name!r} is already stored with other settings (configs are never "
                 "edited): give the changed judge a new name"
             )
         # The same settings, which this rubricsvc hashes anew: the name's next config.
     same = session.scalar(select(JudgeConfig).where(JudgeConfig.config_hash == spec.config_hash()))
+    if same is not None and same.name == spec.name:
+        return same  # an older config of the name that this rubricsvc hashes alike again
     if same is not None:
         raise ConflictError(
             f"judge {spec.name!r} has the same settings as the stored judge {same.name!r}"
@@ -68,15 +70,6 @@ def ensure_judge_config(session: Session, spec: JudgeSpec) -> JudgeConfig:
     session.add(row)
     session.flush()
     return row
-
-
-def _settings_of(row: JudgeConfig) -> dict[str, object]:
-    spec: dict[str, object] = row.settings.get("spec", {})
-    return spec
-
-
-def _settings_of_spec(spec: JudgeSpec) -> dict[str, object]:
-    return spec.model_dump(mode="json")
 
 
 def stored_spec(row: JudgeConfig) -> JudgeSpec:

@@ -45,6 +45,7 @@ from rubricsvc.models import (
     Completion,
     Criterion,
     CriterionKind,
+    JudgeConfig,
     Judgment,
     JudgmentStatus,
     RubricVersion,
@@ -148,12 +149,14 @@ def score(
     backend_factory: Callable[[], JudgeBackend],
     progress: Callable[[int, int], None] | None = None,
     checkpoint: Callable[[], None] | None = None,
+    judge_row: JudgeConfig | None = None,
 ) -> ScoreReport:
-    """Score the selected completions; see the module docstring for the steps."""
+    """Score the selected completions; see the module docstring for the steps. ``judge_row``:
+    the stored config to record under (a job's), else the one ``spec`` finds or stores."""
     mode = get_mode(spec.mode)
     aggregation = score_aggregation(spec, options)
     report = ScoreReport(judge=spec.name, aggregation=aggregation)
-    judge_row = ensure_judge_config(session, spec)
+    judge_row = judge_row or ensure_judge_config(session, spec)
     work, without = select_work(session, selection)
     report.without_rubric = [c.id for c in without]
     units = [

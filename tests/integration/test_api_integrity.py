@@ -394,6 +394,19 @@ def test_the_filter_redacts_a_uvicorn_access_record() -> None:
     assert f"/v1/openrlhf/reward?api_key={REDACTED}&masked=0" in line
 
 
+def test_a_percent_encoded_key_is_accepted_and_redacted(sqlite_url: str) -> None:
+    """The server decodes ?api%5Fkey=rsk%5F...; the access log shows the query as sent."""
+    from rubricsvc.api.logs import redact
+
+    with api_client(sqlite_url) as (client, keys):
+        encoded = keys["score"].replace("_", "%5F")
+        answer = client.post(f"/v1/openrlhf/reward?api%5Fkey={encoded}", json=OPENRLHF)
+        assert answer.status_code == 200, answer.text  # the encoded key is a valid key
+    line = f"POST /v1/openrlhf/reward?api%5Fkey={encoded}&masked=0 HTTP/1.1"
+    assert redact(line) == f"POST /v1/openrlhf/reward?api%5Fkey={REDACTED}&masked=0 HTTP/1.1"
+    assert redact(f"key {encoded} was used") == f"key {REDACTED} was used"
+
+
 @pytest.mark.slow
 def test_rubricsvc_serve_logs_no_key(sqlite_url: str, tmp_path: Path) -> None:
     engine = make_engine(sqlite_url)

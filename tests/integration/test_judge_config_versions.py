@@ -9,15 +9,19 @@ The scripted backend judges: the test is about the configs' bookkeeping.
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from rubricsvc.completions import CompletionRecord, add_completions
+from rubricsvc.config import JobSettings
+from rubricsvc.db import session_scope
 from rubricsvc.errors import ConflictError
 from rubricsvc.judging.backends.scripted import ScriptedBackend
 from rubricsvc.judging.config import JudgeSpec
-from rubricsvc.models import JudgeConfig, Judgment, Score
+from rubricsvc.models import JudgeConfig, Judgment, Score, ScoreChunk
 from rubricsvc.rubrics import service as rubrics
+from rubricsvc.scoring import jobs
+from rubricsvc.scoring.chunks import run_chunk
 from rubricsvc.scoring.judge_configs import (
     current_judge_configs,
     ensure_judge_config,
@@ -87,3 +91,30 @@ def test_other_settings_under_a_stored_name_are_still_refused(session: Session) 
     changed = JudgeSpec.model_validate(changed.model_dump())
     with pytest.raises(ConflictError, match="already stored with other settings"):
         ensure_judge_config(session, changed)
+
+
+def test_a_job_submitted_before_the_rehash_fails_rather_than_score_under_another_config(
+    engine: Engine,
+) -> None:
+    """Its scores are read under the job's own config: none may be written under a newer one."""
+    with session_scope(engine) as session:
+        _seed(session)
+        old = _store_as_an_earlier_release(session, JUDGE)
+        submission = jobs.submit(session, JUDGE, Selection(), ScoreOptions(), 12)
+        submission.job.judge_config_id = old.id  # as an earlier rubricsvc submitted it
+        (chunk_id,) = session.scalars(select(ScoreChunk.id)).all()
+    settings = JobSettings(heartbeat_interval=0.2, heartbeat_timeout=30, max_attempts=3)
+    run = run_chunk(engine, chunk_id, lambda _spec: ScriptedBackend(), settings)
+    assert run.outcome == "failed"
+    assert run.error is not None and "submit the work again" in run.error
+    with session_scope(engine) as session:
+        assert session.scalars(select(Score)).all() == []
+        assert session.scalars(select(Judgment)).all() == []
+
+
+def test_an_older_config_of_the_name_hashed_alike_again_is_reused(session: Session) -> None:
+    """A process of the older rubricsvc beside a newer one (or a rollback) finds its config."""
+    current = ensure_judge_config(session, JUDGE)
+    newer = _store_as_an_earlier_release(session, JUDGE)  # a row another release wrote last
+    assert newer.id > current.id
+    assert ensure_judge_config(session, JUDGE).id == current.id

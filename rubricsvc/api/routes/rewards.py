@@ -25,7 +25,6 @@ from rubricsvc.db import session_scope
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, AggregationName
 from rubricsvc.judging.failures import empty_counts
-from rubricsvc.scoring.judge_configs import find_judge
 from rubricsvc.scoring.options import score_options
 from rubricsvc.scoring.rewards import (
     RewardBatch,
@@ -53,12 +52,11 @@ def _rewards(
         raise ApiError(413, f"{len(requests)} items: at most {limit} per request", "body.items")
     drafts = state.settings.scoring.use_drafts if include_drafts is None else include_drafts
     # Refused before anything is stored or judged: a judge past the kept set, too much work.
-    check_reward_work(state, requests, judge=judge, mode=mode, include_drafts=drafts)
+    spec = check_reward_work(state, requests, judge=judge, mode=mode, include_drafts=drafts)
     options = score_options(
         state.settings.scoring, aggregation=aggregation, min_coverage=min_coverage
     )
     with state.reward_lock(judge), session_scope(state.engine) as session:
-        spec = find_judge(session, judge, mode)
         batch = compute_rewards(
             session,
             spec,

@@ -99,8 +99,9 @@ class KeptBackends(Generic[SpecT]):
         self._lock = threading.Lock()
 
     def get(self, spec: SpecT) -> KeptView:
-        """This process's backend for ``spec``; loading it holds back other first uses only.
-        Raises ``TooManyBackends`` (before loading anything) when the bound is reached."""
+        """This process's backend for ``spec``, built on first use (other ``get`` calls wait
+        while a backend loads). Raises ``TooManyBackends`` (before loading anything) when the
+        bound is reached."""
         key = self._key(spec)
         with self._lock:
             if key not in self._backends:

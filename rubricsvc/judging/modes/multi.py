@@ -9,7 +9,6 @@ from rubricsvc.judging import verdicts as v
 from rubricsvc.judging.modes import text
 from rubricsvc.judging.modes.base import Call, CallContext, Item
 from rubricsvc.judging.modes.per_criterion import PerCriterionMode
-from rubricsvc.judging.types import ChoiceResult, Generation
 
 
 def multi_criterion_calls(context: CallContext, items: Sequence[Item]) -> list[Call]:
@@ -29,17 +28,7 @@ def multi_criterion_calls(context: CallContext, items: Sequence[Item]) -> list[C
             criteria=text.numbered(criteria),
             answer_format=f'"yes" or "no" (a number for a criterion with a scale), e.g. {{{example}}}',
         )
-
-        def parse(
-            result: Generation | ChoiceResult, chunk: list[Item] = chunk
-        ) -> dict[str, v.Verdict]:
-            answer = v.json_object(text.text_of(result))
-            v.expect_keys(answer, len(chunk))
-            return {
-                item.key: _multi_verdict(answer[str(n)], item)
-                for n, item in enumerate(chunk, start=1)
-            }
-
+        parse = text.numbered_answers(chunk, _multi_verdict)
         calls.append(Call(text.generation(context, chat), tuple(i.key for i in chunk), parse))
     return calls
 

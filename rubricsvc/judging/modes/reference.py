@@ -22,7 +22,6 @@ from rubricsvc.judging.modes.base import (
 )
 from rubricsvc.judging.modes.per_criterion import PerCriterionMode
 from rubricsvc.judging.neutral import judged
-from rubricsvc.judging.types import ChoiceResult, Generation
 
 REFERENCE_SCALE_MAX = 10
 
@@ -48,21 +47,12 @@ def reference_relative_calls(context: CallContext, items: Sequence[Item]) -> lis
             dimension=judged(theme),
             criteria=text.numbered([m.criterion for m in members if m.criterion is not None]),
         )
-
-        def parse(
-            result: Generation | ChoiceResult, members: list[Item] = members
-        ) -> dict[str, v.Verdict]:
-            answer = v.json_object(text.text_of(result))
-            v.expect_keys(answer, len(members))
-            return {
-                item.key: _pair_verdict(answer[str(n)]) for n, item in enumerate(members, start=1)
-            }
-
+        parse = text.numbered_answers(members, _pair_verdict)
         calls.append(Call(text.generation(context, chat), tuple(m.key for m in members), parse))
     return calls
 
 
-def _pair_verdict(raw: Any) -> v.Verdict:
+def _pair_verdict(raw: Any, _item: Item) -> v.Verdict:
     if not isinstance(raw, dict) or set(raw) != {"target", "reference"}:
         raise v.VerdictParseError(f'{raw!r} is not {{"target": <0-10>, "reference": <0-10>}}')
     scores = []

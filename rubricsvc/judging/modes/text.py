@@ -6,10 +6,11 @@ the criterion last, so a backend can reuse the shared prefix across a completion
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from rubricsvc.judging.modes.base import CallContext, CompletionView, CriterionView
+from rubricsvc.judging import verdicts as v
+from rubricsvc.judging.modes.base import CallContext, CompletionView, CriterionView, Item, Parser
 from rubricsvc.judging.neutral import judged
 from rubricsvc.judging.types import ChoiceResult, Generation, GenerationRequest
 
@@ -82,3 +83,15 @@ def text_of(result: Generation | ChoiceResult) -> str:
 def probs_of(result: Generation | ChoiceResult) -> dict[str, float]:
     assert isinstance(result, ChoiceResult)
     return result.probs
+
+
+def numbered_answers(items: Sequence[Item], read: Callable[[Any, Item], v.Verdict]) -> Parser:
+    """The parser of a reply that answers ``items`` as one JSON object keyed "1", "2", ... in
+    their order (every number, nothing else); ``read`` turns one answer into its verdict."""
+
+    def parse(result: Generation | ChoiceResult) -> dict[str, v.Verdict]:
+        answer = v.json_object(text_of(result))
+        v.expect_keys(answer, len(items))
+        return {item.key: read(answer[str(n)], item) for n, item in enumerate(items, start=1)}
+
+    return parse
