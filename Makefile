@@ -46,7 +46,16 @@ demo: setup
 	echo "==> rubricsvc rubrics approve (all three)"; \
 	$(BIN)/rubricsvc rubrics approve demo/sleep-advice demo/explain-recursion demo/haiku-autumn --reviewer demo; \
 	echo "==> rubricsvc score --judge embedded --mode criterion-prob (the bundled 135M model judges)"; \
-	$(BIN)/rubricsvc score --judge embedded --mode criterion-prob
+	$(BIN)/rubricsvc score --judge embedded --mode criterion-prob; \
+	echo "==> rubricsvc labels import healthbench examples/validation/healthbench-10.jsonl (10 HealthBench conversations; their grader's verdicts become labels)"; \
+	$(BIN)/rubricsvc labels import healthbench examples/validation/healthbench-10.jsonl; \
+	echo "==> rubricsvc judges evaluate --judge embedded --labels healthbench-grader (how far the bundled judge can be trusted)"; \
+	$(BIN)/rubricsvc judges evaluate --judge embedded --labels healthbench-grader
+	@echo "==> Above: the bundled 135M judge against HealthBench's grader, stored as an evaluation"
+	@echo "    (\`rubricsvc judges show embedded\`). A kappa near 0 is chance agreement; the figures on"
+	@echo "    all 100 sample conversations are in docs/validation.md. Train against a stronger judge: set base_url and model in"
+	@echo "    examples/stronger-judge.yaml (a vLLM or OpenAI-compatible URL), then"
+	@echo "    rubricsvc judges add examples/stronger-judge.yaml && rubricsvc score --judge stronger"
 	@echo "==> Demo finished. Explore it with: RUBRICSVC_DATABASE_URL=sqlite:///$(DEMO_DB) $(BIN)/rubricsvc --help"
 
 lint: $(STAMP)

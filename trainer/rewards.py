@@ -61,12 +61,17 @@ def reward_requests(
 
 
 def criterion_pass_rates(results: Sequence[RewardResult]) -> dict[str, float]:
-    """Per criterion text, the share of judged completions that met it (failed ones left out)."""
+    """Per criterion text, the share of judged completions that met it (failed ones left out).
+    The rows of modes that compare completions (pairwise: one per peer; group: one per
+    shuffled repeat) name completions and orders, not criteria: they are left out, or every
+    step would log metrics under new names."""
     met: dict[str, list[bool]] = defaultdict(list)
     for result in results:
         for criterion in result.criteria:
             value = criterion.get("value")
             if value is None or criterion.get("status") == "failed":
+                continue
+            if "peer" in criterion or "repeat" in criterion:
                 continue
             met[str(criterion.get("text", ""))].append(float(value) >= PASS_VALUE)
     return {text: sum(flags) / len(flags) for text, flags in met.items() if flags}

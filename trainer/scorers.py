@@ -66,7 +66,7 @@ class InProcessScorer:
                 spec,
                 [_with_rubric(r, self.settings.rubric) for r in requests],
                 options,
-                backends.factory(spec),
+                backends.factory,
                 source=self.settings.source,
                 include_drafts=self.settings.include_drafts,
             )
@@ -163,6 +163,7 @@ def _result_from_json(item: dict[str, Any]) -> RewardResult:
         reasons=list(item.get("reasons") or []),
         criteria=list(item.get("criteria") or []),
         failures={**empty_counts(), **(item.get("failures") or {})},
+        confidence=None if item.get("confidence") is None else float(item["confidence"]),
     )
 
 

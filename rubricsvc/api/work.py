@@ -88,8 +88,10 @@ def check_reward_work(
     """The judge of a reward request, once its model can be kept and its work is in bounds."""
     with session_scope(state.engine) as session:
         spec = find_judge(session, judge, mode)
-        state.judges.check(spec)
-        count = reward_judgments(session, requests, include_drafts)
+        judges = spec.jury_members() or [spec]  # a jury is judged by each of its members
+        for one in judges:
+            state.judges.check(one)
+        count = reward_judgments(session, requests, include_drafts) * len(judges)
     _refuse_past(
         count,
         state.settings.api.max_reward_judgments,

@@ -23,6 +23,7 @@ from functools import partial
 from typing import Any
 
 from rubricsvc.audit.attacks import ATTACKS, NEUTRALIZED_FAMILIES, Attack, Target
+from rubricsvc.errors import ValidationFailed
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.backends.base import JudgeBackend
 from rubricsvc.judging.config import JudgeSpec
@@ -128,6 +129,11 @@ def run_audit(
     progress: Progress | None = None,
 ) -> AuditReport:
     """Score the honest answers and every attack on every item; see the module docstring."""
+    if spec.jury is not None:
+        raise ValidationFailed(
+            f"judge {spec.name!r} is a jury: audit its members "
+            f"({', '.join(m.name for m in spec.jury.members)}), each a judge of its own"
+        )
     mode = get_mode(spec.mode)
     executor = CallExecutor(backend_factory, spec, mode.calls, spec.prompt_template())
     steps = 2 + len(attacks)

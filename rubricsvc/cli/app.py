@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import typer
 
-from rubricsvc.cli import admin, audit, data, importing, jobs, rubrics, scoring, serving, train
+from rubricsvc.cli import (
+    admin,
+    audit,
+    calibration,
+    data,
+    importing,
+    jobs,
+    labels,
+    rubrics,
+    scoring,
+    serving,
+    train,
+    validation,
+)
 from rubricsvc.cli.context import CliExit, fail, load_configured_plugins
 from rubricsvc.errors import RubricsvcError
 
@@ -21,10 +34,14 @@ app.add_typer(rubrics.app, name="rubrics")
 app.add_typer(data.completions_app, name="completions")
 app.add_typer(data.prompts_app, name="prompts")
 scoring.judges_app.command("audit")(audit.judges_audit)
+scoring.judges_app.command("calibrate")(calibration.judges_calibrate)
+scoring.judges_app.command("evaluate")(validation.judges_evaluate)
+scoring.judges_app.command("show")(validation.judges_show)
 app.add_typer(scoring.judges_app, name="judges")
 app.add_typer(scoring.scores_app, name="scores")
 app.command("score")(scoring.score_command)
 app.add_typer(importing.import_app, name="import")
+app.add_typer(labels.labels_app, name="labels")
 app.add_typer(jobs.jobs_app, name="jobs")
 app.command("worker")(jobs.worker_command)
 app.command("train")(train.train_command)

@@ -31,9 +31,10 @@ from rubricsvc.scoring.judge_configs import (
     latest_judge_config,
     load_judge_file,
 )
+from rubricsvc.scoring.jury import JuryScoredCompletion, score_judge
 from rubricsvc.scoring.options import score_options
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoredCompletion, ScoreReport, score
+from rubricsvc.scoring.service import ScoredCompletion, ScoreReport
 
 scores_app = typer.Typer(help="Read and export stored scores.", no_args_is_help=True)
 judges_app = typer.Typer(help="Judge configurations.", no_args_is_help=True)
@@ -106,12 +107,12 @@ def score_command(
     with backends, db_session() as session:
         spec = find_judge(session, judge, mode)
         with progress_bar("judging", enabled=not as_json) as update:
-            report = score(
+            report = score_judge(
                 session,
                 spec,
                 selection,
                 options,
-                backend_factory=backends.factory(spec),
+                backends.factory,
                 progress=update,
                 checkpoint=session.commit,
             )
@@ -144,7 +145,9 @@ def _print_report(report: ScoreReport, breakdown: bool) -> None:
     console.print(build_table(title, headers, rows, flexible="rubric", width=console.width))
     if breakdown:
         for scored in ranked:
-            if scored.criteria:
+            if isinstance(scored, JuryScoredCompletion):
+                console.print(_members_table(scored))
+            elif scored.criteria:
                 console.print(_breakdown_table(scored))
     if report.without_rubric:
         console.print(
@@ -185,6 +188,24 @@ def _breakdown_table(scored: ScoredCompletion) -> Table:
     return table
 
 
+def _members_table(scored: JuryScoredCompletion) -> Table:
+    """A jury's score: each member's, and how far apart they are."""
+    title = (
+        f"{scored.completion_external_id or scored.completion_id}: {_fmt(scored.value)} "
+        f"({scored.combine} of {len(scored.members)}, spread {_fmt(scored.spread)}, "
+        f"confidence {_fmt(scored.confidence)})"
+    )
+    if scored.reasons:
+        title += f" ({'; '.join(scored.reasons)})"
+    table = Table(title=title, title_justify="left")
+    for column in ("member", "value", "status", "config"):
+        table.add_column(column, justify="right" if column == "value" else "left")
+    for member in scored.members:
+        config = f"{member['judge']} {str(member['config_hash'])[:12]}"
+        table.add_row(str(member["member"]), _fmt(member["value"]), str(member["status"]), config)
+    return table
+
+
 @scores_app.command("export")
 def scores_export(
     judge: str = typer.Option(..., help="Judge config name."),
@@ -194,7 +215,8 @@ def scores_export(
         None, "--output", "-o", help="Write here instead of stdout."
     ),
 ) -> None:
-    """Write one line per scored completion: prompt id, completion id, score, coverage, status."""
+    """Write one line per scored completion: prompt id, completion id, score, coverage, status
+    (a jury's score also its members' values, their spread and the confidence)."""
     if output_format != "jsonl":
         raise typer.BadParameter("only --format jsonl is supported", param_hint="--format")
     with db_session() as session:
@@ -222,6 +244,7 @@ def scores_export(
                         **empty_counts(),
                         **(score_row.details or {}).get("failures", {}),
                     },
+                    **_jury_fields(score_row.details or {}),
                 },
                 ensure_ascii=False,
             )
@@ -233,6 +256,13 @@ def scores_export(
     else:
         output.write_text(text, encoding="utf-8")
         err_console.print(f"{len(lines)} score(s) written to {output}")
+
+
+def _jury_fields(details: dict[str, object]) -> dict[str, object]:
+    """A jury score's members, combination, spread and confidence (nothing for a judge's)."""
+    if "members" not in details:
+        return {}
+    return {k: details.get(k) for k in ("members", "combine", "spread", "confidence")}
 
 
 @judges_app.command("list")
@@ -260,13 +290,13 @@ def judges_add(
     file: Path = typer.Argument(..., help="YAML or JSON with one judge or a list."),
 ) -> None:
     """Store judge configs from a file (a stored config is never changed: use a new name)."""
-    specs = load_judge_file(file)
     with db_session() as session:
-        for spec in specs:
+        # A jury's members named by name are read here, so the stored jury holds them whole.
+        for spec in load_judge_file(file, session):
             row = ensure_judge_config(session, spec)
-            console.print(
-                f"judge {row.name}: {row.backend} {row.model} {row.verdict_mode} ({row.config_hash[:12]})"
-            )
+            what = f"{row.backend} {row.model}"
+            what += f" {row.verdict_mode}" if spec.jury is None else ""  # a jury's: its members'
+            console.print(f"judge {row.name}: {what} ({row.config_hash[:12]})")
 
 
 def _judge_id(session: Session, name: str) -> int | None:

@@ -28,6 +28,9 @@ completions of ``ideal_completions_data``. The files do not name the grader mode
 
 ``read_healthbench_rubrics`` reads the rubrics alone with the same mapping (``rubricsvc rubrics
 import --format healthbench``), so either import recognises the other's rubric versions.
+
+``import_healthbench_labels`` (``rubricsvc labels import healthbench``) imports the same way,
+then stores the grader's verdicts as the pointwise label set ``healthbench-grader``.
 """
 
 from __future__ import annotations
@@ -54,19 +57,23 @@ from rubricsvc.importers.common import (
     read_jsonl,
     save_imported_rubric,
 )
+from rubricsvc.importers.labelled import LabelImport
 from rubricsvc.importers.verdicts import (
     IMPORTED_JUDGE,
     score_from_verdicts,
     store_verdicts,
     verdict_row,
 )
-from rubricsvc.models import Completion, JudgeConfig, Prompt, RubricVersion
+from rubricsvc.models import Completion, JudgeConfig, LabelKind, Prompt, RubricVersion
 from rubricsvc.prompts import prompt_hash
 from rubricsvc.rubrics.schemas import Message, PromptSpec, RubricSpec
 from rubricsvc.scoring.judge_configs import ensure_judge_config
+from rubricsvc.validation.labelsets import MET, NOT_MET, LabelInput, save_label_set
 
 FILE_NAME = "judge_responses.jsonl"
 DEFAULT_SOURCE = "healthbench-graded"
+LABEL_SET = "healthbench-grader"  # the grader's verdicts as a label set (labels import healthbench)
+LABELLER = "healthbench-grader"
 
 
 class _Item(BaseModel):
@@ -153,10 +160,20 @@ class _Imported:
     completion_id: int
     source_score: float | None
     judgments: list[dict[str, Any]]
+    prompt: Prompt
+    completion: Completion
+    version: RubricVersion
+    location: str
 
 
 def import_healthbench(session: Session, path: Path, source: str | None = None) -> ImportReport:
     """Import a judge_responses.jsonl (or its folder); the caller owns the transaction."""
+    return _import_file(session, path, source)[0]
+
+
+def _import_file(
+    session: Session, path: Path, source: str | None
+) -> tuple[ImportReport, list[_Imported]]:
     file = path / FILE_NAME if path.is_dir() else path
     records = [(location, parse(_Record, location, data)) for location, data in read_jsonl(file)]
     report = ImportReport(source="healthbench", path=str(file))
@@ -168,7 +185,44 @@ def import_healthbench(session: Session, path: Path, source: str | None = None) 
     store_verdicts(session, [row for item in imported for row in item.judgments], report)
     stated = {item.completion_id: item.source_score for item in imported}
     score_from_verdicts(session, stated, "healthbench", report)
-    return report
+    return report, imported
+
+
+def import_healthbench_labels(
+    session: Session, path: Path, source: str | None = None, name: str = LABEL_SET
+) -> LabelImport:
+    """``import_healthbench``, then the grader's verdicts as the pointwise label set ``name``
+    (labeller ``healthbench-grader``): one label per (completion, criterion), exactly the
+    verdicts stored as the judge ``imported``'s judgments, so any judge can be measured
+    against the grader. Item: ``<completion external id>#<criterion number, from 1>``; tags:
+    the criterion's tags. The caller owns the transaction."""
+    report, imported = _import_file(session, path, source)
+    labels = []
+    for item in imported:
+        criteria = {criterion.id: criterion for criterion in item.version.criteria}
+        for row in item.judgments:
+            criterion = criteria[row["criterion_id"]]
+            met = row["value"] == 1.0
+            labels.append(
+                LabelInput(
+                    kind=LabelKind.POINTWISE,
+                    item=f"{item.completion.external_id}#{criterion.position + 1}",
+                    prompt=item.prompt,
+                    completion=item.completion,
+                    criterion=criterion,
+                    labeller=LABELLER,
+                    value=row["value"],
+                    verdict=MET if met else NOT_MET,
+                    tags=tuple(criterion.tags),
+                    location=item.location,
+                )
+            )
+    description = (
+        "HealthBench grader verdicts (criteria_met per rubric item), as imported for the judge "
+        "'imported'"
+    )
+    saved = save_label_set(session, name, report.path, description, labels)
+    return LabelImport(report=report, label_set=saved)
 
 
 def read_healthbench_rubrics(path: Path) -> RubricBatch:
@@ -216,7 +270,7 @@ def _import_record(
     completion_record = _completion_record(record, spec, plan, location, source)
     completion = ensure_completion(session, "prompt_response", prompt, completion_record, report)
     rows = _judgment_rows(judge, prompt, completion, version, record, plan)
-    return _Imported(completion.id, record.score, rows)
+    return _Imported(completion.id, record.score, rows, prompt, completion, version, location)
 
 
 def _bare_id(record: _Rubric) -> str:

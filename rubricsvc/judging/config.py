@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging import neutral
+from rubricsvc.judging.calibration import CALIBRATED_MODES, CalibrationMap
 from rubricsvc.judging.modes import check_mode_name, get_mode
 from rubricsvc.judging.templates import PromptTemplate, load_template
 
@@ -22,6 +23,8 @@ class VerdictMode(enum.StrEnum):
     MULTI_CRITERION = "multi-criterion"  # up to max_criteria criteria per call, JSON answer
     HOLISTIC = "holistic"  # the whole rubric, one Likert score
     REFERENCE_RELATIVE = "reference-relative"  # target vs reference report per dimension
+    PAIRWISE = "pairwise"  # two completions of a prompt, both orders, P(first better)
+    GROUP = "group"  # a prompt's group of completions scored together, shuffled repeats
 
 
 def _registered(name: str) -> str:
@@ -67,11 +70,49 @@ class JudgeSpec(BaseModel):
     seed: int | None = 0
     max_criteria: int = Field(default=8, ge=1)  # multi-criterion: criteria per call
     likert_max: int = Field(default=10, ge=2, le=10)  # holistic scale 1..likert_max
+    # Modes that compare completions of a prompt (pairwise, group): at most this many
+    # completions judged together (a larger set is split into consecutive groups) ...
+    group_size: int = Field(default=8, ge=2, le=32)
+    group_repeats: int = Field(default=2, ge=1, le=16)  # ... and group: shuffled repeats
     backend_options: dict[str, Any] = Field(default_factory=dict)
     # Retries of transient backend errors and unparseable output (not part of the hash).
     retries: int = Field(default=2, ge=0)
     retry_backoff: float = Field(default=0.5, ge=0.0)
+    # A panel of judges (``JurySpec``): its members carry every judge setting; it has none.
+    jury: JurySpec | None = None
+    # A map from the judge's probabilities to calibrated ones (``rubricsvc judges calibrate``),
+    # applied to every verdict; hashed when set, so an uncalibrated judge's hash is unchanged.
+    calibration: CalibrationMap | None = None
     _template: PromptTemplate = PrivateAttr()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _jury_has_no_judge_settings(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("jury") is None:
+            return data
+        data = dict(data)
+        if data.setdefault("backend", JURY_BACKEND) != JURY_BACKEND:
+            raise ValueError(f"a jury's backend is {JURY_BACKEND!r}: its members name theirs")
+        given = [
+            key
+            for key, value in data.items()
+            if key not in JURY_FIELDS and key in cls.model_fields and value != _default(key)
+        ]
+        if given:
+            raise ValueError(
+                f"a jury takes only name and jury (got {', '.join(given)}): its members carry "
+                "the judge settings"
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _calibrates_probabilities(self) -> JudgeSpec:
+        if self.calibration is not None and self.mode not in CALIBRATED_MODES:
+            raise ValueError(
+                f"a calibration maps probabilities, which mode {self.mode} does not give: only "
+                f"{', '.join(sorted(CALIBRATED_MODES))} judges can be calibrated"
+            )
+        return self
 
     @model_validator(mode="after")
     def _template_exists(self) -> JudgeSpec:
@@ -87,6 +128,8 @@ class JudgeSpec(BaseModel):
 
     def hashed_settings(self) -> dict[str, Any]:
         """What determines a verdict: the config hash covers exactly this."""
+        if self.jury is not None:
+            return {"backend": JURY_BACKEND, "jury": self.jury.hashed_settings()}
         options = get_mode(self.mode).options
         return {
             "backend": self.backend,
@@ -100,15 +143,22 @@ class JudgeSpec(BaseModel):
             "sampling": self.sampling(),
             "max_criteria": self.max_criteria if "max_criteria" in options else None,
             "likert_max": self.likert_max if "likert_max" in options else None,
+            **{
+                name: getattr(self, name)
+                for name in ("group_size", "group_repeats")
+                if name in options
+            },
             "backend_options": {
                 k: v
                 for k, v in sorted(self.backend_options.items())
                 if k not in OPERATIONAL_OPTIONS
             },
+            # Only when set: every config without one keeps the hash it always had.
+            **({"calibration": self.calibration.model_dump()} if self.calibration else {}),
         }
 
     def sampling(self) -> dict[str, Any]:
-        if not get_mode(self.mode).decodes:
+        if self.jury is not None or not get_mode(self.mode).decodes:
             return {}  # e.g. one forward pass: no decoding settings apply
         return {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed}
 
@@ -118,11 +168,96 @@ class JudgeSpec(BaseModel):
     def with_mode(self, mode: str) -> JudgeSpec:
         """The same judge in another mode, named ``NAME:MODE``."""
         check_mode_name(mode)  # one line listing the modes, not a validation error
+        if self.jury is not None:
+            raise ValidationFailed(
+                f"judge {self.name!r} is a jury: its members have their own modes (no --mode)"
+            )
         if mode == self.mode:
             return self
+        if self.calibration is not None:
+            raise ValidationFailed(
+                f"judge {self.name!r} is calibrated for {self.mode}: its map fits that mode's "
+                f"probabilities only (use the uncalibrated judge with --mode {mode})"
+            )
         # Validated anew (not model_copy): the other mode has another template to load.
         changed = {"mode": mode, "template": None, "name": f"{self.name}:{mode}"}
         return JudgeSpec.model_validate({**self.model_dump(), **changed})
+
+    def jury_members(self) -> list[JudgeSpec]:
+        """A jury's judges, each sample its own: named ``JURY/MEMBER`` (``JURY/MEMBER#K`` for
+        sample K of several, with seed ``seed + K``); empty for a judge that is no jury."""
+        if self.jury is None:
+            return []
+        return [
+            member.model_copy(update={"name": f"{self.name}/{member.name}{suffix}"})
+            for suffix, member in self.jury.expanded()
+        ]
+
+
+JURY_BACKEND = "jury"
+# The fields a jury may set; every other one belongs to its members.
+JURY_FIELDS = frozenset({"name", "jury", "backend"})
+JuryCombine = Literal["mean", "median", "majority"]
+
+
+def _default(field: str) -> Any:
+    return JudgeSpec.model_fields[field].get_default(call_default_factory=True)
+
+
+class JurySpec(BaseModel):
+    """A panel: several judges, and/or ``samples`` samples of each, whose scores are combined
+    (``combine``) into one; the spread (max - min) of their scores is the score's doubt."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    members: list[JudgeSpec] = Field(min_length=1)
+    samples: int = Field(default=1, ge=1)  # each member judged this often, seeds seed, seed+1, ...
+    combine: JuryCombine = "mean"  # majority: the share of members scoring at least 0.5
+    max_spread: float | None = Field(default=None, ge=0.0)  # above it: the score is masked
+
+    @model_validator(mode="after")
+    def _members_can_serve(self) -> JurySpec:
+        names = [m.name for m in self.members]
+        if len(set(names)) < len(names):
+            raise ValueError(f"jury members need distinct names (got {', '.join(names)})")
+        for member in self.members:
+            if member.jury is not None:
+                raise ValueError(f"jury member {member.name!r} is a jury itself: list its members")
+            if self.samples == 1:
+                continue
+            if not get_mode(member.mode).decodes:
+                raise ValueError(
+                    f"samples: {self.samples} of member {member.name!r} would all be the same: "
+                    f"its mode {member.mode} decodes nothing (use samples: 1)"
+                )
+            if member.temperature == 0:
+                raise ValueError(
+                    f"samples: {self.samples} of member {member.name!r} would all be the same: "
+                    "it decodes at temperature 0 (set a temperature above 0, or samples: 1)"
+                )
+        return self
+
+    def hashed_settings(self) -> dict[str, Any]:
+        return {
+            # Each sample is a judge config of its own (its seed): the jury is exactly them.
+            "members": [m.config_hash() for _, m in self.expanded()],
+            "samples": self.samples,
+            "combine": self.combine,
+            "max_spread": self.max_spread,
+        }
+
+    def expanded(self) -> list[tuple[str, JudgeSpec]]:
+        """Each member, or each of its samples (suffix ``#K``, seed ``seed + K``), in order."""
+        if self.samples == 1:
+            return [("", member) for member in self.members]
+        return [
+            (f"#{k}", member.model_copy(update={"seed": (member.seed or 0) + k}))
+            for member in self.members
+            for k in range(self.samples)
+        ]
+
+
+JudgeSpec.model_rebuild()
 
 
 BUILTIN_JUDGES: dict[str, JudgeSpec] = {

@@ -24,3 +24,21 @@ def reference_key(
 def holistic_key(judge_hash: str, rubric_hash: str, prompt_hash: str, response_hash: str) -> str:
     """The whole rubric version judged at once."""
     return content_hash(["holistic", judge_hash, rubric_hash, prompt_hash, response_hash])
+
+
+def pairwise_key(
+    judge_hash: str, rubric_hash: str, prompt_hash: str, first_hash: str, second_hash: str
+) -> str:
+    """Two responses compared under a rubric version, in the order shown (first, second): the
+    other order is another judgment."""
+    return content_hash(["pairwise", judge_hash, rubric_hash, prompt_hash, first_hash, second_hash])
+
+
+def group_key(
+    judge_hash: str, rubric_hash: str, prompt_hash: str, response_hashes: list[str], repeat: int
+) -> str:
+    """A group of responses scored together, whatever their order (the mode shuffles it per
+    repeat): the group's hashes sorted, and which repeat this is."""
+    return content_hash(
+        ["group", judge_hash, rubric_hash, prompt_hash, sorted(response_hashes), repeat]
+    )

@@ -4,6 +4,7 @@ from rubricsvc.models.apikey import ApiKey
 from rubricsvc.models.base import Base
 from rubricsvc.models.completion import Completion
 from rubricsvc.models.judging import JudgeAudit, JudgeConfig, Judgment, JudgmentStatus
+from rubricsvc.models.labels import JudgeEvaluation, Label, LabelKind, LabelSet
 from rubricsvc.models.prompt import Prompt
 from rubricsvc.models.rubric import (
     MUTABLE_VERSION_COLUMNS,
@@ -36,8 +37,12 @@ __all__ = [
     "JobStatus",
     "JudgeAudit",
     "JudgeConfig",
+    "JudgeEvaluation",
     "Judgment",
     "JudgmentStatus",
+    "Label",
+    "LabelKind",
+    "LabelSet",
     "Origin",
     "Prompt",
     "Rubric",

@@ -52,6 +52,8 @@ class Judgment(CreatedAtMixin, Base):
     # The first completion and criterion this verdict was computed for (traceability).
     completion_id: Mapped[int | None] = mapped_column(ForeignKey("completions.id"), index=True)
     criterion_id: Mapped[int | None] = mapped_column(ForeignKey("criteria.id"), index=True)
+    # A comparison's second completion (pairwise: the one shown second), for traceability.
+    other_completion_id: Mapped[int | None] = mapped_column(ForeignKey("completions.id"))
     status: Mapped[JudgmentStatus] = mapped_column(str_enum(JudgmentStatus, "judgment_status"))
     value: Mapped[float | None] = mapped_column(Float)  # in [0, 1]; None when failed
     verdict: Mapped[str | None] = mapped_column(String(100))

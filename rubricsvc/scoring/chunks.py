@@ -172,6 +172,7 @@ def _score_chunk(
         include_drafts=bool(chosen.get("include_drafts", False)),
         # The versions found at submission: the job's report reads scores under exactly these.
         version_ids=tuple(job.params.get("versions", [])),
+        pairs=tuple((int(a), int(b)) for a, b in chosen.get("pairs", [])),
     )
     options = ScoreOptions(
         aggregation=job.aggregation,

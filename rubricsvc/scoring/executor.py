@@ -8,6 +8,7 @@ who caused it decides whether a score masks it or charges it to the response.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections import defaultdict
@@ -147,6 +148,8 @@ class CallExecutor:
             verdicts = call.parse(response)
         except VerdictParseError as err:
             return _Failure(f"unparseable judge output: {err}", True, FailureClass.JUDGE, raw=raw)
+        if self.spec.calibration is not None:
+            verdicts = {key: self._calibrated(verdict) for key, verdict in verdicts.items()}
         completion_tokens = response.completion_tokens if isinstance(response, Generation) else 0
         share = 1 / len(call.keys)
         for key in call.keys:
@@ -161,6 +164,16 @@ class CallExecutor:
                 latency_ms=latency_ms * share,
             )
         return None
+
+    def _calibrated(self, verdict: Verdict) -> Verdict:
+        """The verdict with the judge's calibration map applied to its value; its label stays
+        as the judge gave it, and its own value is kept in the detail (``uncalibrated``)."""
+        assert self.spec.calibration is not None
+        return dataclasses.replace(
+            verdict,
+            value=self.spec.calibration.apply(verdict.value),
+            detail={**verdict.detail, "uncalibrated": verdict.value},
+        )
 
     def _send(self, calls: Sequence[Call]) -> list[tuple[BackendResponse, float]]:
         """One batch per primitive; responses (and latency per call) in the order of ``calls``."""

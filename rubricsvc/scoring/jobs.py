@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.batching import batches
 from rubricsvc.db import insert_for
-from rubricsvc.errors import ConflictError, NotFoundError
+from rubricsvc.errors import ConflictError, NotFoundError, ValidationFailed
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.failures import empty_counts
@@ -111,6 +111,11 @@ def submit(
     chunk_judgments: int,
 ) -> Submission:
     """The job for this work: found if submitted before (resumed if it failed), else created."""
+    if spec.jury is not None:  # one queue per judge, and workers load one judge's backend
+        raise ValidationFailed(
+            f"judge {spec.name!r} is a jury, which score jobs do not run: score it in process "
+            "(rubricsvc score --via inprocess, or the reward endpoints)"
+        )
     judge_row = ensure_judge_config(session, spec)
     aggregation = score_aggregation(spec, options)
     work, without = select_work(session, selection)
@@ -125,6 +130,8 @@ def submit(
             "gate_cap": options.gate_cap,
             "response_failure": options.response_failure.value,
             "work": sorted((c, v.id) for c, vs in versions_of.items() for v in vs),
+            # Compared pairs change what is judged (absent, as before pairs existed, if none).
+            **({"pairs": sorted(map(list, selection.pairs))} if selection.pairs else {}),
         }
     )
     existing = _job_by_key(session, key)
@@ -151,7 +158,9 @@ def submit(
         )
         if job_id is not None:
             job = get_job(session, job_id)
-            chunks = _add_chunks(session, job, _plan_chunks(spec, versions_of, chunk_judgments))
+            prompt_of = {c.id: c.prompt_id for c, _ in work}
+            plan = _plan_chunks(spec, versions_of, chunk_judgments, prompt_of)
+            chunks = _add_chunks(session, job, plan)
             return Submission(job, True, {spec.name: [c.id for c in chunks]} if chunks else {})
         existing = _job_by_key(session, key)  # a concurrent identical submission stored it
         assert existing is not None
@@ -209,15 +218,25 @@ def _planned_judgments(spec: JudgeSpec, version: RubricVersion) -> int:
 
 
 def _plan_chunks(
-    spec: JudgeSpec, versions_of: dict[int, list[RubricVersion]], size: int
+    spec: JudgeSpec,
+    versions_of: dict[int, list[RubricVersion]],
+    size: int,
+    prompt_of: dict[int, int],
 ) -> list[tuple[list[int], int]]:
-    """Whole completions, in id order, grouped until a group holds ``size`` judgments."""
+    """Whole completions, in id order, grouped until a group holds ``size`` judgments. A mode
+    that compares completions sees only its chunk's, so a prompt's completions (in prompt
+    order) then stay in one chunk."""
+    compares = get_mode(spec.mode).compares
+    order = sorted(versions_of, key=lambda c: (prompt_of[c], c) if compares else (0, c))
     chunks: list[tuple[list[int], int]] = []
     ids: list[int] = []
     count = 0
-    for completion_id in sorted(versions_of):
+    for index, completion_id in enumerate(order):
         ids.append(completion_id)
         count += sum(_planned_judgments(spec, v) for v in versions_of[completion_id])
+        following = order[index + 1] if index + 1 < len(order) else None
+        if compares and following is not None and prompt_of[following] == prompt_of[completion_id]:
+            continue  # the rest of the prompt's group first
         if count >= size:
             chunks.append((ids, count))
             ids, count = [], 0

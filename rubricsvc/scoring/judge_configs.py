@@ -9,30 +9,54 @@ stay, with the verdicts they made, which are never replayed for the new config.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from rubricsvc.errors import ConflictError, NotFoundError, ValidationFailed
+from rubricsvc.errors import ConflictError, NotFoundError, RubricsvcError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error, read_records
-from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec
+from rubricsvc.judging.config import BUILTIN_JUDGES, JURY_BACKEND, JudgeSpec
 from rubricsvc.models import JudgeConfig
 
 
-def to_row(spec: JudgeSpec) -> JudgeConfig:
+def to_row(spec: JudgeSpec, origin: dict[str, Any] | None = None) -> JudgeConfig:
+    """The row of ``spec``; ``origin`` (how the config was made, e.g. a calibration's figures)
+    is kept beside the spec, outside the hash."""
     settings = spec.hashed_settings()
     return JudgeConfig(
         name=spec.name,
         config_hash=spec.config_hash(),
         backend=spec.backend,
-        model=spec.model or "(embedded)",
+        model=_model_label(spec)[:300],
         revision=spec.revision,
-        template_hash=settings["template_sha256"],
-        verdict_mode=spec.mode,
-        sampling=settings["sampling"],
-        settings={"spec": spec.model_dump(mode="json"), "hashed": settings},
+        template_hash=settings.get("template_sha256"),
+        verdict_mode=JURY_BACKEND if spec.jury is not None else spec.mode,
+        sampling=settings.get("sampling", {}),
+        settings={
+            "spec": spec.model_dump(mode="json"),
+            "hashed": settings,
+            **({"origin": origin} if origin is not None else {}),
+        },
     )
+
+
+def _model_label(spec: JudgeSpec) -> str:
+    """What ``judges list`` shows as the model: a jury's members, combination and samples."""
+    if spec.jury is None:
+        return spec.model or "(embedded)"
+    jury = spec.jury
+    samples = f" x {jury.samples} samples" if jury.samples > 1 else ""
+    return f"{jury.combine} of {', '.join(m.name for m in jury.members)}{samples}"
+
+
+def member_config(session: Session, spec: JudgeSpec) -> JudgeConfig:
+    """The stored config of a jury member: the config of the same settings if one is stored,
+    whatever its name (its verdicts are the member's: the cache keys are the same), else the
+    member stored under its own name (``JURY/MEMBER``)."""
+    same = session.scalar(select(JudgeConfig).where(JudgeConfig.config_hash == spec.config_hash()))
+    return same if same is not None else ensure_judge_config(session, spec)
 
 
 def latest_judge_config(session: Session, name: str) -> JudgeConfig | None:
@@ -47,8 +71,11 @@ def current_judge_configs(session: Session) -> list[JudgeConfig]:
     return list({row.name: row for row in rows}.values())
 
 
-def ensure_judge_config(session: Session, spec: JudgeSpec) -> JudgeConfig:
-    """The stored row for ``spec``, created if new; a name reused for other settings is refused."""
+def ensure_judge_config(
+    session: Session, spec: JudgeSpec, origin: dict[str, Any] | None = None
+) -> JudgeConfig:
+    """The stored row for ``spec``, created if new (with ``origin``, see ``to_row``); a name
+    reused for other settings is refused."""
     row = latest_judge_config(session, spec.name)
     if row is not None:
         if row.config_hash == spec.config_hash():
@@ -66,7 +93,7 @@ def ensure_judge_config(session: Session, spec: JudgeSpec) -> JudgeConfig:
         raise ConflictError(
             f"judge {spec.name!r} has the same settings as the stored judge {same.name!r}"
         )
-    row = to_row(spec)
+    row = to_row(spec, origin)
     session.add(row)
     session.flush()
     return row
@@ -92,13 +119,42 @@ def _named_judge(session: Session, name: str) -> JudgeSpec:
     raise NotFoundError(f"no judge named {name!r}; known judges: {', '.join(known)}")
 
 
-def load_judge_file(path: Path) -> list[JudgeSpec]:
-    specs = []
+def load_judge_file(path: Path, session: Session | None = None) -> list[JudgeSpec]:
+    """The judges of a YAML or JSON file. A jury may name its members (``members: [embedded,
+    other]``): each name is the judge it names when the file is read (stored, built in, or
+    earlier in the file), given as its settings, so the stored jury holds its members whole;
+    naming needs ``session``."""
+    specs: list[JudgeSpec] = []
     for location, data in read_records(path):
         items = data.get("judges", data) if isinstance(data, dict) else data
         for item in items if isinstance(items, list) else [items]:
             try:
+                item = _members_by_name(session, item, {s.name: s for s in specs})
                 specs.append(JudgeSpec.model_validate(item))
             except ValidationError as err:
                 raise ValidationFailed(f"{location}: {describe_validation_error(err)}") from None
+            except RubricsvcError as err:
+                raise ValidationFailed(f"{location}: {err}") from None
     return specs
+
+
+def _members_by_name(session: Session | None, item: Any, earlier: dict[str, JudgeSpec]) -> Any:
+    """``item`` with its jury's members given by name replaced by those judges' settings."""
+    if not isinstance(item, dict) or not isinstance(item.get("jury"), dict):
+        return item
+    members = item["jury"].get("members")
+    if not isinstance(members, list) or not any(isinstance(m, str) for m in members):
+        return item
+    resolved = []
+    for member in members:
+        if not isinstance(member, str):
+            resolved.append(member)
+            continue
+        if member in earlier:
+            spec = earlier[member]
+        elif session is None:
+            raise ValidationFailed(f"jury member {member!r} is named: naming needs the database")
+        else:
+            spec = find_judge(session, member)
+        resolved.append(spec.model_dump(mode="json"))
+    return {**item, "jury": {**item["jury"], "members": resolved}}

@@ -11,7 +11,7 @@ trainer must have a number for every sample, ``fill_masked`` gives one that move
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import Any
@@ -22,13 +22,13 @@ from sqlalchemy.orm import Session
 from rubricsvc.batching import batches
 from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.hashing import content_hash
-from rubricsvc.judging.backends.base import JudgeBackend
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.failures import empty_counts
 from rubricsvc.models import Completion, Prompt
 from rubricsvc.prompts import prompt_hash
+from rubricsvc.scoring.jury import BackendFactories, score_judge
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import JudgingTally, ScoredCompletion, ScoreOptions, score
+from rubricsvc.scoring.service import JudgingTally, ScoredCompletion, ScoreOptions
 
 DEFAULT_SOURCE = "rewards"
 Messages = list[dict[str, Any]]
@@ -58,6 +58,8 @@ class RewardResult:
     criteria: list[dict[str, Any]] = field(default_factory=list)
     # Failed judgments behind this reward, by who caused them (infrastructure, judge, response).
     failures: dict[str, int] = field(default_factory=empty_counts)
+    # A jury's: 1 - the spread of its members' scores (None for a single judge), to weight by.
+    confidence: float | None = None
 
 
 @dataclass(kw_only=True)
@@ -77,12 +79,13 @@ def compute_rewards(
     spec: JudgeSpec,
     requests: Sequence[RewardRequest],
     options: ScoreOptions,
-    backend_factory: Callable[[], JudgeBackend],
+    backends: BackendFactories,
     *,
     source: str = DEFAULT_SOURCE,
     include_drafts: bool = False,
 ) -> RewardBatch:
-    """Score each pair against its prompt's rubric; raises NotFoundError for an unknown prompt."""
+    """Score each pair against its prompt's rubric; raises NotFoundError for an unknown prompt.
+    ``backends``: the process's ``BackendProvider.factory`` (a jury's members have their own)."""
     prompts = find_prompts(session, requests)
     completions = store_completions(session, requests, prompts, source)
     batch = RewardBatch(
@@ -101,7 +104,7 @@ def compute_rewards(
             rubric_ref=rubric,
             include_drafts=include_drafts,
         )
-        report = score(session, spec, selection, options, backend_factory)
+        report = score_judge(session, spec, selection, options, backends)
         batch.aggregation = report.aggregation
         batch.add(report)
         for entry in report.scores:
@@ -204,6 +207,7 @@ def reward_result(completion_id: int, scores: Sequence[ScoredCompletion]) -> Rew
         entry.reasons,
         entry.criteria,
         entry.failures,
+        getattr(entry, "confidence", None),
     )
 
 

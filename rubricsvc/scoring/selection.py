@@ -23,6 +23,9 @@ class Selection:
     # Exactly these versions (each for the completions of its prompt, a shared one for all):
     # a job pins what it found at submission, so a version approved mid-job changes nothing.
     version_ids: tuple[int, ...] = ()
+    # Modes that compare completions: compare exactly these (completion id, completion id)
+    # pairs (labelled pairs under evaluation) instead of every selected completion of a prompt.
+    pairs: tuple[tuple[int, int], ...] = ()
 
 
 def _completions(session: Session, selection: Selection) -> list[Completion]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
 from rubricsvc.judging.backends.base import JudgeBackend
 from rubricsvc.judging.config import JudgeSpec
@@ -35,6 +36,7 @@ from rubricsvc.judging.modes import (
     Case,
     CompletionView,
     CriterionView,
+    Item,
     Plan,
     RubricCriterion,
     Ruling,
@@ -153,14 +155,18 @@ def score(
 ) -> ScoreReport:
     """Score the selected completions; see the module docstring for the steps. ``judge_row``:
     the stored config to record under (a job's), else the one ``spec`` finds or stores."""
+    if spec.jury is not None:  # a panel has no backend of its own: ``scoring.jury`` scores it
+        raise ValidationFailed(f"judge {spec.name!r} is a jury: score it with its members")
     mode = get_mode(spec.mode)
     aggregation = score_aggregation(spec, options)
     report = ScoreReport(judge=spec.name, aggregation=aggregation)
     judge_row = judge_row or ensure_judge_config(session, spec)
     work, without = select_work(session, selection)
     report.without_rubric = [c.id for c in without]
+    peers = comparison_groups(work, spec.group_size, selection.pairs) if mode.compares else {}
     units = [
-        _unit(mode, judge_row.config_hash, completion, version) for completion, version in work
+        _unit(mode, spec, judge_row.config_hash, completion, version, peers)
+        for completion, version in work
     ]
     report.judgments = sum(len(u.plan.items) for u in units)
 
@@ -173,10 +179,7 @@ def score(
         progress(done, report.judgments)
     try:
         for chunk in _chunks(units, cached, options.chunk_judgments):
-            todo = [
-                (u.case.completion, [i for i in u.plan.items if i.key not in cached]) for u in chunk
-            ]
-            results = executor.run([(view, items) for view, items in todo if items])
+            results = executor.run(_uncached(chunk, cached))
             fresh = _store_results(session, judge_row.id, chunk, results)
             cached.update({k: j for k, j in fresh.items() if _settled(j)})
             judged = fresh | cached  # fresh failures too, so the breakdown can show their errors
@@ -225,19 +228,90 @@ def judge_failure_alarms(report: ScoreReport, threshold: float) -> list[str]:
     ]
 
 
+def _uncached(
+    chunk: Sequence[_Unit], cached: dict[str, Judgment]
+) -> list[tuple[CompletionView, list[Item]]]:
+    """Each unit's judgments still to make, each key once: the members of a compared group
+    plan the same judgments, which the first of them asks for."""
+    asked: set[str] = set()
+    todo = []
+    for unit in chunk:
+        items = [i for i in unit.plan.items if i.key not in cached and i.key not in asked]
+        asked.update(i.key for i in items)
+        if items:
+            todo.append((unit.case.completion, items))
+    return todo
+
+
+def completion_view(completion: Completion) -> CompletionView:
+    """A stored completion as a verdict mode reads it."""
+    prompt = completion.prompt
+    return CompletionView(
+        completion.id,
+        prompt.messages,
+        completion.text,
+        prompt.reference_answer,
+        completion.content_hash,
+    )
+
+
+def comparison_groups(
+    work: Sequence[tuple[Completion, RubricVersion]],
+    group_size: int,
+    pairs: Sequence[tuple[int, int]] = (),
+) -> dict[tuple[int, int], tuple[Completion, ...]]:
+    """For modes that compare: each (completion id, version id)'s peers. Without ``pairs``, the
+    selected completions of one prompt under one version, in id order, split into consecutive
+    groups of at most ``group_size``; with ``pairs``, exactly each completion's partners in
+    them (a labelled pair is judged as a pair, whatever else its prompt has)."""
+    by_group: dict[tuple[int, int], list[Completion]] = {}
+    for completion, version in sorted(work, key=lambda cv: (cv[1].id, cv[0].id)):
+        by_group.setdefault((completion.prompt_id, version.id), []).append(completion)
+    peers: dict[tuple[int, int], tuple[Completion, ...]] = {}
+    if pairs:
+        partners: dict[int, set[int]] = {}
+        for first, second in pairs:
+            partners.setdefault(first, set()).add(second)
+            partners.setdefault(second, set()).add(first)
+        for (_, version_id), members in by_group.items():
+            for c in members:
+                mates = partners.get(c.id, set())
+                peers[(c.id, version_id)] = tuple(m for m in members if m.id in mates)
+        return peers
+    for (_, version_id), members in by_group.items():
+        for start in range(0, len(members), group_size):
+            group = members[start : start + group_size]
+            for c in group:
+                peers[(c.id, version_id)] = tuple(m for m in group if m.id != c.id)
+    return peers
+
+
+def case_plan(
+    spec: JudgeSpec, judge_hash: str, completion: Completion, version: RubricVersion
+) -> Plan:
+    """The judgments ``spec``'s mode plans for one completion under one version (no peers)."""
+    return _unit(get_mode(spec.mode), spec, judge_hash, completion, version, {}).plan
+
+
 def _unit(
-    mode: VerdictModeImpl, judge_hash: str, completion: Completion, version: RubricVersion
+    mode: VerdictModeImpl,
+    spec: JudgeSpec,
+    judge_hash: str,
+    completion: Completion,
+    version: RubricVersion,
+    peers: dict[tuple[int, int], tuple[Completion, ...]],
 ) -> _Unit:
     prompt = completion.prompt
-    view = CompletionView(completion.id, prompt.messages, completion.text, prompt.reference_answer)
     case = Case(
-        view,
+        completion_view(completion),
         tuple(rubric_criterion(c) for c in version.criteria),
         judge_hash,
         version.content_hash,
         prompt.content_hash,
         completion.content_hash,
         version.dimension_weights,
+        peers=tuple(completion_view(p) for p in peers.get((completion.id, version.id), ())),
+        spec=spec,
     )
     return _Unit(completion, version, case, mode.plan(case))
 
@@ -271,15 +345,13 @@ def _chunks(units: Sequence[_Unit], cached: dict[str, Judgment], size: int) -> l
 def _store_results(
     session: Session, judge_id: int, chunk: Sequence[_Unit], results: dict[str, JudgeResult]
 ) -> dict[str, Judgment]:
-    origin: dict[str, tuple[int, int | None]] = {}
+    origin: dict[str, tuple[int, int | None, int | None]] = {}
     for unit in chunk:
         for item in unit.plan.items:
-            origin.setdefault(
-                item.key, (unit.completion.id, item.criterion.id if item.criterion else None)
-            )
+            origin.setdefault(item.key, _origin(unit, item))
     rows = []
     for key, result in results.items():
-        completion_id, criterion_id = origin[key]
+        completion_id, criterion_id, other_id = origin[key]
         verdict = result.verdict
         rows.append(
             {
@@ -287,6 +359,7 @@ def _store_results(
                 "judge_config_id": judge_id,
                 "completion_id": completion_id,
                 "criterion_id": criterion_id,
+                "other_completion_id": other_id,
                 "status": JudgmentStatus.OK if verdict else JudgmentStatus.FAILED,
                 "value": verdict.value if verdict else None,
                 "verdict": verdict.label if verdict else None,
@@ -303,6 +376,16 @@ def _store_results(
         )
     save_judgments(session, rows)
     return judgments_by_key(session, results)
+
+
+def _origin(unit: _Unit, item: Item) -> tuple[int, int | None, int | None]:
+    """The completion, criterion and (for a pair) second completion a judgment is stored with:
+    a comparison is stored with the completions it shows, in the order shown."""
+    criterion_id = item.criterion.id if item.criterion else None
+    if item.responses:
+        other = item.responses[1].id if len(item.responses) == 2 else None
+        return item.responses[0].id, criterion_id, other
+    return unit.completion.id, criterion_id, None
 
 
 def _score_unit(

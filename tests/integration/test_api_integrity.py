@@ -621,7 +621,7 @@ def test_a_huge_dimension_weight_is_422_naming_it(sqlite_url: str) -> None:
 
 UNKNOWN_NAMES = [
     ("/v1/rewards", {"json": {"items": [ITEM], "aggregation": "mean"}}, "body.aggregation"),
-    ("/v1/rewards", {"json": {"items": [ITEM], "mode": "pairwise"}}, "body.mode"),
+    ("/v1/rewards", {"json": {"items": [ITEM], "mode": "ranking"}}, "body.mode"),
     ("/v1/score-jobs", {"json": {"prompt_ids": [SEA], "aggregation": "mean"}}, "body.aggregation"),
     (
         "/v1/openrlhf/reward",

@@ -52,6 +52,7 @@ class AllMet:
     decodes = False  # one forward pass
     options: frozenset[str] = frozenset()
     wording = "1"  # the text of its question, below
+    compares = False
 
     def plan(self, case: modes.Case) -> modes.Plan:
         key = content_hash(

@@ -81,3 +81,66 @@ def test_rewards_scored_by_celery_workers(
         tokens = conn.scalars(select(ScoreChunk.worker)).all()
     engine.dispose()
     assert tokens and {int(str(t).split(":")[1]) for t in tokens} == {worker.pid}
+
+
+GROUP_SCRIPT = """
+import json, sys
+from trainer.config import ScorerSettings
+from trainer.rewards import RubricReward
+from tests.integration.test_trainer_rewards import group_step
+settings = ScorerSettings(via="celery", judge="embedded", mode="group", database_url=sys.argv[1],
+                          timeout=600)
+reward = RubricReward(settings)
+rewards = reward(**group_step())
+results = reward.last_results
+print(json.dumps({"rewards": rewards, "status": [r.status for r in results],
+                  "ids": [r.completion_id for r in results]}))
+"""
+
+
+@pytest.mark.model
+def test_group_mode_rewards_scored_by_celery_workers(
+    make_postgres_database: Callable[[], str], tmp_path: Path
+) -> None:
+    """`mode: group` through Celery: each prompt's completions stay in one chunk (chunks here
+    hold 2 planned judgments, a completion's share of a group), so a worker sees the group."""
+    from rubricsvc.judging.config import BUILTIN_JUDGES
+    from tests.integration.test_trainer_rewards import CALM, check_group_rewards
+    from tests.workers_harness import require_embedded_model
+
+    require(redis_unavailable())
+    require_embedded_model()
+    url = make_postgres_database()
+    db.upgrade(url)
+    seed(url, JUDGED, CALM)
+    engine = make_engine(url)
+    with session_scope(engine) as session:  # so the worker finds the judge by name at start
+        ensure_judge_config(session, BUILTIN_JUDGES["embedded"].with_mode("group"))
+    engine.dispose()
+    cluster = Cluster(url, REDIS_URL, tmp_path, extra_env={"RUBRICSVC_JOBS_CHUNK_JUDGMENTS": "2"})
+    try:
+        worker = cluster.start_worker("embedded:group").wait_ready(timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-c", GROUP_SCRIPT, url],
+            env=cluster.env(),
+            capture_output=True,
+            text=True,
+            timeout=900,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+    finally:
+        cluster.stop()
+        clean_redis(cluster.broker_url, cluster.prefix)
+    assert out["status"] == ["ok"] * 8
+    check_group_rewards(url, out["ids"], out["rewards"])
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        chunks = conn.execute(select(ScoreChunk.completion_ids, ScoreChunk.worker)).all()
+    engine.dispose()
+    # One chunk per prompt, each the prompt's four completions, run by the worker.
+    assert sorted(sorted(ids) for ids, _ in chunks) == sorted(
+        [sorted(out["ids"][:4]), sorted(out["ids"][4:])]
+    )
+    assert {int(str(token).split(":")[1]) for _, token in chunks} == {worker.pid}

@@ -201,3 +201,63 @@ def initial_parameters(model_dir: Path) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     return dict(AutoModelForCausalLM.from_pretrained(str(model_dir)).named_parameters())
+
+
+def test_rubricsvc_train_rewards_a_step_with_group_mode(sqlite_url: str, tmp_path: Path) -> None:
+    """One config line, `mode: group`: each step's generations of a prompt are judged as one
+    group, and TRL gets the group's scores as rewards."""
+    require_module("trl", "trainer")
+    from sqlalchemy import select
+
+    from rubricsvc.judging.config import JudgeSpec
+    from rubricsvc.models import Completion, JudgeConfig, Judgment, Score
+    from tests.helpers import read_database
+
+    model_dir = prepared_model_dir()
+    seed(sqlite_url, GREETING)
+    config = {
+        "name": "group",
+        "policy": str(model_dir),
+        "prompts": ["grpo-greet"],
+        "reward": {"judge": "embedded", "mode": "group"},
+        "grpo": {
+            "num_generations": 4,
+            "per_device_train_batch_size": 4,
+            "max_completion_length": 8,
+            "max_steps": 1,
+        },
+        "output_dir": str(tmp_path / "runs"),
+        "threads": 1,
+    }
+    config_file = tmp_path / "train.yaml"
+    config_file.write_text(yaml.safe_dump(config), encoding="utf-8")
+    result = run_cli("train", str(config_file), database_url=sqlite_url, timeout=1500)
+    assert result.code == 0, result.stderr[-3000:]
+
+    run = tmp_path / "runs" / "group"
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 4 and all(s["step"] == 1 for s in samples)
+
+    def read(session: Any) -> tuple[dict[str, int], dict[int, float | None], list[list[int]]]:
+        judge = session.scalars(
+            select(JudgeConfig).where(JudgeConfig.name == "embedded:group")
+        ).one()
+        ids = {c.text: c.id for c in session.scalars(select(Completion))}
+        scores = session.scalars(select(Score).where(Score.judge_config_id == judge.id)).all()
+        judgments = session.scalars(
+            select(Judgment).where(Judgment.judge_config_id == judge.id)
+        ).all()
+        return (
+            ids,
+            {s.completion_id: s.value for s in scores},
+            [j.detail["order"] for j in judgments],
+        )
+
+    ids, scores, orders = read_database(sqlite_url, read)
+    step = sorted({ids[s["completion"]] for s in samples})  # identical generations: one row
+    assert [s["reward"] for s in samples] == [
+        pytest.approx(scores[ids[s["completion"]]]) for s in samples
+    ]
+    assert all(s["status"] == "ok" for s in samples)
+    repeats = JudgeSpec.model_fields["group_repeats"].default
+    assert [sorted(order) for order in orders] == [step] * repeats  # the step's group, together

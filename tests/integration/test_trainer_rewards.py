@@ -265,3 +265,88 @@ def test_an_unreachable_api_is_one_clear_error_after_the_retries(database: str) 
     message = str(raised.value)
     assert message.startswith(f"POST {base_url}/v1/rewards: ConnectError")
     assert "\n" not in message
+
+
+# --- group mode: each prompt's completions of a step are judged together --------------------
+
+CALM: dict[str, Any] = {
+    "name": "tr/calm",
+    "prompt": {"external_id": "tr-calm", "text": "Describe a calm morning."},
+    "criteria": [{"text": "Mentions the light", "weight": 1}],
+}
+# A GRPO step as TRL hands it over: 2 prompts x 4 generations, each prompt's together.
+GROUP_STEP: dict[str, list[str]] = {
+    "tr-judged": [
+        "The wind howls and rain lashes the windows.",
+        "Thunder rolls over the hills.",
+        "A storm.",
+        "Black clouds, bent trees and a roaring gale.",
+    ],
+    "tr-calm": [
+        "Soft light spills over a still lake.",
+        "Birds sing while the kettle warms.",
+        "Morning.",
+        "Golden sunlight and quiet streets.",
+    ],
+}
+
+
+def group_step() -> dict[str, Any]:
+    """TRL's reward arguments for ``GROUP_STEP``: the messages, completions and prompt ids."""
+    texts = {"tr-judged": JUDGED["prompt"]["text"], "tr-calm": CALM["prompt"]["text"]}
+    rows = [(pid, text) for pid, completions in GROUP_STEP.items() for text in completions]
+    return {
+        "prompts": [[{"role": "user", "content": texts[pid]}] for pid, _ in rows],
+        "completions": [[{"role": "assistant", "content": text}] for _, text in rows],
+        "prompt_id": [pid for pid, _ in rows],
+    }
+
+
+def check_group_rewards(
+    database_url: str, completion_ids: list[int | None], rewards: list[float | None]
+) -> None:
+    """The rewards are the stored group scores, and each prompt's 4 completions of the step
+    were judged together: every stored group judgment shows exactly one prompt's four."""
+    from sqlalchemy import select
+
+    from rubricsvc.models import JudgeConfig, Judgment, Score
+    from tests.helpers import read_database
+
+    def read(session: Any) -> tuple[dict[int, float | None], list[list[int]]]:
+        judge = session.scalars(
+            select(JudgeConfig).where(JudgeConfig.name == "embedded:group")
+        ).one()
+        scores = session.scalars(select(Score).where(Score.judge_config_id == judge.id)).all()
+        judgments = session.scalars(
+            select(Judgment).where(Judgment.judge_config_id == judge.id)
+        ).all()
+        return {s.completion_id: s.value for s in scores}, [j.detail["order"] for j in judgments]
+
+    scores, orders = read_database(database_url, read)
+    assert len(set(completion_ids)) == 8 and None not in completion_ids
+    assert rewards == [pytest.approx(scores[c]) for c in completion_ids]  # type: ignore[index]
+    repeats = JudgeSpec.model_fields["group_repeats"].default
+    groups = [sorted(completion_ids[:4]), sorted(completion_ids[4:])]  # type: ignore[type-var]
+    assert sorted(sorted(order) for order in orders) == sorted(groups * repeats)
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_group_mode_judges_each_prompts_completions_of_a_step_together(sqlite_url: str) -> None:
+    from tests.requirements import prepared_model_dir
+
+    require_module("transformers", "transformers")
+    prepared_model_dir()
+    seed(sqlite_url, JUDGED, CALM)
+    logged: dict[str, list[float]] = {}
+    # The one line: `mode: group` under `reward:` in a training config.
+    reward = RubricReward(ScorerSettings(database_url=sqlite_url, mode="group"))
+    rewards = reward(
+        **group_step(),
+        log_metric=lambda name, value: logged.setdefault(name, []).append(value),
+    )
+    assert all(r.status == "ok" for r in reward.last_results)
+    check_group_rewards(sqlite_url, [r.completion_id for r in reward.last_results], rewards)
+    assert logged["rubric/masked_fraction"] == [0.0]
+    # A group's rows are repeats naming completions, not criteria: no per-criterion metric.
+    assert not [name for name in logged if name.startswith("criteria/")]

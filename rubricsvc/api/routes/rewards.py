@@ -62,7 +62,7 @@ def _rewards(
             spec,
             requests,
             options,
-            state.judges.factory(spec),
+            state.judges.factory,
             source=source,
             include_drafts=drafts,
         )

@@ -27,8 +27,10 @@ from rubricsvc.judging.modes.criterion import (
     criterion_prob_calls,
     criterion_text_calls,
 )
+from rubricsvc.judging.modes.group import Group, group_calls
 from rubricsvc.judging.modes.holistic import Holistic, holistic_calls
 from rubricsvc.judging.modes.multi import MultiCriterion, multi_criterion_calls
+from rubricsvc.judging.modes.pairwise import Pairwise, pairwise_calls
 from rubricsvc.judging.modes.per_criterion import PerCriterionMode
 from rubricsvc.judging.modes.reference import (
     REFERENCE_SCALE_MAX,
@@ -38,7 +40,15 @@ from rubricsvc.judging.modes.reference import (
 from rubricsvc.judging.modes.registry import check_mode_name, get_mode, mode_names, register_mode
 from rubricsvc.judging.modes.text import render_conversation
 
-for _mode in (CriterionText(), CriterionProb(), MultiCriterion(), Holistic(), ReferenceRelative()):
+for _mode in (
+    CriterionText(),
+    CriterionProb(),
+    MultiCriterion(),
+    Holistic(),
+    ReferenceRelative(),
+    Pairwise(),
+    Group(),
+):
     register_mode(_mode)
 
 __all__ = [
@@ -63,9 +73,11 @@ __all__ = [
     "criterion_prob_calls",
     "criterion_text_calls",
     "get_mode",
+    "group_calls",
     "holistic_calls",
     "mode_names",
     "multi_criterion_calls",
+    "pairwise_calls",
     "reference_relative_calls",
     "register_mode",
     "render_conversation",

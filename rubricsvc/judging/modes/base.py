@@ -62,6 +62,7 @@ class CompletionView:
     messages: list[dict[str, Any]]
     response: str
     reference: str | None = None
+    response_hash: str = ""  # the completion's content hash: what a comparison is keyed on
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,8 @@ class Item:
     criterion: CriterionView | None
     # A judgment of the whole rubric at once: every criterion, in order.
     rubric: tuple[CriterionView, ...] = ()
+    # A judgment that compares completions (pairwise, group): them, in a canonical order.
+    responses: tuple[CompletionView, ...] = ()
 
 
 Request = GenerationRequest | ChoiceRequest
@@ -128,6 +131,10 @@ class Case:
     prompt_hash: str
     response_hash: str
     dimension_weights: Mapping[str, float] | None = None
+    # The completions of the same prompt this one is compared with under the same version
+    # (modes that compare: pairwise, group), in a stable order; the others ignore them.
+    peers: tuple[CompletionView, ...] = ()
+    spec: JudgeSpec | None = None  # the judge's settings a mode's plan may read (repeats)
 
 
 @dataclass(frozen=True)
@@ -189,6 +196,9 @@ class VerdictModeImpl(Protocol):
     # changes, so no cached verdict is replayed for another question
     # (tests/unit/test_mode_wording.py holds the built-in modes to it).
     wording: str
+    # Whether a judgment compares several completions of a prompt (pairwise, group): scoring
+    # then gives each case its peers and keeps a prompt's completions in one job chunk.
+    compares: bool
 
     def plan(self, case: Case) -> Plan:
         """The judgments ``case`` needs, each keyed by exactly the content it depends on."""

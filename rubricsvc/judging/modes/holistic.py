@@ -50,6 +50,7 @@ class Holistic:
     decodes = True
     options = frozenset({"likert_max"})
     wording = "1"
+    compares = False
 
     def plan(self, case: Case) -> Plan:
         key = keys.holistic_key(

@@ -30,6 +30,7 @@ class PerCriterionMode:
     decodes: bool = True
     options: frozenset[str] = frozenset()
     wording: str = "1"
+    compares = False
 
     def key(self, case: Case, criterion: RubricCriterion) -> str:
         """The cache key of ``criterion``'s judgment: the judge, criterion, prompt and response."""

@@ -1,0 +1,238 @@
+"""``rubricsvc judges evaluate`` and ``rubricsvc judges show``: how far a judge can be trusted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from sqlalchemy import select
+
+from rubricsvc.cli.context import console, db_session
+from rubricsvc.cli.progress import progress_bar
+from rubricsvc.cli.render import build_table, dumps
+from rubricsvc.config import get_settings
+from rubricsvc.judging.backends.provider import BackendProvider
+from rubricsvc.judging.modes import mode_names
+from rubricsvc.models import JudgeAudit, JudgeConfig
+from rubricsvc.scoring.judge_configs import find_judge, stored_spec
+from rubricsvc.validation.evaluate import EvaluationOptions, evaluate, evaluations_of
+from rubricsvc.validation.labelsets import get_label_set
+
+
+def judges_evaluate(
+    judge: str = typer.Option(..., help="Judge config name (see `rubricsvc judges list`)."),
+    labels: str = typer.Option(..., help="Label set name (see `rubricsvc labels list`)."),
+    mode: str | None = typer.Option(
+        None, help=f"Verdict mode (default: the judge's): {', '.join(mode_names())} or a plugin's."
+    ),
+    resamples: int = typer.Option(2000, min=100, help="Bootstrap resamples for the intervals."),
+    seed: int = typer.Option(0, help="Seed of the bootstrap."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
+    report_dir: Path | None = typer.Option(
+        None, "--report", help="Also write the report (evaluation.json) and its plots here."
+    ),
+) -> None:
+    """Judge what the label set needs (the cache answers what is judged already) and report
+    agreement with the labels, with prompt-clustered 95% bootstrap intervals. The evaluation is
+    stored against the judge config and the label set's content hash."""
+    options = EvaluationOptions(resamples=resamples, seed=seed)
+    backends = BackendProvider.from_settings(get_settings())
+    with backends, db_session() as session:
+        spec = find_judge(session, judge, mode)
+        label_set = get_label_set(session, labels)
+        with progress_bar("judging", enabled=not as_json) as update:
+            report, row = evaluate(
+                session,
+                spec,
+                label_set,
+                backends.factory(spec),
+                options,
+                progress=update,
+                checkpoint=session.commit,
+            )
+        report["evaluation_id"] = row.id
+    if report_dir is not None:
+        _write_report(report, report_dir)
+    if as_json:
+        console.print_json(dumps(report))
+        return
+    _print_evaluation(report)
+    if report_dir is not None:
+        console.print(f"report written to {report_dir}")
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def _ci(report: dict[str, Any], name: str) -> str:
+    interval = report.get(f"{name}_ci")
+    return f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "-"
+
+
+def _print_evaluation(report: dict[str, Any]) -> None:
+    title = (
+        f"judge {report['judge']} ({report['mode']}) on {report['labels']}: "
+        f"{report['n_judged']} of {report['n_labelled']} {report['kind']} items judged "
+        f"(coverage {_fmt(report['coverage'])})"
+    )
+    names = [
+        n
+        for n in ("agreement", "kappa", "f1", "ece", "pearson", "spearman", "kendall")
+        if n in report
+    ]
+    rows = [[name, _fmt(report[name]), _ci(report, name)] for name in names]
+    if "agreement_all" in report:
+        rows.append(["agreement, unjudged counted wrong", _fmt(report["agreement_all"]), "-"])
+    position = report.get("position")
+    if position:
+        rows.append(["position consistency (both orders)", _fmt(position["consistency"]), "-"])
+        rows.append(
+            ["verdicts for the response shown first", _fmt(position["first_shown_wins"]), "-"]
+        )
+    bias = report.get("length_bias", {})
+    rows.append(["judge vs length (Spearman)", _fmt(bias.get("judge_vs_length_spearman")), "-"])
+    rows.append(["labels vs length (Spearman)", _fmt(bias.get("labels_vs_length_spearman")), "-"])
+    console.print(
+        build_table(
+            title, ["metric", "value", "95% interval"], rows, flexible="metric", width=console.width
+        )
+    )
+    if report.get("ties"):
+        console.print(f"ties: {report['ties']}")
+    console.print(
+        f"intervals: {report['interval']['resamples']} bootstrap resamples of prompts; "
+        f"stored as evaluation {report.get('evaluation_id')}"
+    )
+
+
+def _write_report(report: dict[str, Any], folder: Path) -> None:
+    from rubricsvc.validation.metrics import ReliabilityBin
+    from rubricsvc.validation.plots import agreement_bars, reliability_diagram
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "evaluation.json").write_text(dumps(report) + "\n", encoding="utf-8")
+    title = f"{report['judge']} on {report['labels']}"
+    bars = [
+        (
+            name,
+            float(report[name]),
+            tuple(report[f"{name}_ci"]) if report.get(f"{name}_ci") else None,
+        )
+        for name in ("agreement", "kappa", "f1", "spearman")
+        if report.get(name) is not None
+    ]
+    agreement_bars(bars, folder / "agreement.png", title)
+    if report.get("reliability"):
+        bins = [ReliabilityBin(**b) for b in report["reliability"]]
+        reliability_diagram(bins, folder / "reliability.png", title)
+
+
+def judges_show(
+    name: str = typer.Argument(..., help="Judge config name."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """A judge's settings, and how it has been validated and audited (newest first)."""
+    with db_session() as session:
+        spec = find_judge(session, name)
+        rows = list(
+            session.scalars(
+                select(JudgeConfig).where(JudgeConfig.name == name).order_by(JudgeConfig.id)
+            )
+        )
+        ids = [row.id for row in rows]
+        evaluations = evaluations_of(session, ids) if ids else []
+        audits = (
+            list(
+                session.scalars(
+                    select(JudgeAudit)
+                    .where(JudgeAudit.judge_config_id.in_(ids))
+                    .order_by(JudgeAudit.id.desc())
+                )
+            )
+            if ids
+            else []
+        )
+        shown: dict[str, Any] = {
+            "name": name,
+            "spec": (stored_spec(rows[-1]) if rows else spec).model_dump(mode="json"),
+            "configs": [
+                {"id": r.id, "config_hash": r.config_hash, "created_at": r.created_at.isoformat()}
+                for r in rows
+            ],
+            "evaluations": [
+                {
+                    "id": e.id,
+                    "config_hash": e.judge_config.config_hash,
+                    "labels": e.label_set.name,
+                    "label_set_hash": e.label_set_hash,
+                    "kind": e.report.get("kind"),
+                    "n_labelled": e.n_labelled,
+                    "n_judged": e.n_judged,
+                    "agreement": e.agreement,
+                    "agreement_ci": e.report.get("agreement_ci"),
+                    "created_at": e.created_at.isoformat(),
+                }
+                for e in evaluations
+            ],
+            "audits": [
+                {
+                    "id": a.id,
+                    "config_hash": a.judge_config.config_hash,
+                    "set": a.set_name,
+                    "max_inflation": a.max_inflation,
+                    "created_at": a.created_at.isoformat(),
+                }
+                for a in audits
+            ],
+        }
+    if as_json:
+        console.print_json(dumps(shown))
+        return
+    settings = shown["spec"]
+    console.print(
+        f"judge {name}: backend {settings['backend']}, model {settings.get('model') or '(embedded)'}, "
+        f"mode {settings['mode']}; {len(shown['configs'])} stored config(s)"
+    )
+    if shown["evaluations"]:
+        rows_out = [
+            [
+                e["labels"],
+                e["kind"],
+                f"{e['n_judged']}/{e['n_labelled']}",
+                _fmt(e["agreement"]),
+                f"[{e['agreement_ci'][0]:.3f}, {e['agreement_ci'][1]:.3f}]"
+                if e["agreement_ci"]
+                else "-",
+                e["config_hash"][:12],
+                str(e["created_at"])[:19],
+            ]
+            for e in shown["evaluations"]
+        ]
+        headers = ["labels", "kind", "judged", "agreement", "95% interval", "config", "when"]
+        console.print(
+            build_table("validation", headers, rows_out, flexible="labels", width=console.width)
+        )
+    else:
+        console.print("not validated: run `rubricsvc judges evaluate --judge NAME --labels SET`")
+    if shown["audits"]:
+        rows_out = [
+            [a["set"], _fmt(a["max_inflation"]), a["config_hash"][:12], str(a["created_at"])[:19]]
+            for a in shown["audits"]
+        ]
+        console.print(
+            build_table(
+                "audits",
+                ["set", "largest inflation", "config", "when"],
+                rows_out,
+                flexible="set",
+                width=console.width,
+            )
+        )
+    else:
+        console.print("not audited: run `rubricsvc judges audit NAME`")

@@ -1,0 +1,1 @@
+"""Judge validation: label sets, agreement metrics with intervals, evaluations, calibration."""
