@@ -32,6 +32,7 @@ from rubricsvc.api.ratelimit import MemoryRateLimiter  # noqa: E402
 from rubricsvc.db import make_engine, session_scope  # noqa: E402
 from rubricsvc.judging.backends.scripted import ScriptedBackend  # noqa: E402
 from rubricsvc.judging.config import JudgeSpec, VerdictMode  # noqa: E402
+from rubricsvc.judging.modes import get_mode  # noqa: E402
 from rubricsvc.models import Completion, Judgment, Score, ScoreChunk, ScoreJob  # noqa: E402
 from rubricsvc.scoring.judge_configs import ensure_judge_config  # noqa: E402
 from tests.api_harness import (  # noqa: E402
@@ -319,7 +320,10 @@ def test_five_modes_load_one_judge_and_the_kept_set_is_bounded(sqlite_url: str) 
                 "/v1/rewards", json={"items": [item], "judge": judge, "mode": mode}, headers=score
             )
 
-        for index, mode in enumerate(VerdictMode):
+        # The modes that judge one completion alone (pairwise and group need a prompt's group).
+        single = [m for m in VerdictMode if not get_mode(m.value).compares]
+        assert len(single) == 5
+        for index, mode in enumerate(single):
             response = reward("fake-a", mode.value, f"Kind words, {index}.")
             assert response.status_code == 200, response.text
             answered = response.json()
