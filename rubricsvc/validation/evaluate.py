@@ -164,18 +164,21 @@ def _judge_what_is_missing(
     no backend: its verdicts are only read."""
     if spec.backend == IMPORTED_BACKEND:
         return
-    options = ScoreOptions()
-    options = ScoreOptions(aggregation=score_aggregation(spec, options))
     score(
         session,
         spec,
         selection,
-        options,
+        _score_options(spec),
         backend_factory,
         progress=progress,
         checkpoint=checkpoint,
         judge_row=judge_row,
     )
+
+
+def _score_options(spec: JudgeSpec) -> ScoreOptions:
+    """The default scoring options, under the aggregation the judge's mode stores scores by."""
+    return ScoreOptions(aggregation=score_aggregation(spec, ScoreOptions()))
 
 
 def _majority_met(labels: Sequence[Label]) -> float | None:
@@ -441,13 +444,11 @@ def _scalar(
             f"judge {spec.name} only replays imported verdicts: scalar labels need a judge "
             "that scores"
         )
-    options = ScoreOptions()
-    options = ScoreOptions(aggregation=score_aggregation(spec, options))
     report = score(
         session,
         spec,
         selection,
-        options,
+        _score_options(spec),
         backend_factory,
         progress=progress,
         checkpoint=checkpoint,
@@ -701,6 +702,11 @@ def evaluate(
 ) -> tuple[dict[str, Any], JudgeEvaluation]:
     """The judge's figures on the label set, stored against its config and the set's hash."""
     options = options or EvaluationOptions()
+    if spec.jury is not None:
+        raise ValidationFailed(
+            f"judge {spec.name} is a jury, which has no verdicts of its own to compare: "
+            "evaluate its members (`rubricsvc judges show` names them)"
+        )
     judge_row = ensure_judge_config(session, spec)
     items = _items(session, label_set)
     by_kind: dict[str, dict[str, Any]] = {}
