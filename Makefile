@@ -53,8 +53,9 @@ demo: setup
 	$(BIN)/rubricsvc judges evaluate --judge embedded --labels healthbench-grader
 	@echo "==> Above: the bundled 135M judge against HealthBench's grader, stored as an evaluation"
 	@echo "    (\`rubricsvc judges show embedded\`). A kappa near 0 is chance agreement; the figures on"
-	@echo "    all 100 sample conversations are in docs/validation.md. Train against a stronger judge: set base_url and model in"
-	@echo "    examples/stronger-judge.yaml (a vLLM or OpenAI-compatible URL), then"
+	@echo "    all 100 sample conversations are in docs/validation.md. Train against a stronger judge:"
+	@echo "    set base_url and model in examples/stronger-judge.yaml (a vLLM or OpenAI-compatible URL),"
+	@echo "    then"
 	@echo "    rubricsvc judges add examples/stronger-judge.yaml && rubricsvc score --judge stronger"
 	@echo "==> Demo finished. Explore it with: RUBRICSVC_DATABASE_URL=sqlite:///$(DEMO_DB) $(BIN)/rubricsvc --help"
 
