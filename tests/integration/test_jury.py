@@ -396,6 +396,45 @@ def test_three_samples_of_a_decoding_judge_are_three_seeded_configs(
     assert ok == report.computed and report.failed == 3 - ok
 
 
+def test_three_samples_of_a_group_judge_give_a_value_each_and_their_spread(
+    module: Module, session: Session
+) -> None:
+    """Group mode decodes a schema-guided JSON answer, which the 135M model always completes:
+    three warm samples of it each give every completion a value, so the spread is real."""
+    spec = JudgeSpec.model_validate(
+        {
+            "name": "group3",
+            "jury": {
+                "samples": 3,
+                "members": [{"name": "warm", "mode": "group", "temperature": 0.7}],
+            },
+        }
+    )
+    report = _score(session, module.provider, spec, module.completions)
+    configs = session.scalars(
+        select(JudgeConfig).where(JudgeConfig.name.like("group3/warm#%")).order_by(JudgeConfig.name)
+    ).all()
+    assert [c.settings["spec"]["seed"] for c in configs] == [0, 1, 2]
+    # Each sample judges the prompt's group once per repeat (2), shared by its members.
+    for config in configs:
+        judgments = session.scalars(
+            select(Judgment).where(Judgment.judge_config_id == config.id)
+        ).all()
+        assert len(judgments) == 2
+        assert all(j.status == JudgmentStatus.OK for j in judgments)
+        assert all(sorted((j.detail or {})["order"]) == module.completions for j in judgments)
+    scores = _juried(report)
+    assert len(scores) == len(module.completions)
+    for scored in scores:
+        values = [m["value"] for m in scored.members]
+        assert None not in values and len(values) == 3
+        assert scored.value == pytest.approx(statistics.fmean(values))
+        assert scored.spread == pytest.approx(max(values) - min(values))
+        assert scored.confidence == pytest.approx(max(0.0, 1 - (max(values) - min(values))))
+    for row in _jury_rows(session, "group3"):
+        assert row.details["spread"] is not None
+
+
 def test_samples_of_a_judge_that_cannot_vary_are_refused_in_one_line(
     module: Module, tmp_path: Path
 ) -> None:
