@@ -34,6 +34,16 @@ def pairwise_key(
     return content_hash(["pairwise", judge_hash, rubric_hash, prompt_hash, first_hash, second_hash])
 
 
+def pair_keys(
+    judge_hash: str, rubric_hash: str, prompt_hash: str, one_hash: str, other_hash: str
+) -> tuple[str, str]:
+    """The keys of a pair in both orders: (one shown first, the other shown first)."""
+    return (
+        pairwise_key(judge_hash, rubric_hash, prompt_hash, one_hash, other_hash),
+        pairwise_key(judge_hash, rubric_hash, prompt_hash, other_hash, one_hash),
+    )
+
+
 def group_key(
     judge_hash: str, rubric_hash: str, prompt_hash: str, response_hashes: list[str], repeat: int
 ) -> str:

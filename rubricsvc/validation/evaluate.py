@@ -42,7 +42,13 @@ from rubricsvc.models import (
 )
 from rubricsvc.scoring.judge_configs import ensure_judge_config
 from rubricsvc.scoring.selection import Selection, select_work
-from rubricsvc.scoring.service import ScoreOptions, case_plan, score, score_aggregation
+from rubricsvc.scoring.service import (
+    ScoreOptions,
+    ScoreReport,
+    case_plan,
+    score,
+    score_aggregation,
+)
 from rubricsvc.scoring.store import judgments_by_key
 from rubricsvc.validation import metrics as m
 
@@ -159,12 +165,12 @@ def _judge_what_is_missing(
     backend_factory: Callable[[], JudgeBackend],
     progress: Progress | None,
     checkpoint: Callable[[], None] | None,
-) -> None:
+) -> ScoreReport | None:
     """Score the selection (the cache answers what is judged already); an imported judge has
-    no backend: its verdicts are only read."""
+    no backend: its verdicts are only read (None)."""
     if spec.backend == IMPORTED_BACKEND:
-        return
-    score(
+        return None
+    return score(
         session,
         spec,
         selection,
@@ -367,21 +373,12 @@ def _pairwise(
         first, second = items.completions[first_id], items.completions[second_id]
         prompt_hash = first.prompt.content_hash
         version = version_of[first.prompt_id]
-        order_keys[(first_id, second_id)] = (
-            keys.pairwise_key(
-                judge_row.config_hash,
-                version.content_hash,
-                prompt_hash,
-                first.content_hash,
-                second.content_hash,
-            ),
-            keys.pairwise_key(
-                judge_row.config_hash,
-                version.content_hash,
-                prompt_hash,
-                second.content_hash,
-                first.content_hash,
-            ),
+        order_keys[(first_id, second_id)] = keys.pair_keys(
+            judge_row.config_hash,
+            version.content_hash,
+            prompt_hash,
+            first.content_hash,
+            second.content_hash,
         )
     judged = judgments_by_key(session, [k for both in order_keys.values() for k in both])
     observations = []
@@ -444,16 +441,10 @@ def _scalar(
             f"judge {spec.name} only replays imported verdicts: scalar labels need a judge "
             "that scores"
         )
-    report = score(
-        session,
-        spec,
-        selection,
-        _score_options(spec),
-        backend_factory,
-        progress=progress,
-        checkpoint=checkpoint,
-        judge_row=judge_row,
+    report = _judge_what_is_missing(
+        session, spec, judge_row, selection, backend_factory, progress, checkpoint
     )
+    assert report is not None  # an imported judge was refused above
     by_completion: dict[int, list[float]] = defaultdict(list)
     for scored in report.scores:
         if scored.value is not None:

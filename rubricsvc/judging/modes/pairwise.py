@@ -87,14 +87,8 @@ def pairwise_calls(context: CallContext, items: Sequence[Item]) -> list[Call]:
 
 def ordered_pair_keys(case: Case, peer: CompletionView) -> tuple[str, str]:
     """The keys of (this, peer) and (peer, this) under the case's judge and rubric version."""
-    own = case.response_hash
-    return (
-        keys.pairwise_key(
-            case.judge_hash, case.rubric_hash, case.prompt_hash, own, peer.response_hash
-        ),
-        keys.pairwise_key(
-            case.judge_hash, case.rubric_hash, case.prompt_hash, peer.response_hash, own
-        ),
+    return keys.pair_keys(
+        case.judge_hash, case.rubric_hash, case.prompt_hash, case.response_hash, peer.response_hash
     )
 
 
