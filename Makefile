@@ -58,6 +58,8 @@ demo: setup
 	@echo "    then"
 	@echo "    rubricsvc judges add examples/stronger-judge.yaml && rubricsvc score --judge stronger"
 	@echo "==> Demo finished. Explore it with: RUBRICSVC_DATABASE_URL=sqlite:///$(DEMO_DB) $(BIN)/rubricsvc --help"
+	@echo "    Review it in the browser: with that variable set, \`rubricsvc keys create me --scope admin\`,"
+	@echo "    then \`rubricsvc serve\` and sign in at http://127.0.0.1:8000/ui/ with the key (docs/review.md)."
 
 lint: $(STAMP)
 	@echo "==> ruff check"

@@ -1,8 +1,9 @@
 """API keys: created with scopes, stored as a hash, checked on every request but health.
 
-Scopes: ``read`` (list and fetch), ``author`` (write prompts, rubrics, completions), ``score``
-(submit score jobs, get rewards) and ``admin`` (everything). Only ``admin`` implies the others,
-so a trainer's key can be ``score`` alone and a dashboard's ``read`` alone. A secret is shown
+Scopes: ``read`` (list and fetch), ``author`` (write prompts, rubrics, completions), ``review``
+(approve and retire rubric versions), ``score`` (submit score jobs, get rewards) and ``admin``
+(everything). Only ``admin`` implies the others, so a trainer's key can be ``score`` alone, a
+dashboard's ``read`` alone, and an author need not be able to approve their own drafts. A secret is shown
 once, when it is created: ``rsk_`` and 43 URL-safe characters (256 random bits).
 """
 
@@ -27,6 +28,7 @@ SECRET_PREFIX = "rsk_"
 class Scope(enum.StrEnum):
     READ = "read"
     AUTHOR = "author"
+    REVIEW = "review"
     SCORE = "score"
     ADMIN = "admin"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, BeforeValidator, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 APP_NAME = "rubricsvc"
@@ -147,6 +147,13 @@ class ApiSettings(BaseSettings):
     # Judge and rubric-generator models kept loaded (loaded on first use, never per request);
     # configs that differ only in mode, template or sampling share one. Past it: 422.
     max_judges: int = Field(default=4, gt=0)
+    # A key may approve a rubric version it saved itself (off: a second person must).
+    allow_self_review: bool = False
+    # Signs the review pages' session cookies. Unset: a random secret per server process, so
+    # sessions end when the server restarts (and several processes need it set, the same).
+    session_secret: SecretStr | None = None
+    # A review session lasts this long after sign-in.
+    session_hours: float = Field(default=12.0, gt=0)
 
 
 def _names(value: Any) -> Any:

@@ -40,6 +40,12 @@ class ConflictError(RubricsvcError):
     exit_code = 5
 
 
+class ForbiddenError(RubricsvcError):
+    """An action the caller may not take (approving a version they authored, ...)."""
+
+    exit_code = 7
+
+
 class DependencyMissing(RubricsvcError):
     """An optional dependency (an extra) is not installed."""
 

@@ -21,6 +21,7 @@ from rubricsvc.config import Settings, get_settings
 from rubricsvc.db import make_engine
 from rubricsvc.judging.backends import BackendChoice, JudgeBackend
 from rubricsvc.plugins import load_plugins
+from rubricsvc.ui import install_ui
 
 DESCRIPTION = """Rubrics, completions, score jobs and rewards.
 
@@ -63,6 +64,9 @@ def create_app(
     install_error_handlers(app)
     for module in (operations, prompts, rubrics, completions, jobs, rewards):
         app.include_router(module.router)
+    install_ui(
+        app, settings, engine
+    )  # the review pages under /ui/ (sessions, not keys per request)
     # Outermost last: keys and rate limits are checked before the app receives a byte of the
     # body, declared sizes before that, and every refusal is counted.
     app.add_middleware(KeyGate, routes=app.router.routes, engine=engine, limiter=state.rate_limiter)

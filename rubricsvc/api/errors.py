@@ -22,6 +22,7 @@ from starlette.types import Send
 from rubricsvc.errors import (
     ConflictError,
     DependencyMissing,
+    ForbiddenError,
     ImmutableError,
     NotFoundError,
     RubricsvcError,
@@ -35,6 +36,7 @@ _STATUS: list[tuple[type[RubricsvcError], int, str]] = [
     (ValidationFailed, 422, "invalid"),
     (ImmutableError, 409, "immutable"),
     (ConflictError, 409, "conflict"),
+    (ForbiddenError, 403, "forbidden"),
     (DependencyMissing, 503, "unavailable"),
 ]
 _CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",

@@ -96,6 +96,7 @@ class VersionOut(BaseModel):
     content_hash: str
     prompt_id: int | None
     reviewed_by: str | None
+    review_note: str | None = None
     created_at: datetime | None
     rubric_spec: dict[str, Any] = Field(description="The version in the rubric file format.")
 
@@ -106,7 +107,9 @@ class SavedRubric(BaseModel):
 
 
 class ReviewIn(_Body):
-    reviewer: str | None = Field(default=None, max_length=200)
+    """The reviewer is the API key's name; a note says why (kept with the version)."""
+
+    note: str | None = Field(default=None, max_length=4000)
 
 
 class GenerateIn(_Body):

@@ -41,6 +41,7 @@ def version_detail(version: RubricVersion) -> dict[str, Any]:
         note=version.note,
         reviewed_by=version.reviewed_by,
         reviewed_at=version.reviewed_at.isoformat() if version.reviewed_at else None,
+        review_note=version.review_note,
         prompt=version.rubric.prompt.messages if version.rubric.prompt else None,
         criteria=[
             {"id": c.id, "position": c.position, **authored_fields(c)} for c in version.criteria

@@ -141,6 +141,7 @@ def diff(
 def approve(
     refs: list[str] = typer.Argument(..., help=REF_HELP + " One or more."),
     reviewer: str = typer.Option(None, help="Who approves (default: the current user)."),
+    note: str = typer.Option(None, help="Why: kept with the version (review_note)."),
 ) -> None:
     """Approve draft versions for scoring and training (an approved one is left as it is)."""
     with db_session() as session:
@@ -149,7 +150,7 @@ def approve(
             if version.status == VersionStatus.APPROVED:
                 console.print(f"{version.ref} (id {version.id}) is already approved")
                 continue
-            service.approve(session, version, reviewer or getpass.getuser())
+            service.approve(session, version, reviewer or getpass.getuser(), note)
             console.print(f"approved {version.ref} (id {version.id})")
 
 
@@ -157,11 +158,12 @@ def approve(
 def retire(
     ref: str = typer.Argument(..., help=REF_HELP),
     reviewer: str = typer.Option(None, help="Who retires it (default: the current user)."),
+    note: str = typer.Option(None, help="Why: kept with the version (review_note)."),
 ) -> None:
     """Retire a version: kept for traceability, no longer used."""
     with db_session() as session:
         version = service.retire(
-            session, resolve_version(session, ref), reviewer or getpass.getuser()
+            session, resolve_version(session, ref), reviewer or getpass.getuser(), note
         )
         console.print(f"retired {version.ref} (id {version.id})")
 

@@ -24,7 +24,7 @@ keys_app = typer.Typer(help="API keys of the HTTP service.", no_args_is_help=Tru
 def keys_create(
     name: str = typer.Argument(..., help="A name for the key (who or what uses it)."),
     scope: list[Scope] = typer.Option(
-        ..., "--scope", help="read, author, score or admin (repeatable)."
+        ..., "--scope", help="read, author, review, score or admin (repeatable)."
     ),
 ) -> None:
     """Create a key and print its secret: it is shown this once, only its hash is stored."""

@@ -11,6 +11,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
@@ -74,7 +75,11 @@ class RubricVersion(CreatedAtMixin, Base):
     """
 
     __tablename__ = "rubric_versions"
-    __table_args__ = (UniqueConstraint("rubric_id", "number"),)
+    __table_args__ = (
+        UniqueConstraint("rubric_id", "number"),
+        # The review queue: drafts, newest or oldest first.
+        Index("ix_rubric_versions_status_created_at", "status", "created_at"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     rubric_id: Mapped[int] = mapped_column(ForeignKey("rubrics.id"), index=True)
@@ -96,6 +101,7 @@ class RubricVersion(CreatedAtMixin, Base):
     )
     reviewed_by: Mapped[str | None] = mapped_column(String(200))
     reviewed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    review_note: Mapped[str | None] = mapped_column(Text)
 
     rubric: Mapped[Rubric] = relationship(back_populates="versions", foreign_keys=[rubric_id])
     parent: Mapped[RubricVersion | None] = relationship(remote_side=[id])
@@ -110,7 +116,7 @@ class RubricVersion(CreatedAtMixin, Base):
 
 
 # The columns of rubric_versions that the lifecycle may change; all others are content.
-MUTABLE_VERSION_COLUMNS = frozenset({"status", "reviewed_by", "reviewed_at"})
+MUTABLE_VERSION_COLUMNS = frozenset({"status", "reviewed_by", "reviewed_at", "review_note"})
 
 
 class Criterion(Base):

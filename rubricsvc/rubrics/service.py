@@ -36,12 +36,15 @@ class SaveResult:
     outcome: str  # "created" (new rubric), "new version", or "unchanged"
 
 
-def save_rubric(session: Session, spec: RubricSpec) -> SaveResult:
+def save_rubric(
+    session: Session, spec: RubricSpec, *, edited: RubricVersion | None = None
+) -> SaveResult:
     """Store ``spec`` as the rubric's next version, unless the latest already has this content.
 
     The rubric's row stays locked until the transaction ends, so concurrent saves of one
     rubric take turns: each reads the latest version only after the previous save committed,
-    and becomes its child (N+1, then N+2), never a sibling that loses the race.
+    and becomes its child (N+1, then N+2), never a sibling that loses the race. An edit of an
+    older version (``edited``) is that version's child: the lineage says what it came from.
     """
     prompt = _prompt_for(session, spec)
     rubric, created = _locked_rubric(session, spec, prompt)
@@ -52,9 +55,12 @@ def save_rubric(session: Session, spec: RubricSpec) -> SaveResult:
         raise ConflictError(
             f"rubric {spec.name!r} belongs to prompt {rubric.prompt_id}, not to the prompt in this file"
         )
-    parent = latest_version(session, rubric)
-    if parent is not None and parent.content_hash == spec.content_hash():
-        return SaveResult(parent, "unchanged")
+    latest = latest_version(session, rubric)
+    if latest is not None and latest.content_hash == spec.content_hash():
+        return SaveResult(latest, "unchanged")
+    if edited is not None and edited.rubric_id != rubric.id:
+        raise ConflictError(f"{edited.ref} is not a version of rubric {spec.name!r}")
+    parent = edited or latest
     return SaveResult(_append_version(session, rubric, spec, parent=parent), "new version")
 
 
@@ -209,27 +215,36 @@ def prompt_spec_of(prompt: Prompt) -> PromptSpec:
     )
 
 
-def approve(session: Session, version: RubricVersion, reviewer: str | None = None) -> RubricVersion:
+def approve(
+    session: Session, version: RubricVersion, reviewer: str | None = None, note: str | None = None
+) -> RubricVersion:
     """Mark a draft approved: scoring and training use approved versions by default."""
     if version.status == VersionStatus.RETIRED:
         raise ConflictError(f"{version.ref} is retired; approve a newer version instead")
     if version.status == VersionStatus.APPROVED:
         raise ConflictError(f"{version.ref} is already approved")
-    return _review(session, version, VersionStatus.APPROVED, reviewer)
+    return _review(session, version, VersionStatus.APPROVED, reviewer, note)
 
 
-def retire(session: Session, version: RubricVersion, reviewer: str | None = None) -> RubricVersion:
+def retire(
+    session: Session, version: RubricVersion, reviewer: str | None = None, note: str | None = None
+) -> RubricVersion:
     """Take a version out of use; it stays stored so past scores remain traceable."""
     if version.status == VersionStatus.RETIRED:
         raise ConflictError(f"{version.ref} is already retired")
-    return _review(session, version, VersionStatus.RETIRED, reviewer)
+    return _review(session, version, VersionStatus.RETIRED, reviewer, note)
 
 
 def _review(
-    session: Session, version: RubricVersion, status: VersionStatus, reviewer: str | None
+    session: Session,
+    version: RubricVersion,
+    status: VersionStatus,
+    reviewer: str | None,
+    note: str | None,
 ) -> RubricVersion:
     version.status = status
     version.reviewed_by = reviewer
     version.reviewed_at = datetime.now(UTC)
+    version.review_note = note.strip() or None if note else None
     session.flush()
     return version

@@ -97,18 +97,18 @@ ROUTES = [
     Route(
         "POST",
         "/v1/rubrics/api/draft/versions/1/approve",
-        "author",
-        ok={"json": {"reviewer": "ann"}},
-        bad={"json": {"reviewer": 5}},
-        bad_field="body.reviewer",
+        "review",
+        ok={"json": {"note": "reads well"}},
+        bad={"json": {"note": 5}},
+        bad_field="body.note",
     ),
     Route(
         "POST",
         f"{RUBRIC}/versions/1/retire",
-        "author",
-        ok={"json": {"reviewer": "ann"}},
-        bad={"json": {"reviewer": ["ann"]}},
-        bad_field="body.reviewer",
+        "review",
+        ok={"json": {"note": "superseded"}},
+        bad={"json": {"note": ["superseded"]}},
+        bad_field="body.note",
     ),
     Route(
         "GET",
@@ -195,7 +195,7 @@ ROUTES = [
     Route("GET", "/v1/judges", "read"),  # takes no input: nothing to malform
     Route("GET", "/metrics", "read"),  # takes no input: nothing to malform
 ]
-WRONG_SCOPE = {"read": "author", "author": "read", "score": "read"}
+WRONG_SCOPE = {"read": "author", "author": "read", "score": "read", "review": "author"}
 
 
 def _call(client: TestClient, route: Route, auth: dict[str, str], **overrides: Any) -> Any:

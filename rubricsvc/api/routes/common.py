@@ -59,6 +59,7 @@ def version_out(version: RubricVersion) -> VersionOut:
         content_hash=version.content_hash,
         prompt_id=version.rubric.prompt_id,
         reviewed_by=version.reviewed_by,
+        review_note=version.review_note,
         created_at=version.created_at,
         rubric_spec=spec_of(version).model_dump(mode="json", exclude_none=True),
     )

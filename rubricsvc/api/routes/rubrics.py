@@ -29,13 +29,14 @@ from rubricsvc.api.schemas import (
 from rubricsvc.api.state import AppState
 from rubricsvc.apikeys import Scope
 from rubricsvc.errors import NotFoundError
-from rubricsvc.models import RubricVersion, VersionStatus
+from rubricsvc.models import ApiKey, RubricVersion, VersionStatus
 from rubricsvc.rubrics import service
 from rubricsvc.rubrics.diff import diff_versions
 from rubricsvc.rubrics.draft_inputs import requests_from_database
 from rubricsvc.rubrics.generation import GenerationOptions, generate_rubrics
 from rubricsvc.rubrics.generator import GeneratorSpec, with_overrides
 from rubricsvc.rubrics.repository import get_rubric, latest_version, versions_query
+from rubricsvc.rubrics.review import check_not_own, with_saved_by
 from rubricsvc.rubrics.schemas import RubricSpec
 
 router = APIRouter(prefix="/v1/rubrics", tags=["rubrics"], route_class=CheckedRoute)
@@ -77,16 +78,17 @@ def list_rubrics(
     "",
     response_model=SavedRubric,
     status_code=201,
-    dependencies=[Depends(require(Scope.AUTHOR))],
     responses={200: {"model": SavedRubric, "description": "Same content as the latest version."}},
 )
 def create_rubric(
     response: Response,
     spec: RubricSpec = Body(description="A rubric in the rubric file format (one rubric)."),
+    key: ApiKey = Depends(require(Scope.AUTHOR)),
     session: Session = Depends(db),
 ) -> SavedRubric:
-    """Save a rubric: a new rubric, a new version of it, or (same content) the latest one."""
-    result = service.save_rubric(session, spec)
+    """Save a rubric: a new rubric, a new version of it, or (same content) the latest one.
+    The version records the saving key's name (``origin_detail.saved_by``)."""
+    result = service.save_rubric(session, with_saved_by(spec, key.name))
     if result.outcome == "unchanged":
         response.status_code = 200
     return SavedRubric(outcome=result.outcome, version=version_out(result.version))
@@ -164,20 +166,26 @@ REVIEW_ACTIONS = {"approve": service.approve, "retire": service.retire}
 @router.post(
     "/{name:path}/versions/{number}/{action}",
     response_model=VersionOut,
-    dependencies=[Depends(require(Scope.AUTHOR))],
 )
 def review_version(
     action: Literal["approve", "retire"],
     name: str = NAME,
     number: int = NUMBER,
     body: ReviewIn | None = None,
+    key: ApiKey = Depends(require(Scope.REVIEW)),
     session: Session = Depends(db),
+    state: AppState = Depends(app_state),
 ) -> VersionOut:
     """Approve a draft (scoring and rewards use approved versions by default), or retire a
-    version: it is taken out of use and stays stored, so past scores remain traceable."""
+    version: it is taken out of use and stays stored, so past scores remain traceable.
+
+    Needs the ``review`` scope; the reviewer on record is the key's name. Unless the server
+    allows self-review, a key cannot approve a version it authored."""
     version = _version(session, name, number)
+    if action == "approve":
+        check_not_own(version, key.name, allowed=state.settings.api.allow_self_review)
     review = REVIEW_ACTIONS[action]
-    return version_out(review(session, version, body.reviewer if body else None))
+    return version_out(review(session, version, key.name, body.note if body else None))
 
 
 @router.get("/{name:path}/diff", dependencies=[Depends(require(Scope.READ))])

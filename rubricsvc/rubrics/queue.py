@@ -1,0 +1,155 @@
+"""The review queue: versions awaiting a reviewer, filtered, counted and paged in the database.
+
+By default the queue holds drafts that are their rubric's newest version (a draft already
+superseded by a newer one awaits nobody), oldest first, as a queue is worked through. Filters:
+origin (llm, imported, human), the generator model of LLM drafts, a prompt tag
+(``key`` or ``key=value``) and age.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import ColumnElement, FromClause, and_, exists, func, join, select
+from sqlalchemy.orm import Session, aliased, selectinload
+
+from rubricsvc.models import Criterion, Origin, Prompt, Rubric, RubricVersion, VersionStatus
+
+PAGE_SIZE = 25
+
+
+@dataclass(frozen=True)
+class QueueFilter:
+    status: VersionStatus | None = VersionStatus.DRAFT  # None: any status
+    origin: Origin | None = None
+    generator: str | None = None
+    tag: str | None = None  # "key" or "key=value" of the prompt's tags
+    max_age_days: float | None = None
+    include_superseded: bool = False
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    version: RubricVersion
+    criteria: int
+    latest: bool
+
+
+@dataclass
+class QueuePage:
+    rows: list[QueueRow]
+    total: int
+    page: int
+    pages: int
+    by_origin: dict[str, int] = field(default_factory=dict)
+    generators: list[str] = field(default_factory=list)
+
+
+def _generator_of() -> ColumnElement[str]:
+    generator: ColumnElement[str] = RubricVersion.origin_detail["generator_model"].as_string()
+    return generator
+
+
+def _conditions(wanted: QueueFilter, *, with_origin: bool = True) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = []
+    if wanted.status is not None:
+        conditions.append(RubricVersion.status == wanted.status)
+    if not wanted.include_superseded:
+        newer = aliased(RubricVersion)
+        conditions.append(
+            ~exists().where(
+                and_(
+                    newer.rubric_id == RubricVersion.rubric_id, newer.number > RubricVersion.number
+                )
+            )
+        )
+    if with_origin and wanted.origin is not None:
+        conditions.append(RubricVersion.origin == wanted.origin)
+    if wanted.generator:
+        conditions.append(_generator_of() == wanted.generator)
+    if wanted.tag:
+        key, _, value = wanted.tag.partition("=")
+        tagged = Prompt.tags[key.strip()]
+        conditions.append(
+            tagged.as_string() == value.strip() if value else tagged.as_string().is_not(None)
+        )
+    if wanted.max_age_days is not None:
+        since = datetime.now(UTC) - timedelta(days=wanted.max_age_days)
+        conditions.append(RubricVersion.created_at >= since)
+    return conditions
+
+
+def _source(wanted: QueueFilter) -> FromClause:
+    """Versions with their rubric, and the rubric's prompt when a tag is asked for."""
+    joined = join(RubricVersion, Rubric, RubricVersion.rubric_id == Rubric.id)
+    if wanted.tag:
+        joined = joined.join(Prompt, Rubric.prompt_id == Prompt.id)
+    return joined
+
+
+def review_queue(session: Session, wanted: QueueFilter, page: int = 1) -> QueuePage:
+    """One page of the queue with its total, counts by origin and the generators seen."""
+    conditions = _conditions(wanted)
+    source = _source(wanted)
+    total = (
+        session.scalar(select(func.count(RubricVersion.id)).select_from(source).where(*conditions))
+        or 0
+    )
+    pages = max(1, -(-total // PAGE_SIZE))
+    page = min(max(page, 1), pages)
+    versions = list(
+        session.scalars(
+            select(RubricVersion)
+            .select_from(source)
+            .where(*conditions)
+            .options(selectinload(RubricVersion.rubric).selectinload(Rubric.prompt))
+            .order_by(RubricVersion.created_at, RubricVersion.id)
+            .limit(PAGE_SIZE)
+            .offset((page - 1) * PAGE_SIZE)
+        )
+    )
+    counts = _criteria_counts(session, [v.id for v in versions])
+    latest = _latest_numbers(session, {v.rubric_id for v in versions})
+    rows = [QueueRow(v, counts.get(v.id, 0), latest.get(v.rubric_id) == v.number) for v in versions]
+    by_origin = {
+        str(origin): count
+        for origin, count in session.execute(
+            select(RubricVersion.origin, func.count(RubricVersion.id))
+            .select_from(source)
+            .where(*_conditions(wanted, with_origin=False))
+            .group_by(RubricVersion.origin)
+        )
+    }
+    generators = sorted(
+        g
+        for g in session.scalars(
+            select(_generator_of())
+            .where(RubricVersion.origin == Origin.LLM, RubricVersion.status == VersionStatus.DRAFT)
+            .distinct()
+        )
+        if g
+    )
+    return QueuePage(rows, total, page, pages, by_origin, generators)
+
+
+def _criteria_counts(session: Session, version_ids: list[int]) -> dict[int, int]:
+    if not version_ids:
+        return {}
+    rows = session.execute(
+        select(Criterion.version_id, func.count(Criterion.id))
+        .where(Criterion.version_id.in_(version_ids))
+        .group_by(Criterion.version_id)
+    )
+    return {version_id: count for version_id, count in rows}
+
+
+def _latest_numbers(session: Session, rubric_ids: set[int]) -> dict[int, int]:
+    if not rubric_ids:
+        return {}
+    rows = session.execute(
+        select(RubricVersion.rubric_id, func.max(RubricVersion.number))
+        .where(RubricVersion.rubric_id.in_(rubric_ids))
+        .group_by(RubricVersion.rubric_id)
+    )
+    return {rubric_id: number for rubric_id, number in rows}

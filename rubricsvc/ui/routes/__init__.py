@@ -1,0 +1,1 @@
+"""The review pages, one module per area."""

@@ -1,0 +1,98 @@
+"""Sign in (an API key for a session cookie) and sign out."""
+
+from __future__ import annotations
+
+import hmac
+
+from fastapi import APIRouter, Depends, Form, Request
+from starlette.responses import RedirectResponse, Response
+
+from rubricsvc.apikeys import authenticate
+from rubricsvc.db import session_scope
+from rubricsvc.ui.deps import (
+    PageRefused,
+    Reviewer,
+    UiState,
+    checked_form,
+    current_reviewer,
+    signer,
+    ui_state,
+)
+from rubricsvc.ui.routes.common import redirect, safe_next
+from rubricsvc.ui.session import SESSION_COOKIE, SIGN_IN_COOKIE, SIGN_IN_SECONDS
+from rubricsvc.ui.templating import render
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+
+@router.get("/")
+def home() -> RedirectResponse:
+    return RedirectResponse("/ui/queue", status_code=303)
+
+
+def _sign_in_page(
+    request: Request, next_url: str, error: str | None = None, status_code: int = 200
+) -> Response:
+    cookie, nonce = signer(request).sign_in_cookie()
+    response = render(
+        request,
+        "login.html",
+        None,
+        status_code=status_code,
+        csrf_token=signer(request).csrf_token(nonce),
+        next_url=safe_next(next_url),
+        error=error,
+    )
+    response.set_cookie(
+        SIGN_IN_COOKIE,
+        cookie,
+        max_age=SIGN_IN_SECONDS,
+        path="/ui",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@router.get("/login")
+def sign_in_form(request: Request, next: str | None = None) -> Response:
+    return _sign_in_page(request, next or "/ui/queue")
+
+
+@router.post("/login")
+def sign_in(
+    request: Request,
+    api_key: str = Form(""),
+    csrf_token: str = Form(""),
+    next: str = Form("/ui/queue"),
+    state: UiState = Depends(ui_state),
+) -> Response:
+    sessions = signer(request)
+    nonce = sessions.read_sign_in(request.cookies.get(SIGN_IN_COOKIE))
+    if nonce is None or not hmac.compare_digest(sessions.csrf_token(nonce), csrf_token):
+        raise PageRefused(403, "The sign-in form expired or was not ours: reload it.")
+    with session_scope(state.engine) as session:
+        key = authenticate(session, api_key.strip()) if api_key.strip() else None
+        if key is None:
+            return _sign_in_page(request, next, "Unknown or revoked API key.", 401)
+        cookie = sessions.session_cookie(key.id, key.key_hash)
+    response = redirect(request, safe_next(next))
+    response.set_cookie(
+        SESSION_COOKIE,
+        cookie,
+        max_age=sessions.max_age,
+        path="/ui",
+        httponly=True,
+        samesite="lax",
+        secure=request.url.scheme == "https",
+    )
+    response.delete_cookie(SIGN_IN_COOKIE, path="/ui")
+    return response
+
+
+@router.post("/logout", dependencies=[Depends(checked_form)])
+def sign_out(request: Request, reviewer: Reviewer = Depends(current_reviewer)) -> Response:
+    response = redirect(request, "/ui/login", f"Signed out {reviewer.name}.")
+    response.delete_cookie(SESSION_COOKIE, path="/ui")
+    return response

@@ -1,0 +1,54 @@
+"""Judge configs with what is on record about their quality: evaluations against labelled
+data (``judges evaluate``) and attack audits (``judges audit``). Where nothing is stored, the
+page says so and shows the command that would store it."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from fastapi import APIRouter, Depends, Request
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, selectinload
+from starlette.responses import Response
+
+from rubricsvc.models import JudgeAudit, JudgeConfig, JudgeEvaluation, Judgment
+from rubricsvc.ui.deps import Reviewer, current_reviewer, page_db
+from rubricsvc.ui.templating import render
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+
+@router.get("/judges")
+def judges_page(
+    request: Request,
+    reviewer: Reviewer = Depends(current_reviewer),
+    session: Session = Depends(page_db),
+) -> Response:
+    configs = list(session.scalars(select(JudgeConfig).order_by(JudgeConfig.name, JudgeConfig.id)))
+    evaluations: dict[int, list[JudgeEvaluation]] = defaultdict(list)
+    for evaluation in session.scalars(
+        select(JudgeEvaluation)
+        .options(selectinload(JudgeEvaluation.label_set))
+        .order_by(JudgeEvaluation.id.desc())
+    ):
+        evaluations[evaluation.judge_config_id].append(evaluation)
+    audits: dict[int, list[JudgeAudit]] = defaultdict(list)
+    for audit in session.scalars(select(JudgeAudit).order_by(JudgeAudit.id.desc())):
+        audits[audit.judge_config_id].append(audit)
+    # One grouped count, not a count per config.
+    judged = dict(
+        session.execute(
+            select(Judgment.judge_config_id, func.count(Judgment.id)).group_by(
+                Judgment.judge_config_id
+            )
+        ).tuples()
+    )
+    return render(
+        request,
+        "judges.html",
+        reviewer,
+        configs=configs,
+        evaluations=evaluations,
+        audits=audits,
+        judged=judged,
+    )

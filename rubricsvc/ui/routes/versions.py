@@ -1,0 +1,256 @@
+"""A rubric version: read it, compare it, edit it into a new version, approve or retire it,
+and see how its criteria behave under the judges that scored it."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Query, Request
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+from starlette.datastructures import FormData
+from starlette.responses import Response
+
+from rubricsvc.apikeys import Scope
+from rubricsvc.errors import ForbiddenError, RubricsvcError
+from rubricsvc.models import JudgeConfig, Rubric, RubricVersion, Score
+from rubricsvc.rubrics import service
+from rubricsvc.rubrics.analytics import chart_bars, rubric_analytics
+from rubricsvc.rubrics.diff import diff_versions
+from rubricsvc.rubrics.review import authors_of, check_not_own
+from rubricsvc.ui.deps import (
+    PageRefused,
+    Reviewer,
+    UiState,
+    checked_form,
+    current_reviewer,
+    page_db,
+    require_scope,
+    ui_state,
+)
+from rubricsvc.ui.editing import CATEGORIES, edited_spec, form_of, posted_form
+from rubricsvc.ui.routes.common import redirect
+from rubricsvc.ui.templating import render
+
+router = APIRouter(prefix="/ui/versions", include_in_schema=False)
+
+
+def _version(session: Session, version_id: int) -> RubricVersion:
+    version = session.scalar(
+        select(RubricVersion)
+        .where(RubricVersion.id == version_id)
+        .options(
+            selectinload(RubricVersion.criteria),
+            selectinload(RubricVersion.rubric).selectinload(Rubric.prompt),
+        )
+    )
+    if version is None:
+        raise PageRefused(404, f"No rubric version with id {version_id}.")
+    return version
+
+
+def _siblings(session: Session, version: RubricVersion) -> list[RubricVersion]:
+    return list(
+        session.scalars(
+            select(RubricVersion)
+            .where(RubricVersion.rubric_id == version.rubric_id)
+            .order_by(RubricVersion.number)
+        )
+    )
+
+
+def _review_state(
+    version: RubricVersion, reviewer: Reviewer, state: UiState
+) -> tuple[bool, str | None]:
+    """Whether this reviewer may approve the version, and if not, why (shown by the button)."""
+    if not reviewer.may(Scope.REVIEW):
+        return False, f"Your key {reviewer.name!r} lacks the review scope: it cannot approve."
+    if not state.settings.api.allow_self_review and reviewer.name in authors_of(version):
+        return False, "You saved this version: another reviewer must approve it."
+    return True, None
+
+
+@router.get("/{version_id}")
+def version_page(
+    request: Request,
+    version_id: int,
+    reviewer: Reviewer = Depends(current_reviewer),
+    session: Session = Depends(page_db),
+    state: UiState = Depends(ui_state),
+) -> Response:
+    version = _version(session, version_id)
+    siblings = _siblings(session, version)
+    may_approve, refusal = _review_state(version, reviewer, state)
+    return render(
+        request,
+        "version.html",
+        reviewer,
+        version=version,
+        siblings=siblings,
+        children=[v for v in siblings if v.parent_id == version.id],
+        parent=next((v for v in siblings if v.id == version.parent_id), None),
+        may_approve=may_approve,
+        review_refused=refusal,
+        may_edit=reviewer.may(Scope.AUTHOR),
+        may_retire=reviewer.may(Scope.REVIEW),
+        scored=session.scalar(
+            select(Score.id).where(Score.rubric_version_id == version.id).limit(1)
+        )
+        is not None,
+    )
+
+
+@router.get("/{version_id}/diff")
+def diff_page(
+    request: Request,
+    version_id: int,
+    against: int = Query(..., description="The version id to compare with."),
+    reviewer: Reviewer = Depends(current_reviewer),
+    session: Session = Depends(page_db),
+) -> Response:
+    version = _version(session, version_id)
+    other = _version(session, against)
+    if other.rubric_id != version.rubric_id:
+        raise PageRefused(404, f"{other.ref} is not a version of {version.rubric.name}.")
+    old, new = sorted((version, other), key=lambda v: v.number)
+    diff = diff_versions(old, new)
+    changed = {c.text for c in diff.changed}
+    return render(
+        request,
+        "diff.html",
+        reviewer,
+        version=version,
+        old=old,
+        new=new,
+        diff=diff,
+        removed={c.id for c in diff.removed},
+        added={c.id for c in diff.added},
+        changed=changed,
+        siblings=_siblings(session, version),
+    )
+
+
+@router.get("/{version_id}/edit")
+def edit_page(
+    request: Request,
+    version_id: int,
+    reviewer: Reviewer = Depends(current_reviewer),
+    session: Session = Depends(page_db),
+) -> Response:
+    require_scope(reviewer, Scope.AUTHOR, "editing saves a new version")
+    version = _version(session, version_id)
+    return render(
+        request,
+        "edit.html",
+        reviewer,
+        version=version,
+        form=form_of(version),
+        categories=CATEGORIES,
+    )
+
+
+@router.post("/{version_id}/edit")
+def save_edit(
+    request: Request,
+    version_id: int,
+    form: FormData = Depends(checked_form),
+    reviewer: Reviewer = Depends(current_reviewer),
+    session: Session = Depends(page_db),
+) -> Response:
+    require_scope(reviewer, Scope.AUTHOR, "editing saves a new version")
+    version = _version(session, version_id)
+    edit = posted_form(form, version)
+    spec = edited_spec(version, edit, reviewer.name)
+    if spec is None:
+        return render(
+            request,
+            "edit.html",
+            reviewer,
+            status_code=422,
+            version=version,
+            form=edit,
+            categories=CATEGORIES,
+        )
+    saved = service.save_rubric(session, spec, edited=version)
+    if saved.outcome == "unchanged":
+        return redirect(request, f"/ui/versions/{saved.version.id}", "No change: nothing saved.")
+    session.commit()
+    return redirect(
+        request,
+        f"/ui/versions/{saved.version.id}",
+        f"Saved {saved.version.ref} (a draft; its parent is {version.ref}).",
+    )
+
+
+@router.post("/{version_id}/approve")
+def approve(
+    request: Request,
+    version_id: int,
+    form: FormData = Depends(checked_form),
+    reviewer: Reviewer = Depends(current_reviewer),
+    session: Session = Depends(page_db),
+    state: UiState = Depends(ui_state),
+) -> Response:
+    require_scope(reviewer, Scope.REVIEW, "approving needs it")
+    version = _version(session, version_id)
+    try:
+        check_not_own(version, reviewer.name, allowed=state.settings.api.allow_self_review)
+        service.approve(session, version, reviewer.name, str(form.get("note") or ""))
+    except ForbiddenError as err:
+        raise PageRefused(403, str(err)) from None
+    except RubricsvcError as err:
+        raise PageRefused(409, str(err)) from None
+    # Committed before the redirect: the browser asks for the next page at once.
+    session.commit()
+    return redirect(request, f"/ui/versions/{version.id}", f"Approved {version.ref}.")
+
+
+@router.post("/{version_id}/retire")
+def retire(
+    request: Request,
+    version_id: int,
+    form: FormData = Depends(checked_form),
+    reviewer: Reviewer = Depends(current_reviewer),
+    session: Session = Depends(page_db),
+) -> Response:
+    require_scope(reviewer, Scope.REVIEW, "retiring needs it")
+    version = _version(session, version_id)
+    try:
+        service.retire(session, version, reviewer.name, str(form.get("note") or ""))
+    except RubricsvcError as err:
+        raise PageRefused(409, str(err)) from None
+    session.commit()
+    return redirect(request, f"/ui/versions/{version.id}", f"Retired {version.ref}.")
+
+
+@router.get("/{version_id}/analytics")
+def analytics_page(
+    request: Request,
+    version_id: int,
+    judge: int | None = Query(None, description="Only this judge config's scores."),
+    reviewer: Reviewer = Depends(current_reviewer),
+    session: Session = Depends(page_db),
+) -> Response:
+    version = _version(session, version_id)
+    analytics = rubric_analytics(session, version, judge)
+    judges = list(
+        session.scalars(
+            select(JudgeConfig)
+            .where(
+                JudgeConfig.id.in_(
+                    select(Score.judge_config_id)
+                    .where(Score.rubric_version_id == version.id)
+                    .distinct()
+                )
+            )
+            .order_by(JudgeConfig.name)
+        )
+    )
+    return render(
+        request,
+        "analytics.html",
+        reviewer,
+        version=version,
+        analytics=analytics,
+        bars=chart_bars(analytics),
+        judges=judges,
+        judge=judge,
+    )

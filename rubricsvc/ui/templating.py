@@ -1,0 +1,67 @@
+"""The Jinja2 environment of the review pages and the one way a page is rendered."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+from fastapi.templating import Jinja2Templates
+from starlette.responses import HTMLResponse
+
+from rubricsvc.ui.deps import Reviewer, signer
+from rubricsvc.ui.session import FLASH_COOKIE
+
+TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
+
+
+def _number(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def _age(moment: datetime | None) -> str:
+    """How long ago, in the largest whole unit: '3 d', '5 h', '12 min'."""
+    if moment is None:
+        return ""
+    if moment.tzinfo is None:  # SQLite returns naive UTC
+        moment = moment.replace(tzinfo=UTC)
+    seconds = (datetime.now(UTC) - moment).total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit}"
+    return "just now"
+
+
+TEMPLATES.env.filters.update(number=_number, percent=_percent, age=_age)
+
+
+def render(
+    request: Request,
+    template: str,
+    reviewer: Reviewer | None,
+    status_code: int = 200,
+    **context: Any,
+) -> HTMLResponse:
+    """The page, with the reviewer, their CSRF token and a flash message left by a redirect."""
+    flash = signer(request).read_flash(request.cookies.get(FLASH_COOKIE))
+    response = TEMPLATES.TemplateResponse(
+        request,
+        template,
+        {"reviewer": reviewer, "flash": flash, **context},
+        status_code=status_code,
+    )
+    if flash is not None:
+        response.delete_cookie(FLASH_COOKIE, path="/ui")
+    # Pages show reviewers' data: never cached by a shared proxy, never framed elsewhere.
+    response.headers["cache-control"] = "no-store"
+    response.headers["x-frame-options"] = "DENY"
+    response.headers["content-security-policy"] = (
+        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+        "frame-ancestors 'none'; form-action 'self'"
+    )
+    return response
