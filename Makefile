@@ -14,7 +14,7 @@ VERIFIERS_VENV := .venv-verifiers
 VERIFIERS := verifiers==0.4.0
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo test lint format bench bench-peers-env clean
+.PHONY: setup demo test lint format browser bench bench-peers-env clean
 
 $(BIN)/python:
 	@echo "==> Creating the virtual environment $(VENV)"
@@ -73,9 +73,19 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: setup lint
+test: setup lint browser
 	@echo "==> pytest"
 	$(BIN)/pytest
+
+# The browser tests drive Debian's Chromium (Playwright never downloads a browser here).
+# Installed when missing and this user can (root with apt-get); otherwise those tests skip
+# and say how to install it (with CI=true they fail).
+browser:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "==> Installing Chromium for the browser tests (apt-get install chromium)"; \
+		apt-get install -y -q chromium >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; \
+	else echo "==> No Chromium: the browser tests will skip (sudo apt-get install chromium)"; fi
 
 $(VERIFIERS_VENV)/.installed:
 	@echo "==> Installing $(VERIFIERS) into $(VERIFIERS_VENV) (the B3 peer, kept apart from rubricsvc)"

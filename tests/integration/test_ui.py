@@ -18,8 +18,8 @@ from rubricsvc.apikeys import create_key, revoke_key
 from rubricsvc.db import make_engine, session_scope
 from rubricsvc.models import RubricVersion, VersionStatus
 from rubricsvc.rubrics.schemas import RubricSpec
-from rubricsvc.rubrics.service import save_rubric
-from tests.api_harness import settings_for
+from rubricsvc.rubrics.service import approve, save_rubric
+from tests.api_harness import WORD_RUBRIC, settings_for
 from tests.helpers import read_database
 
 GENERATOR = {"generator_model": "SmolLM2-135M-Instruct", "template": "draft_rubric.txt"}
@@ -350,3 +350,48 @@ def test_the_queue_filters_and_counts_in_the_database(
         return int(session.scalar(select(func.count(RubricVersion.id))) or 0)
 
     assert read_database(database_url, count) == 2  # reading changed nothing
+
+
+def test_scored_pages_show_verdicts_analytics_and_judges(database_url: str) -> None:
+    """Score two answers of one prompt against a rubric of checks (no model needed), then read
+    the completion, comparison, analytics and judges pages."""
+    engine = make_engine(database_url)
+    with session_scope(engine) as session:
+        reader = create_key(session, "cy", ["read"]).secret
+        scorer = create_key(session, "trainer", ["score"]).secret
+        approve(session, save_rubric(session, RubricSpec.model_validate(WORD_RUBRIC)).version)
+    app = create_app(settings_for(database_url), engine)
+    with TestClient(app, follow_redirects=False) as client:
+        answers = ["The sea is blue and calm today.", "Grey waves roll in all day."]
+        rewarded = client.post(
+            "/v1/rewards",
+            json={"items": [{"prompt_id": "api-sea", "completion": a} for a in answers]},
+            headers={"Authorization": f"Bearer {scorer}"},
+        )
+        assert rewarded.status_code == 200, rewarded.text
+        assert rewarded.json()["rewards"] == [pytest.approx(1.0), pytest.approx(0.25)]
+        ids = [r["completion_id"] for r in rewarded.json()["results"]]
+        sign_in(client, reader)
+
+        blue = client.get(f"/ui/completions/{ids[0]}")
+        assert blue.status_code == 200
+        rows = re.findall(r'<tr class="verdict verdict-check">(.*?)</tr>', blue.text, re.S)
+        assert len(rows) == 2 and all("a deterministic check, no judge" in r for r in rows)
+        assert "Uses the word blue" in rows[0] and ">pass<" in rows[0]
+        assert "1.00" in re.search(r'<table class="scores">.*?</table>', blue.text, re.S).group(0)  # type: ignore[union-attr]
+
+        both = client.get(f"/ui/completions/{ids[0]}/compare", params={"with": ids[1]})
+        assert both.status_code == 200 and "Grey waves" in both.text and "0.25" in both.text
+
+        version = version_id(database_url, "api/blue-sea@1")
+        page = client.get(f"/ui/versions/{version}/analytics")
+        assert page.status_code == 200 and 'id="analytics-chart"' in page.text
+        stats = re.findall(r'<tr class="criterion-stats ?([\w-]*)">(.*?)</tr>', page.text, re.S)
+        assert [s[0] for s in stats] == ["", "never-varies"]  # every answer is short
+        assert "Uses the word blue" in stats[0][1] and "1.00" in stats[0][1]  # spread 1
+
+        judges = client.get("/ui/judges")
+        assert judges.status_code == 200
+        assert "Not validated: <code>rubricsvc judges evaluate" in judges.text
+        assert client.get("/ui/completions/999999").status_code == 404
+    engine.dispose()

@@ -36,13 +36,14 @@ def judges_page(
     for audit in session.scalars(select(JudgeAudit).order_by(JudgeAudit.id.desc())):
         audits[audit.judge_config_id].append(audit)
     # One grouped count, not a count per config.
-    judged = dict(
-        session.execute(
+    judged = {
+        config_id: count
+        for config_id, count in session.execute(
             select(Judgment.judge_config_id, func.count(Judgment.id)).group_by(
                 Judgment.judge_config_id
             )
-        ).tuples()
-    )
+        )
+    }
     return render(
         request,
         "judges.html",
