@@ -108,6 +108,8 @@ bench: setup bench-peers-env
 	$(BIN)/python -m benchmarks.bench_queue
 	@echo "==> The HTTP API under 50 concurrent clients for 60 s (PostgreSQL at RUBRICSVC_TEST_POSTGRES_URL)"
 	$(BIN)/python -m benchmarks.bench_api_load
+	@echo "==> B7: the review queue and a version's analytics on PostgreSQL, 10 and 1,000 versions (RUBRICSVC_TEST_POSTGRES_URL)"
+	$(BIN)/python -m benchmarks.bench_ui
 	@echo "==> Writing the results into docs/benchmarks.md"
 	$(BIN)/python -m benchmarks.report
 

@@ -229,12 +229,72 @@ def api_load(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def ui(result: dict[str, Any]) -> list[str]:
+    small, large = result["sizes"]["small"], result["sizes"]["large"]
+    limit = result["target_ratio"]
+
+    def ms(figures: dict[str, Any]) -> str:
+        return f"{figures['median_ms']:.1f} [{figures['min_ms']:.1f}-{figures['max_ms']:.1f}]"
+
+    def paths(page: dict[str, Any]) -> str:
+        small_path, large_path = page["small"]["path"], page["large"]["path"]
+        if small_path == large_path:
+            return f"`{large_path}`"
+        return f"`{large_path}`; small: `{small_path}`"
+
+    rows = [
+        [
+            f"{label} ({paths(page)})",
+            ms(page["small"]),
+            ms(page["large"]),
+            f"{page['ratio']:g}x",
+            "yes" if page["ratio"] <= limit else "no",
+            f"{page['small']['statements']} / {page['large']['statements']}",
+            f"{page['small']['sql_median_ms']:g} / {page['large']['sql_median_ms']:g}",
+        ]
+        for label, page in result["pages"].items()
+    ]
+    lines = [
+        f"Workload on {result['database']}: small {small['versions']} versions, "
+        f"{small['judgments']} judgments, {small['scores']} scores; large {large['versions']} "
+        f"versions, {large['judgments']} judgments, {large['scores']} scores (each version "
+        f"{result['per_version']['criteria']} criteria x {result['per_version']['completions']} "
+        f"completions; {small['drafts']} and {large['drafts']} drafts in the queue). Each page "
+        f"{result['repeats']} times per size after {result['warm_up']} warm-up requests, sizes "
+        "alternated, in-process through the whole app (signed in).",
+        "",
+        *table(
+            [
+                "page (URL)",
+                "small median [min-max] ms",
+                "large median [min-max] ms",
+                "ratio",
+                f"within {limit:g}x",
+                "SQL statements (small / large)",
+                "SQL ms, median (small / large)",
+            ],
+            rows,
+        ),
+        "",
+        f"- largest ratio large / small: {target(result['max_ratio'], at_most=limit)}",
+    ]
+    for label, statements in result.get("explain_large", {}).items():
+        used = sorted({name for s in statements for name in s["indexes"]})
+        scans = sorted({name for s in statements for name in s["seq_scans"]})
+        lines.append(
+            f"- {label}, plans on the large database: indexes {', '.join(used) or 'none'}; "
+            f"sequential scans of {', '.join(scans) or 'nothing'}"
+        )
+    return lines
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "judging": judging,
     "overhead": overhead,
     "peers": peers,
     "queue": queue,
     "api_load": api_load,
+    "ui": ui,
 }
 
 

@@ -81,11 +81,12 @@ def _conditions(wanted: QueueFilter, *, with_origin: bool = True) -> list[Column
 
 
 def _source(wanted: QueueFilter) -> FromClause:
-    """Versions with their rubric, and the rubric's prompt when a tag is asked for."""
-    joined = join(RubricVersion, Rubric, RubricVersion.rubric_id == Rubric.id)
-    if wanted.tag:
-        joined = joined.join(Prompt, Rubric.prompt_id == Prompt.id)
-    return joined
+    """Versions, joined to their rubric's prompt only when a tag is asked for (the counts
+    read every matching version: no join they do not need)."""
+    if not wanted.tag:
+        return RubricVersion.__table__
+    rubric_prompt = join(RubricVersion, Rubric, RubricVersion.rubric_id == Rubric.id)
+    return rubric_prompt.join(Prompt, Rubric.prompt_id == Prompt.id)
 
 
 def review_queue(session: Session, wanted: QueueFilter, page: int = 1) -> QueuePage:
