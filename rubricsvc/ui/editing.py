@@ -156,6 +156,14 @@ def _field_of(loc: tuple[int | str, ...], rows: list[Row]) -> str:
     return "form"
 
 
+# Pydantic's wording for the errors a person typing into the form makes most.
+FRIENDLY = {
+    "float_parsing": "Not a number: try 2, or -1.5 for a pitfall.",
+    "finite_number": "Not a finite number.",
+    "string_too_short": "Write something here.",
+}
+
+
 def _message(error: Any) -> str:
-    message = str(error["msg"])
-    return message.removeprefix("Value error, ")
+    friendly = FRIENDLY.get(str(error.get("type")))
+    return friendly or str(error["msg"]).removeprefix("Value error, ")

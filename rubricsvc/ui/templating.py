@@ -37,7 +37,13 @@ def _age(moment: datetime | None) -> str:
     return "just now"
 
 
-TEMPLATES.env.filters.update(number=_number, percent=_percent, age=_age)
+def _ago(moment: datetime | None) -> str:
+    """'3 d ago', or 'just now'."""
+    age = _age(moment)
+    return age if age in ("", "just now") else f"{age} ago"
+
+
+TEMPLATES.env.filters.update(number=_number, percent=_percent, age=_age, ago=_ago)
 
 
 def render(

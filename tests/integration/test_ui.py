@@ -15,10 +15,15 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.api import create_app
 from rubricsvc.apikeys import create_key, revoke_key
+from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.db import make_engine, session_scope
-from rubricsvc.models import RubricVersion, VersionStatus
+from rubricsvc.judging.backends.scripted import ScriptedBackend
+from rubricsvc.judging.config import JudgeSpec, VerdictMode
+from rubricsvc.models import Completion, RubricVersion, VersionStatus
 from rubricsvc.rubrics.schemas import RubricSpec
 from rubricsvc.rubrics.service import approve, save_rubric
+from rubricsvc.scoring.selection import Selection
+from rubricsvc.scoring.service import ScoreOptions, score
 from tests.api_harness import WORD_RUBRIC, settings_for
 from tests.helpers import read_database
 
@@ -335,7 +340,7 @@ def test_the_queue_filters_and_counts_in_the_database(
     client, secrets = ui
     sign_in(client, secrets["cy"])
     everything = client.get("/ui/queue").text
-    assert "2 versions draft: 1 human, 1 llm" in " ".join(everything.split())
+    assert "2 draft versions: 1 human, 1 llm" in " ".join(everything.split())
     llm = client.get("/ui/queue", params={"origin": "llm"}).text
     assert "ui/sleep@1" in llm and "ui/essay@1" not in llm
     by_generator = client.get("/ui/queue", params={"generator": "SmolLM2-135M-Instruct"}).text
@@ -394,4 +399,47 @@ def test_scored_pages_show_verdicts_analytics_and_judges(database_url: str) -> N
         assert judges.status_code == 200
         assert "Not validated: <code>rubricsvc judges evaluate" in judges.text
         assert client.get("/ui/completions/999999").status_code == 404
+    engine.dispose()
+
+
+def test_a_reasoning_judges_words_are_on_the_completion_page(database_url: str) -> None:
+    """A judge that writes reasons (criterion-text, scripted here: the page is under test, not
+    the verdict) has them shown beside each verdict."""
+    engine = make_engine(database_url)
+    with session_scope(engine) as session:
+        reader = create_key(session, "cy", ["read"]).secret
+        version = save_rubric(session, RubricSpec.model_validate(ESSAY)).version
+        approve(session, version, "tester")
+        add_completions(
+            session,
+            [
+                (
+                    "test",
+                    CompletionRecord(prompt="Write about the sea.", text="The sea is a mirror."),
+                )
+            ],
+        )
+        spec = JudgeSpec(
+            name="scripted-reasons",
+            backend="scripted",
+            model="reasons",
+            mode=VerdictMode.CRITERION_TEXT,
+        )
+        reasons = ScriptedBackend(
+            text=lambda r: (
+                "It states one idea and keeps to it.\nVERDICT: YES"
+                if "thesis" in str(r.chat[-1]["content"])
+                else "No image beyond a single metaphor.\nVERDICT: NO"
+            )
+        )
+        score(session, spec, Selection(version_ids=(version.id,)), ScoreOptions(), lambda: reasons)
+        completion_id = session.scalars(select(Completion.id)).one()
+    app = create_app(settings_for(database_url), engine)
+    with TestClient(app, follow_redirects=False) as client:
+        sign_in(client, reader)
+        page = client.get(f"/ui/completions/{completion_id}").text
+        rows = re.findall(r'<tr class="verdict verdict-ok">(.*?)</tr>', page, re.S)
+        assert len(rows) == 2
+        assert "Has a clear thesis" in rows[0] and "It states one idea and keeps to it." in rows[0]
+        assert ">yes<" in rows[0].lower() and "No image beyond a single metaphor." in rows[1]
     engine.dispose()

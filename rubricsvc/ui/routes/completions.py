@@ -71,9 +71,14 @@ def _completion_view(session: Session, completion_id: int) -> CompletionView:
 def _verdict(entry: dict[str, Any], judgment: Judgment | None) -> dict[str, Any]:
     """What the page shows of one criterion's verdict."""
     detail = (judgment.detail if judgment else None) or {}
-    probability = detail.get("p_yes")
-    if probability is None and "expected" in detail:
-        probability = detail.get("expected")
+    # A one-token judge's verdict is P(yes) among the two answers it may give; the raw
+    # probabilities are shown beside it with the mass they hold of the whole distribution.
+    p_yes, p_no = detail.get("p_yes"), detail.get("p_no")
+    probability = (
+        p_yes / (p_yes + p_no)
+        if isinstance(p_yes, float) and isinstance(p_no, float) and p_yes + p_no > 0
+        else detail.get("expected")
+    )
     reasoning = judgment.reasoning if judgment else None
     if not reasoning and judgment is not None and judgment.error:
         reasoning = judgment.error
@@ -84,6 +89,7 @@ def _verdict(entry: dict[str, Any], judgment: Judgment | None) -> dict[str, Any]
         "verdict": entry.get("verdict") or (judgment.verdict if judgment else None),
         "value": entry.get("value"),
         "probability": probability,
+        "mass": detail.get("mass"),
         "reasoning": reasoning,
         "failure": entry.get("failure") or (judgment.failure if judgment else None),
         "one_token": judgment is not None and "p_yes" in detail and not judgment.reasoning,
