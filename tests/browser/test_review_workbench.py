@@ -294,6 +294,49 @@ def test_a_scored_demo_completion_shows_each_verdict_and_its_reasoning(
     shot(page, "judges")
 
 
+def test_pages_fit_a_phone_and_the_keyboard_reaches_every_control(
+    browser: Browser, ui_server: UiServer, keys: dict[str, str], llm_draft: Draft, shot: Shot
+) -> None:
+    """At 375 px nothing makes the page scroll sideways (wide tables scroll in their own box),
+    and Tab goes from the skip link through the header to the page's own controls."""
+    context = browser.new_context(viewport={"width": 375, "height": 800})
+    try:
+        phone = context.new_page()
+        sign_in(phone, ui_server, keys[REVIEWER], REVIEWER)
+        for path in (
+            "/ui/queue",
+            f"/ui/versions/{llm_draft.version_id}",
+            f"/ui/versions/{llm_draft.version_id}/edit",
+            f"/ui/versions/{llm_draft.version_id}/analytics",
+            "/ui/judges",
+        ):
+            phone.goto(ui_server.url(path))
+            width, viewport = phone.evaluate(
+                "() => [document.documentElement.scrollWidth, window.innerWidth]"
+            )
+            assert width <= viewport, f"{path} is {width} px wide on a {viewport} px screen"
+        shot(phone, "phone-edit")
+
+        phone.goto(ui_server.url(f"/ui/versions/{llm_draft.version_id}"))
+        reached = []
+        for _ in range(8):
+            phone.keyboard.press("Tab")
+            reached.append(phone.evaluate("() => document.activeElement.textContent.trim()"))
+        assert reached[:5] == ["Skip to content", "rubricsvc review", "Queue", "Judges", "Sign out"]
+        assert "Edit" in reached[5:]
+        # Every form control of the edit page has a label.
+        phone.goto(ui_server.url(f"/ui/versions/{llm_draft.version_id}/edit"))
+        controls = "#edit-form input:not([type=hidden]), #edit-form textarea, #edit-form select"
+        unlabelled = phone.evaluate(
+            "(css) => [...document.querySelectorAll(css)]"
+            ".filter(e => !e.labels || e.labels.length === 0).map(e => e.name)",
+            controls,
+        )
+        assert unlabelled == []
+    finally:
+        context.close()
+
+
 # -- Over plain HTTP: what the server refuses ---------------------------------------------------
 
 
