@@ -27,7 +27,9 @@ DESCRIPTION = """Rubrics, completions, score jobs and rewards.
 
 Every route but `/healthz` needs an API key (`rubricsvc keys create NAME --scope ...`) sent as
 `Authorization: Bearer <key>`. Scopes: `read` (every GET), `author` (write prompts, rubrics,
-completions), `score` (submit score jobs, rewards), `admin` (everything). Keys are checked
+completions), `review` (approve, retire), `score` (submit score jobs, rewards), `admin`
+(everything). The review pages under `/ui/` (not in this schema) sign in with a key once and
+then use a session cookie. Keys are checked
 before a request's body is read; each key has a rate limit (429 with `Retry-After`). Errors
 have one shape: `{"error": {"status", "code", "message", "field"}}`.
 """
