@@ -221,9 +221,13 @@ def scored_demo_completion(ui_server: UiServer) -> ScoredCompletion:
 # -- The browser -------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    """Debian's Chromium, headless, launched by Playwright (which downloads nothing)."""
+    """Debian's Chromium, headless, launched by Playwright (which downloads nothing).
+
+    Module-scoped: Playwright's sync API keeps an asyncio loop marked as running in this
+    thread while it is open, so ``asyncio.run`` in any test after it would fail. It ends
+    with the browser tests' module."""
     reason = browser_missing_reason()
     if reason is not None:
         unavailable(reason)
