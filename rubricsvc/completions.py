@@ -6,12 +6,15 @@ One record per line::
      "external_id": "sleep-1/a", "metadata": {"step": 10}}
 
 The prompt is named by ``prompt_external_id``, ``prompt_id`` or given in full as
-``prompt`` (text) / ``prompt_messages``; a new prompt given in full is created.
+``prompt`` (text) / ``prompt_messages``; a new prompt given in full is created (with
+``prompt_external_id`` as its id when both are given). Records of one prompt (pairs, groups)
+are completions of that one prompt. ``rubric`` (a name or a list) assigns shared rubrics to
+the completion (``rubricsvc.assignments``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from rubricsvc.assignments import assign, assignable_rubric
 from rubricsvc.errors import RubricsvcError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error, read_items
 from rubricsvc.hashing import content_hash
-from rubricsvc.models import Completion, Prompt
-from rubricsvc.prompts import find_prompt, get_or_create_prompt
+from rubricsvc.models import Completion, Prompt, Rubric
+from rubricsvc.prompts import find_prompt, near_duplicate_warnings, store_prompt
 from rubricsvc.rubrics.schemas import Message
 
 
@@ -39,6 +43,8 @@ class CompletionRecord(BaseModel):
     external_id: str | None = Field(default=None, min_length=1, max_length=200)
     source: str | None = Field(default=None, max_length=200)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # Shared rubrics this completion is scored against (names; besides its prompt's own).
+    rubric: str | list[str] | None = None
 
     @model_validator(mode="after")
     def _one_prompt_reference(self) -> CompletionRecord:
@@ -47,18 +53,36 @@ class CompletionRecord(BaseModel):
             for name in ("prompt_id", "prompt_external_id", "prompt", "prompt_messages")
             if getattr(self, name) is not None
         ]
-        if len(given) != 1:
+        # The prompt's id may come with its text: the first record creates it, the rest find it.
+        with_id = {"prompt_external_id", "prompt"} == set(given) or {
+            "prompt_external_id",
+            "prompt_messages",
+        } == set(given)
+        if len(given) != 1 and not with_id:
             raise ValueError(
-                "give exactly one of prompt_id, prompt_external_id, prompt, prompt_messages"
+                "give exactly one of prompt_id, prompt_external_id, prompt, prompt_messages "
+                "(prompt_external_id may come with prompt or prompt_messages)"
                 + (f" (got {', '.join(given)})" if given else "")
             )
+        for name in self.rubric_names():
+            if not name.strip():
+                raise ValueError("rubric: a rubric name must not be empty")
         return self
+
+    def rubric_names(self) -> list[str]:
+        if self.rubric is None:
+            return []
+        return [self.rubric] if isinstance(self.rubric, str) else list(self.rubric)
 
 
 @dataclass(frozen=True)
 class IngestResult:
     added: int
     unchanged: int
+    assigned: int = 0  # rubric assignments stored
+    # Near-duplicate prompts created (differ from a stored one by case, spaces or a character).
+    warnings: list[str] = field(default_factory=list)
+    prompt_ids: list[int] = field(default_factory=list)  # each record's prompt, in order
 
 
 def load_completion_file(path: Path) -> list[tuple[str, CompletionRecord]]:
@@ -71,33 +95,58 @@ def load_completion_file(path: Path) -> list[tuple[str, CompletionRecord]]:
     return records
 
 
-def _resolve_prompt(session: Session, record: CompletionRecord) -> Prompt:
+def _resolve_prompt(session: Session, record: CompletionRecord) -> tuple[Prompt, bool]:
+    """The record's prompt, and whether it was created."""
     if record.prompt_id is not None:
-        return find_prompt(session, prompt_id=record.prompt_id)
-    if record.prompt_external_id is not None:
-        return find_prompt(session, external_id=record.prompt_external_id)
+        return find_prompt(session, prompt_id=record.prompt_id), False
+    if record.prompt is None and record.prompt_messages is None:
+        return find_prompt(session, external_id=record.prompt_external_id), False
     messages = (
         [m.model_dump() for m in record.prompt_messages]
         if record.prompt_messages
         else [{"role": "user", "content": record.prompt}]
     )
-    return get_or_create_prompt(session, messages)
+    return store_prompt(session, messages, external_id=record.prompt_external_id)
 
 
 def add_completions(session: Session, records: list[tuple[str, CompletionRecord]]) -> IngestResult:
-    """Store the records; one with a known ``external_id`` is skipped if identical, refused if not."""
-    added = 0
+    """Store the records; one with a known ``external_id`` is skipped if identical, refused if
+    not. A record's ``rubric`` names are assigned to its completion (unknown names refused)."""
+    added = assigned = 0
+    rubrics: dict[str, Rubric] = {}
+    created: list[tuple[str, Prompt]] = []
+    prompt_ids: list[int] = []
     for location, record in records:
-        added += store_completion(session, location, record)[1]
-    return IngestResult(added=added, unchanged=len(records) - added)
+        completion, new, prompt_created = _store(session, location, record)
+        added += new
+        prompt_ids.append(completion.prompt_id)
+        if prompt_created:
+            created.append((location, completion.prompt))
+        for name in record.rubric_names():
+            try:
+                if name not in rubrics:
+                    rubrics[name] = assignable_rubric(session, name)
+                assigned += assign(session, rubrics[name], completion=completion)
+            except RubricsvcError as err:
+                raise type(err)(f"{location}: rubric: {err}") from None
+    warnings = near_duplicate_warnings(session, created)
+    return IngestResult(added, len(records) - added, assigned, warnings, prompt_ids)
 
 
 def store_completion(
     session: Session, location: str, record: CompletionRecord
 ) -> tuple[Completion, bool]:
     """The completion of ``record``, stored if new, and whether it was (see ``add_completions``)."""
+    completion, new, _ = _store(session, location, record)
+    return completion, new
+
+
+def _store(
+    session: Session, location: str, record: CompletionRecord
+) -> tuple[Completion, bool, bool]:
+    """``store_completion``, and whether the record's prompt was created."""
     try:
-        prompt = _resolve_prompt(session, record)
+        prompt, prompt_created = _resolve_prompt(session, record)
     except RubricsvcError as err:
         raise type(err)(f"{location}: {err}") from None
     digest = content_hash(record.text)
@@ -111,7 +160,7 @@ def store_completion(
                     f"{location}: completion {record.external_id!r} is already stored "
                     "with a different prompt or text"
                 )
-            return existing, False
+            return existing, False, prompt_created
     completion = Completion(
         prompt_id=prompt.id,
         external_id=record.external_id,
@@ -123,4 +172,4 @@ def store_completion(
     )
     session.add(completion)
     session.flush()
-    return completion, True
+    return completion, True, prompt_created

@@ -116,6 +116,8 @@ class ScoringSettings(BaseSettings):
     # "mean" sends the mean of the batch's other rewards, so the sample moves nothing
     # under group-normalized advantages; a number is sent as it is.
     masked_reward: Literal["mean"] | float = "mean"
+    # A run stores what it has judged (commits) at least this often, in seconds of judging.
+    checkpoint_seconds: float = Field(default=30.0, gt=0)
 
 
 class ApiSettings(BaseSettings):

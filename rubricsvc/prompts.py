@@ -129,3 +129,70 @@ def find_prompt(
             raise NotFoundError(f"no prompt with external id {external_id!r}")
         return found
     raise ValueError("give prompt_id or external_id")
+
+
+# --- near duplicates ------------------------------------------------------------------------
+
+
+def _normalized(messages: list[dict[str, Any]]) -> str:
+    """A prompt's text without case or spacing differences."""
+    text = "\n".join(str(m.get("content", "")) for m in messages)
+    return " ".join(text.casefold().split())
+
+
+def _one_edit_apart(a: str, b: str) -> bool:
+    """Whether ``b`` is ``a`` with one character inserted, deleted or replaced."""
+    if abs(len(a) - len(b)) > 1 or a == b:
+        return False
+    if len(a) > len(b):
+        a, b = b, a
+    start = 0
+    while start < len(a) and a[start] == b[start]:
+        start += 1
+    if len(a) == len(b):
+        return a[start + 1 :] == b[start + 1 :]
+    return a[start:] == b[start + 1 :]
+
+
+def near_duplicate_warnings(
+    session: Session, created: list[tuple[str, Prompt]], *, limit: int = 20
+) -> list[str]:
+    """For each new prompt (with where it came from) whose text differs from another stored
+    prompt's only by case, spacing or one character: a warning naming that prompt's id. At
+    most ``limit`` warnings, then one saying how many more."""
+    if not created:
+        return []
+    new_ids = {p.id for _, p in created}
+    stored = [
+        (row.id, row.external_id, _normalized(row.messages))
+        for row in session.execute(select(Prompt.id, Prompt.external_id, Prompt.messages))
+    ]
+    by_length: dict[int, list[tuple[int, str | None, str]]] = {}
+    for entry in stored:
+        by_length.setdefault(len(entry[2]), []).append(entry)
+    warnings: list[str] = []
+    for location, prompt in created:
+        text = _normalized(prompt.messages)
+        for length in (len(text) - 1, len(text), len(text) + 1):
+            found = next(
+                (
+                    e
+                    for e in by_length.get(length, [])
+                    if e[0] != prompt.id
+                    and not (e[0] in new_ids and e[0] > prompt.id)  # each new pair once
+                    and (e[2] == text or _one_edit_apart(e[2], text))
+                ),
+                None,
+            )
+            if found is None:
+                continue
+            how = "case or spacing" if found[2] == text else "one character"
+            named = f"prompt {found[0]}" + (f" ({found[1]!r})" if found[1] else "")
+            warnings.append(
+                f"{location}: new prompt {prompt.id} differs from stored {named} only by "
+                f"{how}; name that one (prompt_id or prompt_external_id) if it is meant"
+            )
+            break
+    if len(warnings) > limit:
+        warnings = [*warnings[:limit], f"... and {len(warnings) - limit} more near-duplicate(s)"]
+    return warnings

@@ -47,6 +47,16 @@ def completion_text(completion: Any) -> str:
     return ""
 
 
+def completion_trajectory(completion: Any) -> tuple[dict[str, Any], ...] | None:
+    """A multi-turn rollout's trajectory: TRL's tool-calling GRPO gives a completion as the list
+    of messages it generated (assistant turns with ``tool_calls``, the ``tool`` results it
+    appended, the final answer), which is the trajectory as trajectory criteria and checks read
+    it. A plain-text completion has none."""
+    if isinstance(completion, list) and all(isinstance(m, dict) for m in completion):
+        return tuple(completion)
+    return None
+
+
 def reward_requests(
     prompts: Sequence[Any], completions: Sequence[Any], prompt_ids: Sequence[Any] | None
 ) -> list[RewardRequest]:

@@ -10,6 +10,8 @@ from rubricsvc.cli.context import console, db_session
 from rubricsvc.importers.common import ImportReport, Tally
 from rubricsvc.importers.deepresearch_bench import import_deepresearch_bench
 from rubricsvc.importers.healthbench import DEFAULT_SOURCE, import_healthbench
+from rubricsvc.importers.prometheus import DEFAULT_SOURCE as PROMETHEUS_SOURCE
+from rubricsvc.importers.prometheus import import_prometheus
 
 import_app = typer.Typer(
     help="Import public benchmarks; importing the same data again adds nothing.",
@@ -41,6 +43,24 @@ def deepresearch_bench(
     """Import DeepResearch Bench tasks, their criteria and the models' reports (no verdicts)."""
     with db_session() as session:
         report = import_deepresearch_bench(session, path, reports=reports)
+    print_import_report(report)
+
+
+@import_app.command("prometheus")
+def prometheus(
+    path: Path = typer.Argument(
+        ...,
+        help="A .json or .jsonl file of evaluation records: instruction, response, score rubric "
+        "(criteria, score1_description..score5_description), optionally reference_answer and id "
+        "(orig_* names accepted).",
+    ),
+    source: str = typer.Option(PROMETHEUS_SOURCE, help="Source of the graded responses."),
+) -> None:
+    """Import Prometheus evaluation records: prompts with reference answers, their 1-5 score
+    rubrics and the responses (external ids prometheus/<record id>). Score rubrics alone:
+    `rubricsvc rubrics import --format prometheus`."""
+    with db_session() as session:
+        report = import_prometheus(session, path, source=source)
     print_import_report(report)
 
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
+import shlex
+import signal
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any, NoReturn
 
 import typer
 from rich.table import Table
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, or_, select
 from sqlalchemy.orm import Session
 
 from rubricsvc.cli.context import console, db_session, err_console
@@ -18,12 +22,14 @@ from rubricsvc.cli.jobs import score_via_celery, unfinished_exit
 from rubricsvc.cli.progress import progress_bar
 from rubricsvc.cli.render import build_table
 from rubricsvc.config import get_settings
+from rubricsvc.errors import NotFoundError
 from rubricsvc.judging.aggregation import AGGREGATIONS, DEFAULT_MIN_COVERAGE
 from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.judging.config import BUILTIN_JUDGES
 from rubricsvc.judging.failures import ResponseFailurePolicy, empty_counts
 from rubricsvc.judging.modes import mode_names
-from rubricsvc.models import Completion, JudgeConfig, Prompt, RubricVersion, Score
+from rubricsvc.models import Completion, Prompt, RubricVersion, Score
+from rubricsvc.rubrics.repository import get_rubric, resolve_version
 from rubricsvc.scoring.judge_configs import (
     current_judge_configs,
     ensure_judge_config,
@@ -34,7 +40,7 @@ from rubricsvc.scoring.judge_configs import (
 from rubricsvc.scoring.jury import JuryScoredCompletion, score_judge
 from rubricsvc.scoring.options import score_options
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoredCompletion, ScoreReport
+from rubricsvc.scoring.service import ScoredCompletion, ScoreReport, plan_run
 
 scores_app = typer.Typer(help="Read and export stored scores.", no_args_is_help=True)
 judges_app = typer.Typer(help="Judge configurations.", no_args_is_help=True)
@@ -51,7 +57,12 @@ def score_command(
         None, help=f"Verdict mode (default: the judge's): {', '.join(mode_names())} or a plugin's."
     ),
     aggregation: str = typer.Option("rar", help=f"One of {', '.join(sorted(AGGREGATIONS))}."),
-    rubric: str | None = typer.Option(None, help="Score with this rubric version (REF)."),
+    rubric: str | None = typer.Option(
+        None,
+        help="Score with this rubric version (REF) only: the completions of its prompt; for a "
+        "shared rubric, the completions assigned to it, or those --completion, --prompt or "
+        "--source select.",
+    ),
     prompt: list[str] = typer.Option([], help="Only completions of prompts with this external id."),
     source: list[str] = typer.Option([], help="Only completions from this source."),
     completion: list[int] = typer.Option([], help="Only the completion with this id."),
@@ -76,8 +87,15 @@ def score_command(
         "worst value, or masked (default: RUBRICSVC_SCORING_RESPONSE_FAILURE, else worst).",
         show_default=False,
     ),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Print what the run would judge (completions, rubric versions, judgments, how "
+        "many cached) and judge nothing.",
+    ),
 ) -> None:
-    """Score completions against their rubrics; judgments already made come from the cache."""
+    """Score completions against their rubrics (their prompt's and those assigned to them);
+    judgments already made come from the cache."""
     if include_drafts is None:
         include_drafts = get_settings().scoring.use_drafts
     selection = Selection(
@@ -92,6 +110,9 @@ def score_command(
     )
     if response_failure is not None:
         options = replace(options, response_failure=response_failure)
+    if dry_run:
+        _dry_run(judge, mode, selection, as_json)
+        return
     if via is None:
         via = ScoreVia.CELERY if get_settings().broker.url else ScoreVia.INPROCESS
     if via == ScoreVia.CELERY:
@@ -103,23 +124,128 @@ def score_command(
         if state.status != "done":
             raise unfinished_exit(state)
         return
+    # Start with a small chunk, so a slow judge's first checkpoint comes early as well.
+    options = replace(options, first_chunk_judgments=FIRST_CHUNK_JUDGMENTS)
     backends = BackendProvider.from_settings(get_settings())
-    with backends, db_session() as session:
+    stop = _StopOnInterrupt()
+    with stop, backends, db_session() as session:
         spec = find_judge(session, judge, mode)
-        with progress_bar("judging", enabled=not as_json) as update:
-            report = score_judge(
-                session,
-                spec,
-                selection,
-                options,
-                backends.factory,
-                progress=update,
-                checkpoint=session.commit,
-            )
+        with progress_bar("judging", enabled=True, lines=True) as update:
+
+            def progress(done: int, total: int) -> None:
+                stop.done, stop.total = done, total
+                update(done, total)
+
+            def checkpoint() -> None:
+                session.commit()  # the chunk in flight is stored ...
+                stop.check()  # ... before a Ctrl-C ends the run
+
+            finished: ScoreReport | None = None
+            # Interrupted: everything judged so far is committed; nothing else to undo.
+            with contextlib.suppress(_Interrupted):
+                finished = score_judge(
+                    session,
+                    spec,
+                    selection,
+                    options,
+                    backends.factory,
+                    progress=progress,
+                    checkpoint=checkpoint,
+                )
+        loads = len(backends.loaded())  # judge models (backends) this run loaded
+    if finished is None:
+        stop.exit()
     if as_json:
-        console.print_json(json.dumps(asdict(report)))
+        console.print_json(json.dumps({**asdict(finished), "model_loads": loads}))
         return
-    _print_report(report, breakdown)
+    _print_report(finished, breakdown)
+    console.print(f"{loads} judge model load(s)")
+
+
+def _dry_run(judge: str, mode: str | None, selection: Selection, as_json: bool) -> None:
+    """Print what a run of ``selection`` would judge; judge and store nothing."""
+    with db_session() as session:
+        spec = find_judge(session, judge, mode)
+        plans = [plan_run(session, one, selection) for one in spec.jury_members() or [spec]]
+        session.rollback()  # reading only: nothing a lookup may have added is kept
+    if as_json:
+        first = asdict(plans[0])
+        if len(plans) > 1:  # a jury: each member's plan, the counts summed
+            first["judge"] = spec.name
+            first["members"] = [asdict(p) for p in plans]
+            for key in ("judgments", "cached", "checks"):
+                first[key] = sum(getattr(p, key) for p in plans)
+        console.print_json(json.dumps({"dry_run": True, **first}))
+        return
+    plan = plans[0]
+    judgments = sum(p.judgments for p in plans)
+    cached = sum(p.cached for p in plans)
+    members = f" ({len(plans)} members)" if len(plans) > 1 else ""
+    rows = [
+        [str(v["rubric"]), str(v["completions"]), str(v["judgments"]), str(v["cached"])]
+        for v in plan.versions
+    ]
+    headers = ["rubric version", "completions", "judgments", "cached"]
+    title = (
+        f"dry run, judge {spec.name}{members}: {plan.completions} completion(s), "
+        f"{plan.scores} score(s) under {len(plan.versions)} rubric version(s)"
+    )
+    console.print(build_table(title, headers, rows, flexible="rubric version", width=console.width))
+    console.print(
+        f"{judgments} judgment(s): {cached} from the cache, {judgments - cached} to judge; "
+        f"{plan.checks} check(s). Nothing was judged."
+    )
+    _print_without(plan.without_rubric, plan.without_reasons)
+
+
+FIRST_CHUNK_JUDGMENTS = 16
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
+
+
+class _Interrupted(Exception):
+    """Ctrl-C was pressed: the run stops at the checkpoint after the chunk in flight."""
+
+
+class _StopOnInterrupt:
+    """Within it, the first Ctrl-C (SIGINT) asks the run to stop after the chunk in flight
+    (stored and committed); a second one stops at once, as Ctrl-C otherwise does."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.done = 0
+        self.total = 0
+        self._previous: Any = None
+
+    def __enter__(self) -> _StopOnInterrupt:
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        sys.stderr.write(
+            "interrupt: stopping after the batch in flight is stored (Ctrl-C again to stop now)\n"
+        )
+        sys.stderr.flush()
+
+    def check(self) -> None:
+        if self.requested:
+            raise _Interrupted
+
+    def exit(self) -> NoReturn:
+        """Say what was kept and how to resume, and end with exit code 130."""
+        command = shlex.join(["rubricsvc", *sys.argv[1:]])
+        sys.stderr.write(
+            f"interrupted: {self.done} of {self.total} judgments done and stored, with the "
+            f"scores of the completions they finish; {self.total - self.done} left.\n"
+            f"resume: {command}   (stored judgments come from the cache)\n"
+        )
+        sys.stderr.flush()
+        raise typer.Exit(INTERRUPTED_EXIT)
 
 
 def _fmt(value: float | None) -> str:
@@ -149,11 +275,7 @@ def _print_report(report: ScoreReport, breakdown: bool) -> None:
                 console.print(_members_table(scored))
             elif scored.criteria:
                 console.print(_breakdown_table(scored))
-    if report.without_rubric:
-        console.print(
-            f"{len(report.without_rubric)} completion(s) have no usable rubric version "
-            "(approve one, or pass --include-drafts)"
-        )
+    _print_without(report.without_rubric, report.without_reasons)
     console.print(
         f"{report.judgments} judgment(s): {report.computed} computed, {report.cached} from the cache, "
         f"{report.failed} failed{_by_class(report.failures)}; {report.checks} check(s); "
@@ -163,6 +285,29 @@ def _print_report(report: ScoreReport, breakdown: bool) -> None:
         err_console.print(f"[yellow]alarm[/yellow]: {alarm}")
     if report.judgments and report.cached == report.judgments:
         console.print("Everything came from the cache: no judge was called.")
+
+
+def _print_without(without: list[int], reasons: dict[str, list[int]]) -> None:
+    """Why selected completions were not scored, with the fix each reason needs."""
+    if not without:
+        return
+    if not any(reasons.values()):  # not known (a job's report): both fixes
+        console.print(
+            f"{len(without)} completion(s) have no usable rubric version (their prompt has "
+            "no rubric and none is assigned, or only drafts: pass --include-drafts)"
+        )
+        return
+    hints = {
+        "no_rubric": "have no rubric: their prompt has none and none is assigned (a `rubric` "
+        "field in the completions or prompts file, `rubricsvc prompts assign`, or a rubric "
+        "file naming the prompt)",
+        "drafts": "have only draft rubric versions (approve one, or pass --include-drafts)",
+        "retired": "have only retired rubric versions (approve a new version)",
+    }
+    for reason, ids in reasons.items():
+        if ids:
+            shown = ", ".join(map(str, ids[:10])) + (", ..." if len(ids) > 10 else "")
+            console.print(f"{len(ids)} completion(s) {hints[reason]}: ids {shown}")
 
 
 def _by_class(failures: dict[str, int]) -> str:
@@ -214,28 +359,67 @@ def scores_export(
     output: Path | None = typer.Option(
         None, "--output", "-o", help="Write here instead of stdout."
     ),
+    rubric: list[str] = typer.Option(
+        [], help="Only scores under this rubric (NAME: any version; NAME@N: that version)."
+    ),
+    source: list[str] = typer.Option([], help="Only completions from this source."),
+    prompt: list[str] = typer.Option(
+        [], help="Only completions of the prompt with this external id."
+    ),
+    tag: list[str] = typer.Option(
+        [], help="Only prompts tagged KEY=VALUE (a list-valued tag: VALUE among its items)."
+    ),
+    meta: list[str] = typer.Option(
+        [], help="Only completions whose metadata has KEY=VALUE (compared as text)."
+    ),
 ) -> None:
-    """Write one line per scored completion: prompt id, completion id, score, coverage, status
-    (a jury's score also its members' values, their spread and the confidence)."""
+    """Write one line per scored completion: prompt id, completion id and external id, its
+    source and metadata, rubric, score, coverage, status (a jury's score also its members'
+    values, their spread and the confidence). Filters of one kind match any of their values,
+    filters of different kinds all; a value that names nothing stored is an error."""
     if output_format != "jsonl":
         raise typer.BadParameter("only --format jsonl is supported", param_hint="--format")
+    tags = [_key_value(item, "--tag") for item in tag]
+    metas = [_key_value(item, "--meta") for item in meta]
     with db_session() as session:
-        rows = session.execute(
+        judge_id = _judge_id(session, judge)
+        if judge_id is None:
+            raise NotFoundError(f"no stored judge config named {judge!r}")
+        query = (
             select(Score, Completion, Prompt, RubricVersion)
-            .join(JudgeConfig, Score.judge_config_id == JudgeConfig.id)
             .join(Completion, Score.completion_id == Completion.id)
             .join(Prompt, Completion.prompt_id == Prompt.id)
             .join(RubricVersion, Score.rubric_version_id == RubricVersion.id)
-            .where(Score.judge_config_id == _judge_id(session, judge))
+            .where(Score.judge_config_id == judge_id)
             .where(Score.aggregation == aggregation)
             .order_by(Score.completion_id, Score.rubric_version_id)
-        ).all()
+        )
+        if rubric:
+            query = query.where(_rubric_filter(session, rubric))
+        if source:
+            _known(session, Completion.source, source, "no completion has source")
+            query = query.where(Completion.source.in_(source))
+        if prompt:
+            _known(session, Prompt.external_id, prompt, "no prompt with external id")
+            query = query.where(Prompt.external_id.in_(prompt))
+        if tags:
+            _known_pairs(session, Prompt.tags, tags, "no prompt is tagged")
+        if metas:
+            _known_pairs(session, Completion.meta, metas, "no completion has metadata")
+        rows = [
+            row
+            for row in session.execute(query).all()
+            if (not tags or any(_has(row[2].tags, k, v) for k, v in tags))
+            and (not metas or any(_has(row[1].meta, k, v) for k, v in metas))
+        ]
         lines = [
             json.dumps(
                 {
-                    "prompt_external_id": prompt.external_id,
-                    "completion_id": completion.id,
-                    "completion_external_id": completion.external_id,
+                    "prompt_external_id": prompt_row.external_id,
+                    "completion_id": completion_row.id,
+                    "completion_external_id": completion_row.external_id,
+                    "source": completion_row.source,
+                    "metadata": completion_row.meta or {},
                     "rubric": version.ref,
                     "score": score_row.value,
                     "coverage": score_row.coverage,
@@ -248,7 +432,7 @@ def scores_export(
                 },
                 ensure_ascii=False,
             )
-            for score_row, completion, prompt, version in rows
+            for score_row, completion_row, prompt_row, version in rows
         ]
     text = "\n".join(lines) + ("\n" if lines else "")
     if output is None:
@@ -256,6 +440,60 @@ def scores_export(
     else:
         output.write_text(text, encoding="utf-8")
         err_console.print(f"{len(lines)} score(s) written to {output}")
+
+
+def _key_value(item: str, option: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise typer.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=option)
+    return key.strip(), value.strip()
+
+
+def _has(mapping: object, key: str, value: str) -> bool:
+    """Whether ``mapping[key]`` is ``value`` (as text), or a list holding it."""
+    if not isinstance(mapping, dict) or key not in mapping:
+        return False
+    found = mapping[key]
+    items = found if isinstance(found, list) else [found]
+    return any(_as_text(item) == value for item in items)
+
+
+def _as_text(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _rubric_filter(session: Session, refs: list[str]) -> ColumnElement[bool]:
+    """Scores under these rubrics: NAME (every version) or NAME@N / a version id (that one)."""
+    version_ids: list[int] = []
+    rubric_ids: list[int] = []
+    for ref in refs:
+        if "@" in ref or ref.strip().isdigit():
+            version_ids.append(resolve_version(session, ref).id)
+            continue
+        found = get_rubric(session, ref.strip())
+        if found is None:
+            raise NotFoundError(f"no rubric named {ref!r}")
+        rubric_ids.append(found.id)
+    return or_(RubricVersion.id.in_(version_ids), RubricVersion.rubric_id.in_(rubric_ids))
+
+
+def _known(session: Session, column: Any, values: list[str], missing: str) -> None:
+    """Every value is stored in ``column``, else a one-line error naming the first that is not."""
+    stored = set(session.scalars(select(column).where(column.in_(values)).distinct()))
+    for value in values:
+        if value not in stored:
+            raise NotFoundError(f"{missing} {value!r}")
+
+
+def _known_pairs(session: Session, column: Any, pairs: list[tuple[str, str]], missing: str) -> None:
+    """Every KEY=VALUE matches some stored row's JSON ``column``, else a one-line error."""
+    left = set(pairs)
+    for stored in session.scalars(select(column)):
+        left = {(k, v) for k, v in left if not _has(stored, k, v)}
+        if not left:
+            return
+    key, value = sorted(left)[0]
+    raise NotFoundError(f"{missing} {key}={value}")
 
 
 def _jury_fields(details: dict[str, object]) -> dict[str, object]:

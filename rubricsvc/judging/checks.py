@@ -1,4 +1,5 @@
-"""Deterministic criteria (kind ``check``): computed from the response text, no model involved.
+"""Deterministic criteria (kind ``check``): computed from the response text (or, for
+``tool_loop`` and ``tool_errors_ignored``, the trajectory), no model involved.
 
 The response is written by the policy being trained, so every check runs in time linear in its
 length: regular expressions run on RE2 (no backtracking), ``contains`` is CPython's substring
@@ -9,11 +10,20 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import re2
 
 from rubricsvc.errors import ValidationFailed
+from rubricsvc.judging.trajectory import (
+    all_tool_calls,
+    is_tool_result,
+    looks_like_error,
+    message_text,
+    tool_calls,
+)
 
 # What RE2 lacks, by the start of its error message: lookarounds, backreferences, atomic and
 # conditional groups, possessive quantifiers (all of which need backtracking), and a few of
@@ -148,3 +158,66 @@ def run_check(check: dict[str, Any], response: str) -> bool:
         low, high = check.get("min"), check.get("max")
         return (low is None or size >= low) and (high is None or size <= high)
     raise ValueError(f"unknown check type {kind!r}")
+
+
+# Checks computed on the trajectory rather than the final answer.
+TRAJECTORY_CHECKS = frozenset({"tool_loop", "tool_errors_ignored"})
+
+# An answer "acknowledges" a failed tool call when it says so in words like these.
+_ACKNOWLEDGMENTS = (
+    "error",
+    "fail",
+    "unable",
+    "could not",
+    "couldn't",
+    "cannot",
+    "can't",
+    "unavailable",
+    "not available",
+    "did not work",
+    "didn't work",
+    "no result",
+)
+
+
+def tool_loop_found(messages: Sequence[dict[str, Any]], min_repeats: int = 3) -> bool:
+    """Whether one tool call (same name, same arguments once canonicalized) occurs at least
+    ``min_repeats`` times anywhere in the trajectory. Counted overall, not only back to back:
+    an agent that loops often alternates (search, read, search, read, ...)."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for call in all_tool_calls(messages):
+        counts[call] += 1
+        if counts[call] >= min_repeats:
+            return True
+    return False
+
+
+def tool_error_ignored(messages: Sequence[dict[str, Any]]) -> bool:
+    """Whether a tool result that looks like an error (see ``looks_like_error``) is followed by
+    an assistant message with no tool call (a final answer, no retry) whose text says nothing of
+    the failure (none of the acknowledgment words). An error followed by another tool call, or
+    by no assistant message at all, is not ignored."""
+    pending_error = False
+    for message in messages:
+        if is_tool_result(message):
+            pending_error = pending_error or looks_like_error(message)
+        elif message.get("role") == "assistant" and pending_error:
+            if tool_calls(message):
+                pending_error = False  # retried or moved on with another call
+                continue
+            answer = message_text(message).casefold()
+            if not any(word in answer for word in _ACKNOWLEDGMENTS):
+                return True
+            pending_error = False
+    return False
+
+
+def run_trajectory_check(check: dict[str, Any], messages: Sequence[dict[str, Any]]) -> bool:
+    """Whether the trajectory meets ``check`` (one of ``TRAJECTORY_CHECKS``): pass means no
+    loop, no ignored error."""
+    kind = check["type"]
+    if kind == "tool_loop":
+        return not tool_loop_found(messages, int(check.get("min_repeats", 3)))
+    if kind == "tool_errors_ignored":
+        return not tool_error_ignored(messages)
+    raise ValueError(f"unknown trajectory check type {kind!r}")

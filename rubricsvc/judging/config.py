@@ -11,7 +11,7 @@ from rubricsvc.errors import ValidationFailed
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging import neutral
 from rubricsvc.judging.calibration import CALIBRATED_MODES, CalibrationMap
-from rubricsvc.judging.modes import check_mode_name, get_mode
+from rubricsvc.judging.modes import check_mode_name, get_mode, mode_names
 from rubricsvc.judging.templates import PromptTemplate, load_template
 
 
@@ -70,6 +70,10 @@ class JudgeSpec(BaseModel):
     seed: int | None = 0
     max_criteria: int = Field(default=8, ge=1)  # multi-criterion: criteria per call
     likert_max: int = Field(default=10, ge=2, le=10)  # holistic scale 1..likert_max
+    # Show the judge the prompt's reference answer (criterion-prob, criterion-text,
+    # multi-criterion, holistic); a prompt without one is judged without it, and that is
+    # recorded in each judgment's detail and the score's reasons. Hashed when set.
+    reference: bool = False
     # Modes that compare completions of a prompt (pairwise, group): at most this many
     # completions judged together (a larger set is split into consecutive groups) ...
     group_size: int = Field(default=8, ge=2, le=32)
@@ -119,6 +123,18 @@ class JudgeSpec(BaseModel):
         # Read once: the hash and every rendered prompt then come from the same text, and
         # hashing the config (per chunk, per lookup) reads no file.
         self._template = load_template(self.template or get_mode(self.mode).template)
+        if self.reference:
+            if "reference" not in get_mode(self.mode).options:
+                shows = sorted(n for n in mode_names() if "reference" in get_mode(n).options)
+                raise ValueError(
+                    f"reference: true shows the prompt's reference answer in modes "
+                    f"{', '.join(shows)}; mode {self.mode} does not"
+                )
+            if "${reference}" not in self._template.source:
+                raise ValueError(
+                    f"reference: true needs a template with a ${{reference}} placeholder; "
+                    f"template {self._template.name} has none"
+                )
         return self
 
     def prompt_template(self) -> PromptTemplate:
@@ -155,6 +171,7 @@ class JudgeSpec(BaseModel):
             },
             # Only when set: every config without one keeps the hash it always had.
             **({"calibration": self.calibration.model_dump()} if self.calibration else {}),
+            **({"reference": True} if self.reference else {}),
         }
 
     def sampling(self) -> dict[str, Any]:

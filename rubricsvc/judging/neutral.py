@@ -30,10 +30,20 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-VERSION = "2"
+VERSION = "4"
 
 # Tags the bundled templates use to frame data.
-FRAME_TAGS = ("conversation", "response", "task", "reference_report", "target_report")
+# (3: ``reference_answer``, the frame of a reference answer shown with ``reference: true``.)
+# (4: ``trajectory``, the frame of an agent trajectory judged by a trajectory criterion.)
+FRAME_TAGS = (
+    "conversation",
+    "response",
+    "task",
+    "reference_report",
+    "target_report",
+    "reference_answer",
+    "trajectory",
+)
 
 # Characters that render as nothing: a tag with one inside still reads as the tag.
 _INVISIBLE = re.compile(

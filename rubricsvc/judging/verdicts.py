@@ -108,6 +108,17 @@ def likert_from_text(output: str, top: int) -> Verdict:
     return Verdict((score - 1) / (top - 1), f"{score}/{top}", reasoning or None)
 
 
+def level_from_text(output: str, scores: Sequence[int]) -> Verdict:
+    """``...reasoning...`` then a last line ``SCORE: <level>``, one of ``scores`` (a rubric's
+    own scale, as holistic judging uses it), scaled to [0, 1]."""
+    reasoning, last = _split_last_line(output)
+    match = _SCORE_LINE.match(last)
+    if not match or int(match.group(1)) not in scores:
+        raise VerdictParseError(f"last line is not 'SCORE: <one of {list(scores)}>': {last[:80]!r}")
+    score = int(match.group(1))
+    return Verdict(ordinal_value(score, scores), f"{score}/{max(scores)}", reasoning or None)
+
+
 def json_object(output: str) -> dict[str, Any]:
     """The judge's whole answer as one JSON object (a ```json fence around it is accepted)."""
     text = output.strip()

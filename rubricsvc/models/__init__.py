@@ -1,6 +1,7 @@
 """The ORM: every table is imported here so Alembic's autogenerate sees all of them."""
 
 from rubricsvc.models.apikey import ApiKey
+from rubricsvc.models.assignment import RubricAssignment
 from rubricsvc.models.base import Base
 from rubricsvc.models.completion import Completion
 from rubricsvc.models.judging import JudgeAudit, JudgeConfig, Judgment, JudgmentStatus
@@ -11,6 +12,7 @@ from rubricsvc.models.rubric import (
     Category,
     Criterion,
     CriterionKind,
+    CriterionTarget,
     Origin,
     Rubric,
     RubricVersion,
@@ -34,6 +36,7 @@ __all__ = [
     "Completion",
     "Criterion",
     "CriterionKind",
+    "CriterionTarget",
     "JobStatus",
     "JudgeAudit",
     "JudgeConfig",
@@ -46,6 +49,7 @@ __all__ = [
     "Origin",
     "Prompt",
     "Rubric",
+    "RubricAssignment",
     "RubricVersion",
     "Score",
     "ScoreChunk",

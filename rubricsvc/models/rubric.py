@@ -47,6 +47,13 @@ class CriterionKind(enum.StrEnum):
     CHECK = "check"  # a deterministic check, no model
 
 
+class CriterionTarget(enum.StrEnum):
+    """What a criterion is judged on."""
+
+    RESPONSE = "response"  # the final answer
+    TRAJECTORY = "trajectory"  # the agent's messages, tool calls and results that led to it
+
+
 class Rubric(CreatedAtMixin, Base):
     """A named rubric; its content lives in versions."""
 
@@ -140,6 +147,9 @@ class Criterion(Base):
     check: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     required: Mapped[bool] = mapped_column(Boolean, default=False)
     tags: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    target: Mapped[str] = mapped_column(
+        String(16), default=CriterionTarget.RESPONSE.value, server_default="response"
+    )
     # sha256 of what a judge sees of this criterion (text, explanation, scale, check):
     # part of the judgment cache key.
     content_hash: Mapped[str] = mapped_column(String(HASH_LENGTH), index=True)

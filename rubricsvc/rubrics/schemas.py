@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.checks import compile_pattern
-from rubricsvc.models.rubric import Category, CriterionKind
+from rubricsvc.models.rubric import Category, CriterionKind, CriterionTarget
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"
 # Weights (criteria, dimensions) stay within this: far beyond any real rubric (HealthBench
@@ -125,7 +125,25 @@ class LengthCheck(_Strict):
         return self
 
 
-Check = Annotated[RegexCheck | ContainsCheck | LengthCheck, Field(discriminator="type")]
+class ToolLoopCheck(_Strict):
+    """Passes unless one tool call (same name and arguments) occurs ``min_repeats`` times or
+    more anywhere in the trajectory."""
+
+    type: Literal["tool_loop"]
+    min_repeats: int = Field(default=3, ge=2)
+
+
+class ToolErrorsIgnoredCheck(_Strict):
+    """Passes unless a tool error is followed by a final answer that neither retries nor says
+    anything of the failure."""
+
+    type: Literal["tool_errors_ignored"]
+
+
+Check = Annotated[
+    RegexCheck | ContainsCheck | LengthCheck | ToolLoopCheck | ToolErrorsIgnoredCheck,
+    Field(discriminator="type"),
+]
 
 
 class CriterionSpec(_Strict):
@@ -141,6 +159,8 @@ class CriterionSpec(_Strict):
     check: Check | None = None
     required: bool = False
     tags: list[str] = Field(default_factory=list)
+    # What a judged criterion is judged on: the final answer, or the agent's trajectory.
+    target: CriterionTarget = CriterionTarget.RESPONSE
 
     @field_validator("weight")
     @classmethod
@@ -170,6 +190,11 @@ class CriterionSpec(_Strict):
             raise ValueError("'check' is only allowed with kind: check")
         if self.required and self.weight < 0:
             raise ValueError("a pitfall cannot be required (required criteria gate the score)")
+        if self.target == CriterionTarget.TRAJECTORY and self.kind != CriterionKind.JUDGE:
+            raise ValueError(
+                "target: trajectory is for judged criteria (the tool_loop and "
+                "tool_errors_ignored checks read the trajectory by themselves)"
+            )
         return self
 
     def judged_content(self) -> dict[str, Any]:
@@ -179,11 +204,18 @@ class CriterionSpec(_Strict):
             "explanation": self.explanation,
             "scale": self.scale.model_dump(),
             "check": self.check.model_dump() if self.check else None,
+            # Only when set: every criterion judged on the response keeps the hash it had
+            # before criteria could target the trajectory.
+            **({"target": self.target.value} if self.target == CriterionTarget.TRAJECTORY else {}),
         }
 
     def stored(self) -> dict[str, Any]:
-        """Everything that makes up this criterion in a version (its content)."""
-        return self.model_dump(mode="json")
+        """Everything that makes up this criterion in a version (its content). ``target`` only
+        when it is the trajectory, so existing versions keep their hashes."""
+        stored = self.model_dump(mode="json")
+        if self.target == CriterionTarget.RESPONSE:
+            del stored["target"]
+        return stored
 
 
 def normalized_text(text: str) -> str:

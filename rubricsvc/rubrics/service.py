@@ -18,6 +18,7 @@ from rubricsvc.errors import ConflictError
 from rubricsvc.hashing import content_hash
 from rubricsvc.models import (
     Criterion,
+    CriterionTarget,
     Origin,
     Prompt,
     Rubric,
@@ -165,6 +166,7 @@ def _criterion_row(version_id: int, position: int, spec: CriterionSpec) -> Crite
         check=spec.check.model_dump() if spec.check else None,
         required=spec.required,
         tags=spec.tags,
+        target=spec.target.value,
         content_hash=content_hash(spec.judged_content()),
     )
 
@@ -182,6 +184,8 @@ def authored_fields(criterion: Criterion) -> dict[str, Any]:
         "check": criterion.check,
         "required": criterion.required,
         "tags": criterion.tags,
+        # Only when set, so an exported rubric of response criteria reads as it always did.
+        **({"target": criterion.target} if criterion.target == CriterionTarget.TRAJECTORY else {}),
     }
 
 

@@ -172,6 +172,8 @@ def _score_chunk(
         include_drafts=bool(chosen.get("include_drafts", False)),
         # The versions found at submission: the job's report reads scores under exactly these.
         version_ids=tuple(job.params.get("versions", [])),
+        # A shared version found through assignments scores only the completions assigned it.
+        shared_by_assignment=chosen.get("rubric_ref") is None,
         pairs=tuple((int(a), int(b)) for a, b in chosen.get("pairs", [])),
     )
     options = ScoreOptions(

@@ -1,8 +1,9 @@
 """Sending judge calls to a backend: batching, retries with backoff, strict parsing.
 
 The outcome of every judgment is either a verdict or a failure with its error; a failure
-is retried while it may help (a transient backend error, unparseable output) and is
-never turned into a low score. Each failure carries its class (``judging.failures``):
+is retried while it may help (a transient backend error, or unparseable output of a judge
+that samples: at temperature 0 the same prompt gives the same reply) and is never turned
+into a low score. Each failure carries its class (``judging.failures``):
 who caused it decides whether a score masks it or charges it to the response.
 """
 
@@ -26,6 +27,7 @@ from rubricsvc.judging.modes import (
     CompletionView,
     Item,
     ModeError,
+    get_mode,
 )
 from rubricsvc.judging.templates import PromptTemplate
 from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
@@ -70,6 +72,13 @@ class CallExecutor:
         # overloaded, rate-limited), and the longest wait a provider asked for meanwhile.
         self.unavailable = 0
         self.retry_after: float | None = None
+
+    @property
+    def _resamples(self) -> bool:
+        """Whether asking again can give another reply: only a mode that decodes, at a
+        temperature above 0 (a retry gets another seed). A greedy reply, or one forward
+        pass's probabilities, would come back the same: such a failure is not retried."""
+        return get_mode(self.spec.mode).decodes and self.spec.temperature > 0
 
     @property
     def backend(self) -> JudgeBackend:
@@ -147,7 +156,9 @@ class CallExecutor:
         try:
             verdicts = call.parse(response)
         except VerdictParseError as err:
-            return _Failure(f"unparseable judge output: {err}", True, FailureClass.JUDGE, raw=raw)
+            return _Failure(
+                f"unparseable judge output: {err}", self._resamples, FailureClass.JUDGE, raw=raw
+            )
         if self.spec.calibration is not None:
             verdicts = {key: self._calibrated(verdict) for key, verdict in verdicts.items()}
         completion_tokens = response.completion_tokens if isinstance(response, Generation) else 0

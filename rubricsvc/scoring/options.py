@@ -14,5 +14,6 @@ def score_options(settings: ScoringSettings, **given: Any) -> ScoreOptions:
     return ScoreOptions(
         response_failure=ResponseFailurePolicy(settings.response_failure),
         judge_failure_alarm=settings.judge_failure_alarm,
+        checkpoint_seconds=settings.checkpoint_seconds,
         **given,
     )

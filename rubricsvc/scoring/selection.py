@@ -1,15 +1,29 @@
-"""Which completions to score, and against which rubric version."""
+"""Which completions to score, and against which rubric versions.
+
+A completion is scored against the newest usable version of each of its prompt's rubrics and
+of each shared rubric assigned to it or to its prompt (``rubricsvc.assignments``). A chosen
+version (``rubric_ref``) scores the completions of its prompt; a shared one scores the
+completions assigned to it, or, when the selection names completions, prompts or sources,
+exactly those: it never widens to every completion stored.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from rubricsvc.assignments import assigned_rubrics, completions_assigned_to
 from rubricsvc.errors import NotFoundError, ValidationFailed
-from rubricsvc.models import Completion, Prompt, Rubric, RubricVersion, VersionStatus
+from rubricsvc.models import (
+    Completion,
+    Prompt,
+    Rubric,
+    RubricVersion,
+    VersionStatus,
+)
 from rubricsvc.rubrics.repository import resolve_version
 
 
@@ -26,6 +40,14 @@ class Selection:
     # Modes that compare completions: compare exactly these (completion id, completion id)
     # pairs (labelled pairs under evaluation) instead of every selected completion of a prompt.
     pairs: tuple[tuple[int, int], ...] = ()
+    # With ``version_ids``: a shared version scores only the completions assigned to its rubric
+    # (a job's pinned versions), else every selected completion (a labelled set's rubric).
+    shared_by_assignment: bool = False
+
+    @property
+    def narrowed(self) -> bool:
+        """Whether the selection names completions, prompts or sources."""
+        return bool(self.completion_ids or self.prompt_external_ids or self.sources)
 
 
 def _completions(session: Session, selection: Selection) -> list[Completion]:
@@ -41,18 +63,42 @@ def _completions(session: Session, selection: Selection) -> list[Completion]:
         missing = set(selection.completion_ids) - {c.id for c in completions}
         if missing:
             raise NotFoundError(f"no completion with id {min(missing)}")
+    if selection.prompt_external_ids:
+        known = set(
+            session.scalars(
+                select(Prompt.external_id).where(
+                    Prompt.external_id.in_(selection.prompt_external_ids)
+                )
+            )
+        )
+        for name in selection.prompt_external_ids:
+            if name not in known:
+                raise NotFoundError(f"no prompt with external id {name!r}")
+    if selection.sources:
+        sources = set(
+            session.scalars(
+                select(Completion.source).where(Completion.source.in_(selection.sources))
+            )
+        )
+        for name in selection.sources:
+            if name not in sources:
+                raise NotFoundError(f"no completion has source {name!r}")
     return completions
 
 
 def _latest_usable_versions(
-    session: Session, prompt_ids: set[int], include_drafts: bool
-) -> dict[int, list[RubricVersion]]:
-    """Per prompt, the newest usable version of each of its rubrics, criteria loaded: one query."""
+    session: Session, prompt_ids: set[int], rubric_ids: set[int], include_drafts: bool
+) -> tuple[dict[int, list[RubricVersion]], dict[int, RubricVersion]]:
+    """Per prompt, the newest usable version of each of its rubrics, and per assigned
+    rubric id its newest usable version, criteria loaded: one query."""
     allowed = {VersionStatus.APPROVED} | ({VersionStatus.DRAFT} if include_drafts else set())
     query = (
         select(RubricVersion)
         .join(Rubric, RubricVersion.rubric_id == Rubric.id)
-        .where(Rubric.prompt_id.in_(prompt_ids), RubricVersion.status.in_(allowed))
+        .where(
+            Rubric.prompt_id.in_(prompt_ids) | Rubric.id.in_(rubric_ids),
+            RubricVersion.status.in_(allowed),
+        )
         .options(selectinload(RubricVersion.criteria), selectinload(RubricVersion.rubric))
         .order_by(RubricVersion.rubric_id, RubricVersion.number.desc())
     )
@@ -61,31 +107,98 @@ def _latest_usable_versions(
         newest.setdefault(version.rubric_id, version)
     by_prompt: dict[int, list[RubricVersion]] = defaultdict(list)
     for version in newest.values():
-        by_prompt[version.rubric.prompt_id or 0].append(version)
-    return by_prompt
+        if version.rubric.prompt_id in prompt_ids:
+            by_prompt[version.rubric.prompt_id or 0].append(version)
+    return by_prompt, {r: v for r, v in newest.items() if r in rubric_ids}
 
 
 def select_work(
     session: Session, selection: Selection
 ) -> tuple[list[tuple[Completion, RubricVersion]], list[Completion]]:
     """(completion, version) pairs to score, and the selected completions that have no rubric."""
+    if selection.rubric_ref is not None and not selection.version_ids:
+        return _with_chosen_version(session, selection)
     completions = _completions(session, selection)
     if selection.version_ids:
-        return _pair(completions, _versions_by_id(session, selection.version_ids))
-    if selection.rubric_ref is not None:
-        version = resolve_version(session, selection.rubric_ref)
-        if version.status == VersionStatus.RETIRED:
-            raise ValidationFailed(f"{version.ref} is retired; score with a current version")
-        prompt_id = version.rubric.prompt_id
-        matched = [c for c in completions if prompt_id is None or c.prompt_id == prompt_id]
-        unmatched = [c for c in completions if prompt_id is not None and c.prompt_id != prompt_id]
-        return [(c, version) for c in matched], unmatched
+        versions = _versions_by_id(session, selection.version_ids)
+        assigned = (
+            assigned_rubrics(session, completions) if selection.shared_by_assignment else None
+        )
+        return _pair(completions, versions, assigned)
 
     prompt_ids = {c.prompt_id for c in completions}
-    versions = _latest_usable_versions(session, prompt_ids, selection.include_drafts)
-    work = [(c, v) for c in completions for v in versions.get(c.prompt_id, [])]
-    without = [c for c in completions if not versions.get(c.prompt_id)]
+    assigned = assigned_rubrics(session, completions)
+    rubric_ids = set().union(*assigned.values()) if assigned else set()
+    own, shared = _latest_usable_versions(session, prompt_ids, rubric_ids, selection.include_drafts)
+    work = []
+    without = []
+    for c in completions:
+        versions = list(own.get(c.prompt_id, []))
+        versions += [shared[r] for r in sorted(assigned.get(c.id, ())) if r in shared]
+        work += [(c, v) for v in versions]
+        if not versions:
+            without.append(c)
     return work, without
+
+
+def _with_chosen_version(
+    session: Session, selection: Selection
+) -> tuple[list[tuple[Completion, RubricVersion]], list[Completion]]:
+    """``rubric_ref``'s version for the completions of its prompt; a shared one for the
+    completions assigned to it, or for the selected ones when the selection names any."""
+    version = resolve_version(session, selection.rubric_ref or "")
+    if version.status == VersionStatus.RETIRED:
+        raise ValidationFailed(f"{version.ref} is retired; score with a current version")
+    prompt_id = version.rubric.prompt_id
+    if prompt_id is None and not selection.narrowed:
+        ids = completions_assigned_to(session, version.rubric_id)
+        if not ids:
+            raise NotFoundError(
+                f"no completion is assigned to {version.rubric.name!r} and none is selected: "
+                "assign it (a `rubric` field in the completions or prompts file, or "
+                "`rubricsvc prompts assign`) or select completions with --completion, "
+                "--prompt or --source"
+            )
+        selection = replace(selection, completion_ids=tuple(ids))
+    completions = _completions(session, selection)
+    matched = [c for c in completions if prompt_id is None or c.prompt_id == prompt_id]
+    unmatched = [c for c in completions if prompt_id is not None and c.prompt_id != prompt_id]
+    return [(c, version) for c in matched], unmatched
+
+
+def without_reasons(
+    session: Session, completions: list[Completion], include_drafts: bool
+) -> dict[str, list[int]]:
+    """Why these completions have no usable rubric version, completion ids by reason:
+    ``no_rubric`` (their prompt has none and none is assigned), ``drafts`` (only draft
+    versions, and drafts are not in use), ``retired`` (only retired versions)."""
+    reasons: dict[str, list[int]] = {"no_rubric": [], "drafts": [], "retired": []}
+    if not completions:
+        return reasons
+    assigned = assigned_rubrics(session, completions)
+    prompt_ids = {c.prompt_id for c in completions}
+    rubric_ids = set().union(*assigned.values()) if assigned else set()
+    rows = session.execute(
+        select(Rubric.id, Rubric.prompt_id, RubricVersion.status)
+        .join(RubricVersion, RubricVersion.rubric_id == Rubric.id)
+        .where(Rubric.prompt_id.in_(prompt_ids) | Rubric.id.in_(rubric_ids))
+    ).all()
+    statuses: dict[int, set[VersionStatus]] = defaultdict(set)
+    of_prompt: dict[int, set[int]] = defaultdict(set)
+    for rubric_id, prompt_id, status in rows:
+        statuses[rubric_id].add(status)
+        if prompt_id is not None:
+            of_prompt[prompt_id].add(rubric_id)
+    for c in completions:
+        found = of_prompt.get(c.prompt_id, set()) | assigned.get(c.id, set())
+        seen = set().union(*(statuses[r] for r in found)) if found else set()
+        if not seen:
+            reasons["no_rubric"].append(c.id)
+        elif VersionStatus.DRAFT in seen and not include_drafts:
+            reasons["drafts"].append(c.id)
+        else:
+            reasons["retired"].append(c.id)
+    return reasons
 
 
 def _versions_by_id(session: Session, ids: tuple[int, ...]) -> list[RubricVersion]:
@@ -103,11 +216,21 @@ def _versions_by_id(session: Session, ids: tuple[int, ...]) -> list[RubricVersio
 
 
 def _pair(
-    completions: list[Completion], versions: list[RubricVersion]
+    completions: list[Completion],
+    versions: list[RubricVersion],
+    assigned: dict[int, set[int]] | None = None,
 ) -> tuple[list[tuple[Completion, RubricVersion]], list[Completion]]:
-    """Each completion with the versions of its prompt's rubrics and the shared ones."""
+    """Each completion with the versions of its prompt's rubrics and the shared ones (with
+    ``assigned``: the shared ones assigned to it)."""
     work = [
-        (c, v) for c in completions for v in versions if v.rubric.prompt_id in (None, c.prompt_id)
+        (c, v)
+        for c in completions
+        for v in versions
+        if v.rubric.prompt_id == c.prompt_id
+        or (
+            v.rubric.prompt_id is None
+            and (assigned is None or v.rubric_id in assigned.get(c.id, set()))
+        )
     ]
     paired = {c.id for c, _ in work}
     return work, [c for c in completions if c.id not in paired]

@@ -9,12 +9,15 @@
    gets the criterion's worst value unless the options say to mask it too.
 
 The caller owns the transaction; ``checkpoint`` (e.g. ``session.commit``) is called after
-each chunk so a long run keeps what it has done if it is interrupted.
+each chunk so a long run keeps what it has done if it is interrupted (and may raise to stop
+the run there, as the command line does on Ctrl-C). Chunks are sized so that one takes about
+``checkpoint_seconds`` (at most ``chunk_judgments`` judgments).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,7 +57,7 @@ from rubricsvc.models import (
 )
 from rubricsvc.scoring.executor import CallExecutor, JudgeResult
 from rubricsvc.scoring.judge_configs import ensure_judge_config
-from rubricsvc.scoring.selection import Selection, select_work
+from rubricsvc.scoring.selection import Selection, select_work, without_reasons
 from rubricsvc.scoring.store import judgments_by_key, save_judgments, save_scores
 
 
@@ -63,7 +66,13 @@ class ScoreOptions:
     aggregation: str = "rar"
     min_coverage: float = DEFAULT_MIN_COVERAGE
     gate_cap: float | None = 0.0
-    chunk_judgments: int = 256  # judgments sent to the backend between checkpoints
+    chunk_judgments: int = 256  # judgments sent to the backend between checkpoints, at most
+    # ... and fewer when the judge is slow: each chunk is sized from the time judgments have
+    # taken so far to take about this long, so a run checkpoints at least this often.
+    checkpoint_seconds: float = 30.0
+    # The first chunk, before any judgment has been timed (None: ``chunk_judgments``); the
+    # command line starts small, so a slow judge's first checkpoint comes early too.
+    first_chunk_judgments: int | None = None
     # A response the judge cannot judge because of its content: its worst value, or masked.
     response_failure: ResponseFailurePolicy = ResponseFailurePolicy.WORST
     # Judge-caused failures above this share of a run's judgments raise an alarm.
@@ -125,6 +134,8 @@ class ScoreReport(JudgingTally):
     aggregation: str
     scores: list[ScoredCompletion] = field(default_factory=list)
     without_rubric: list[int] = field(default_factory=list)
+    # Why: completion ids by reason (``selection.without_reasons``; empty when not known).
+    without_reasons: dict[str, list[int]] = field(default_factory=dict)
     checks: int = 0  # check criteria computed
 
 
@@ -161,13 +172,9 @@ def score(
     aggregation = score_aggregation(spec, options)
     report = ScoreReport(judge=spec.name, aggregation=aggregation)
     judge_row = judge_row or ensure_judge_config(session, spec)
-    work, without = select_work(session, selection)
+    units, without = _plan_units(session, spec, judge_row.config_hash, selection)
     report.without_rubric = [c.id for c in without]
-    peers = comparison_groups(work, spec.group_size, selection.pairs) if mode.compares else {}
-    units = [
-        _unit(mode, spec, judge_row.config_hash, completion, version, peers)
-        for completion, version in work
-    ]
+    report.without_reasons = without_reasons(session, without, selection.include_drafts)
     report.judgments = sum(len(u.plan.items) for u in units)
 
     stored = judgments_by_key(session, (item.key for u in units for item in u.plan.items))
@@ -177,9 +184,12 @@ def score(
     done = report.cached
     if progress:
         progress(done, report.judgments)
+    pace = _Pace(options)
     try:
-        for chunk in _chunks(units, cached, options.chunk_judgments):
+        for chunk in _paced_chunks(units, cached, pace):
+            started = time.monotonic()
             results = executor.run(_uncached(chunk, cached))
+            pace.record(len(results), time.monotonic() - started)
             fresh = _store_results(session, judge_row.id, chunk, results)
             cached.update({k: j for k, j in fresh.items() if _settled(j)})
             judged = fresh | cached  # fresh failures too, so the breakdown can show their errors
@@ -195,10 +205,12 @@ def score(
                 if result.failure is not None:
                     report.failures[result.failure.value] += 1
             done += len(results)
-            if checkpoint:
-                checkpoint()
             if progress:
                 progress(done, report.judgments)
+            # Last: a checkpoint may end the run (the command line's, on Ctrl-C) once this
+            # chunk is stored.
+            if checkpoint:
+                checkpoint()
     finally:
         report.backend_requests = executor.requests_sent
         report.unavailable, report.retry_after = executor.unavailable, executor.retry_after
@@ -206,6 +218,65 @@ def score(
     report.checks = sum(1 for s in report.scores for c in s.criteria if c["status"] == "check")
     report.alarms = judge_failure_alarms(report, options.judge_failure_alarm)
     return report
+
+
+def _plan_units(
+    session: Session, spec: JudgeSpec, judge_hash: str, selection: Selection
+) -> tuple[list[_Unit], list[Completion]]:
+    """What a run of ``selection`` judges, one unit per (completion, version), and the
+    selected completions with no usable rubric version."""
+    mode = get_mode(spec.mode)
+    work, without = select_work(session, selection)
+    peers = comparison_groups(work, spec.group_size, selection.pairs) if mode.compares else {}
+    units = [
+        _unit(mode, spec, judge_hash, completion, version, peers) for completion, version in work
+    ]
+    return units, without
+
+
+@dataclass(kw_only=True)
+class RunPlan:
+    """What a run would do (``--dry-run``): the completions it scores, the rubric versions
+    (each with its completions, judgments and how many of those are cached), the judgments
+    in all and the cached ones; nothing is judged or stored."""
+
+    judge: str
+    mode: str
+    completions: int = 0  # selected completions with at least one rubric version
+    scores: int = 0  # (completion, version) pairs: the scores the run would store
+    judgments: int = 0  # judge calls needed, checks excluded (as ``ScoreReport.judgments``)
+    cached: int = 0
+    checks: int = 0  # check criteria the run would compute
+    versions: list[dict[str, Any]] = field(default_factory=list)
+    without_rubric: list[int] = field(default_factory=list)
+    without_reasons: dict[str, list[int]] = field(default_factory=dict)
+
+
+def plan_run(session: Session, spec: JudgeSpec, selection: Selection) -> RunPlan:
+    """What ``score`` would judge for ``selection`` with ``spec`` (a jury: see ``scoring.jury``);
+    reads the database only."""
+    units, without = _plan_units(session, spec, spec.config_hash(), selection)
+    keys = [item.key for u in units for item in u.plan.items]
+    cached = {k for k, j in judgments_by_key(session, keys).items() if _settled(j)}
+    plan = RunPlan(judge=spec.name, mode=spec.mode)
+    plan.completions = len({u.completion.id for u in units})
+    plan.scores = len(units)
+    plan.judgments = len(keys)
+    plan.cached = sum(1 for k in keys if k in cached)
+    by_version: dict[int, dict[str, Any]] = {}
+    for unit in units:
+        entry = by_version.setdefault(
+            unit.version.id,
+            {"rubric": unit.version.ref, "completions": 0, "judgments": 0, "cached": 0},
+        )
+        entry["completions"] += 1
+        entry["judgments"] += len(unit.plan.items)
+        entry["cached"] += sum(1 for item in unit.plan.items if item.key in cached)
+        plan.checks += sum(1 for c in unit.case.criteria if c.check is not None)
+    plan.versions = sorted(by_version.values(), key=lambda e: str(e["rubric"]))
+    plan.without_rubric = [c.id for c in without]
+    plan.without_reasons = without_reasons(session, without, selection.include_drafts)
+    return plan
 
 
 def _settled(judgment: Judgment) -> bool:
@@ -329,17 +400,46 @@ def rubric_criterion(criterion: Criterion) -> RubricCriterion:
     )
 
 
-def _chunks(units: Sequence[_Unit], cached: dict[str, Judgment], size: int) -> list[list[_Unit]]:
-    """Consecutive units holding about ``size`` uncached judgments each (whole completions)."""
-    chunks: list[list[_Unit]] = [[]]
+class _Pace:
+    """How many judgments the next chunk holds: as many as the judge has made in
+    ``checkpoint_seconds`` so far (at least 1, at most ``chunk_judgments``), so a slow judge
+    still checkpoints every ``checkpoint_seconds`` and a fast one fills whole batches."""
+
+    def __init__(self, options: ScoreOptions) -> None:
+        self.most = max(options.chunk_judgments, 1)
+        self.seconds = options.checkpoint_seconds
+        first = options.first_chunk_judgments or self.most
+        self.first = max(min(first, self.most), 1)
+        self.judged = 0
+        self.elapsed = 0.0
+
+    def record(self, judgments: int, seconds: float) -> None:
+        self.judged += judgments
+        self.elapsed += seconds
+
+    def size(self) -> int:
+        if not self.judged or self.elapsed <= 0:
+            return self.first if not self.judged else self.most
+        per_judgment = self.elapsed / self.judged
+        return max(1, min(self.most, int(self.seconds / per_judgment)))
+
+
+def _paced_chunks(
+    units: Sequence[_Unit], cached: dict[str, Judgment], pace: _Pace
+) -> Iterator[list[_Unit]]:
+    """Consecutive units (whole completions) holding about ``pace.size()`` uncached
+    judgments each, the size read anew for every chunk; units with nothing to judge ride
+    along with the next chunk (or form the last)."""
+    chunk: list[_Unit] = []
     count = 0
     for unit in units:
-        chunks[-1].append(unit)
+        chunk.append(unit)
         count += sum(1 for item in unit.plan.items if item.key not in cached)
-        if count >= size:
-            chunks.append([])
-            count = 0
-    return [c for c in chunks if c]
+        if count >= pace.size():
+            yield chunk
+            chunk, count = [], 0
+    if chunk:
+        yield chunk
 
 
 def _store_results(

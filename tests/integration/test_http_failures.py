@@ -138,7 +138,10 @@ def test_garbage_then_recovery(sqlite_url: str, endpoint: ScriptedEndpoint) -> N
     endpoint.plan = {"Mentions caffeine": ["garbage", "500", "ok"]}
     with Session(engine) as session:
         _setup(session)
-        report = _score(session, _judge(endpoint, "http-recovers"))
+        # Sampling (temperature > 0): a garbled reply is asked again (at temperature 0 it
+        # would come back the same and is not retried: test_scoring).
+        judge = _judge(endpoint, "http-recovers").model_copy(update={"temperature": 0.7})
+        report = _score(session, judge)
         assert (report.computed, report.failed) == (3, 0)
         assert endpoint.requests.count("Mentions caffeine") == 3
         judgment = session.scalars(select(Judgment).where(Judgment.attempts == 3)).one()

@@ -95,7 +95,8 @@ def test_garbage_is_retried_then_stored_as_failed_and_masked(session: Session) -
         return "Reasoning.\nVERDICT: YES"
 
     backend = ScriptedBackend(text=judge)
-    report = _run(session, backend, retries=2)
+    # A judge that samples: asking again may give a parseable reply, so the garbage is retried.
+    report = _run(session, backend, retries=2, temperature=0.7)
     assert (report.computed, report.failed) == (3, 1)
     assert report.backend_requests == 4 + 2  # one first try each, two retries of the garbage
     failed = session.scalars(select(Judgment).where(Judgment.status == JudgmentStatus.FAILED)).one()
@@ -114,6 +115,25 @@ def test_garbage_is_retried_then_stored_as_failed_and_masked(session: Session) -
     stored = session.scalars(select(Score)).one()
     assert stored.value == pytest.approx(3 / 11)
     assert [c["status"] for c in stored.details["criteria"]] == ["ok", "failed", "ok", "ok"]
+
+
+def test_garbage_at_temperature_0_is_not_retried(session: Session) -> None:
+    """A greedy judge gives the same reply to the same prompt: an unparseable one is stored as
+    failed after one attempt (and masked), not asked for again and again."""
+    _setup(session, ["Keep a schedule and skip late coffee."])
+
+    def judge(request: GenerationRequest) -> str:
+        if _criterion_of(request) == "Mentions caffeine":
+            return "I think it is fine!!! maybe"
+        return "Reasoning.\nVERDICT: YES"
+
+    report = _run(session, ScriptedBackend(text=judge), retries=2, temperature=0.0)
+    assert (report.computed, report.failed) == (3, 1)
+    assert report.backend_requests == 4  # no retry of the garbage
+    assert report.failures["judge"] == 1
+    failed = session.scalars(select(Judgment).where(Judgment.status == JudgmentStatus.FAILED)).one()
+    assert failed.attempts == 1 and failed.failure == "judge"
+    assert report.scores[0].status == "partial"  # masked, never a 0
 
 
 def test_a_failed_judgment_is_retried_on_the_next_run(session: Session) -> None:

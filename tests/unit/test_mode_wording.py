@@ -30,7 +30,7 @@ RECORDED = {
     "criterion-prob": ("1", "2a78d8355aa9cb12b144ddb02c8a35541fe6c6668a61fc642342d14f3617ee01"),
     "criterion-text": ("1", "b3b90a35f3c22e4c234cfe137ec6343a7b34bbd3c31222f99aa56a04f91928ac"),
     "multi-criterion": ("1", "75d3a75c5dc9340a8b578b8d71a954b6b5c91d9e136a78ca4e85c824d46ebb49"),
-    "holistic": ("1", "eebcde4bc0c8bd4327ba97331c8921abb6a49aa5e230dbf9c0eae01f95804334"),
+    "holistic": ("2", "37e9ab3cbae6f459ef1c62e123f1cd1c1a824fc2462032adcad3ccfdc420ac80"),
     "reference-relative": ("1", "554f3f75d0f2a91b4b8aff675f58a8632af9866a674d3930e66ac5038c408962"),
 }
 
@@ -39,7 +39,7 @@ FIELDS = {
     "criterion-prob": ("question",),
     "criterion-text": ("question", "verdict_format"),
     "multi-criterion": ("criteria", "answer_format"),
-    "holistic": ("criteria", "likert_max"),
+    "holistic": ("criteria", "scale"),
     "reference-relative": ("reference", "dimension", "criteria"),
 }
 

@@ -6,6 +6,8 @@ and for dry runs of a pipeline. Every call is counted.
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable, Sequence
 
 from rubricsvc.judging.backends.base import BackendError
@@ -27,17 +29,35 @@ class ScriptedBackend:
         text: TextScript | None = None,
         probs: ProbScript | None = None,
         model: str = "scripted",
+        *,
+        reply: str | None = None,
+        delay: float = 0.0,
+        record_to: str | None = None,
     ) -> None:
+        """From a judge file (``backend_options``) too: ``reply`` is the text of every reply,
+        ``delay`` seconds are spent on every batch (a slow judge), and each request's chat is
+        appended to the JSON Lines file ``record_to`` (what the judge was shown)."""
         self.model = model
-        self._text = text or (lambda _request: "It does.\nVERDICT: YES")
+        default_reply = "It does.\nVERDICT: YES" if reply is None else reply
+        self._text = text or (lambda _request: default_reply)
         self._probs = probs or always_yes
+        self._delay = delay
+        self._record_to = record_to
         self.generate_calls = 0
         self.choice_calls = 0
         self.requests: list[GenerationRequest | ChoiceRequest] = []
 
+    def _batch(self, requests: Sequence[GenerationRequest | ChoiceRequest]) -> None:
+        self.requests.extend(requests)
+        if self._record_to:
+            with open(self._record_to, "a", encoding="utf-8") as log:
+                log.writelines(json.dumps(r.chat, ensure_ascii=False) + "\n" for r in requests)
+        if self._delay:
+            time.sleep(self._delay)
+
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation | BackendError]:
         self.generate_calls += 1
-        self.requests.extend(requests)
+        self._batch(requests)
         out: list[Generation | BackendError] = []
         for request in requests:
             answer = self._text(request)
@@ -48,7 +68,7 @@ class ScriptedBackend:
 
     def choice_probs(self, requests: Sequence[ChoiceRequest]) -> list[ChoiceResult | BackendError]:
         self.choice_calls += 1
-        self.requests.extend(requests)
+        self._batch(requests)
         out: list[ChoiceResult | BackendError] = []
         for request in requests:
             answer = self._probs(request)

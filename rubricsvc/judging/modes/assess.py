@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rubricsvc.judging.aggregation import Outcome, Status, aggregate
-from rubricsvc.judging.checks import run_check
+from rubricsvc.judging.checks import TRAJECTORY_CHECKS, run_check, run_trajectory_check
 from rubricsvc.judging.failures import FailureClass, ResponseFailurePolicy, worst_value
 from rubricsvc.judging.modes.base import (
     Assessment,
@@ -62,7 +62,8 @@ def assess_criteria(
         assessment.criteria.append(entry)
         outcomes.append(outcome)
         if criterion.check is None:
-            ruling = rulings.get(plan.key_of[criterion.id], NOT_JUDGED)
+            # (a trajectory criterion without a trajectory was never planned: not judged)
+            ruling = rulings.get(plan.key_of.get(criterion.id, ""), NOT_JUDGED)
             assessment.verdicts.append(ruling.value)
         if "failure" in entry:
             assessment.failures[entry["failure"]] += 1
@@ -89,6 +90,12 @@ def assess_criteria(
     return assessment
 
 
+# A trajectory criterion or check, for a completion given without a trajectory: masked like a
+# mode that cannot judge an item as configured. The caller left the trajectory out, the response
+# did nothing to provoke it, so neither a pass nor the worst value would be true of it.
+NO_TRAJECTORY = "the completion has no trajectory: a trajectory criterion cannot be judged"
+
+
 def _criterion_outcome(
     criterion: RubricCriterion,
     case: Case,
@@ -105,12 +112,27 @@ def _criterion_outcome(
         "weight": view.weight,
         "theme": view.theme,
     }
+    if criterion.check is not None and criterion.check["type"] in TRAJECTORY_CHECKS:
+        trajectory = case.completion.trajectory
+        if trajectory is None:
+            entry.update(status="failed", value=None, error=NO_TRAJECTORY)
+            entry["failure"] = FailureClass.INFRASTRUCTURE.value
+            return entry, plain_outcome(criterion, Ruling(None))
+        passed = run_trajectory_check(criterion.check, trajectory)
+        entry.update(
+            status="check", value=1.0 if passed else 0.0, verdict="pass" if passed else "fail"
+        )
+        return entry, plain_outcome(criterion, Ruling(entry["value"]))
     if criterion.check is not None:
         passed = run_check(criterion.check, case.completion.response)
         entry.update(
             status="check", value=1.0 if passed else 0.0, verdict="pass" if passed else "fail"
         )
         return entry, plain_outcome(criterion, Ruling(entry["value"]))
+    if view.on_trajectory and case.completion.trajectory is None:
+        entry.update(status="failed", value=None, error=NO_TRAJECTORY)
+        entry["failure"] = FailureClass.INFRASTRUCTURE.value
+        return entry, plain_outcome(criterion, Ruling(None))
     ruling = rulings.get(plan.key_of[criterion.id], NOT_JUDGED)
     if ruling.value is not None:
         entry.update(

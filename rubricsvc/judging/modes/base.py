@@ -32,6 +32,7 @@ class CriterionView:
     weight: float
     scale: dict[str, Any]
     theme: str | None = None
+    target: str = "response"  # "trajectory": judged on the rendered trajectory
 
     @classmethod
     def of(cls, criterion: Any) -> CriterionView:
@@ -43,7 +44,12 @@ class CriterionView:
             criterion.weight,
             criterion.scale,
             criterion.theme,
+            getattr(criterion, "target", None) or "response",
         )
+
+    @property
+    def on_trajectory(self) -> bool:
+        return self.target == "trajectory"
 
     @property
     def levels(self) -> list[dict[str, Any]] | None:
@@ -56,13 +62,16 @@ class CriterionView:
 
 @dataclass(frozen=True)
 class CompletionView:
-    """What a judge needs of a completion: the conversation so far and the response."""
+    """What a judge needs of a completion: the conversation so far and the response, and for an agent
+    rollout the trajectory that led to the answer."""
 
     id: int
     messages: list[dict[str, Any]]
     response: str
     reference: str | None = None
     response_hash: str = ""  # the completion's content hash: what a comparison is keyed on
+    # The agent's turns (OpenAI-style messages with tool calls and tool results), when stored.
+    trajectory: tuple[dict[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,19 @@ def _each_criterion(
     call_for: Callable[[dict[str, str], Item, CriterionView], Call],
 ) -> list[Call]:
     """One call per item, each deciding its own criterion."""
-    framed = text.framed(context.completion)  # rendered once for all the criteria
+    # Rendered once for all the criteria.
+    framed = text.framed(context.completion) | text.reference_field(context)
+    with_trajectory: dict[str, str] | None = None  # rendered once, for trajectory criteria only
     calls = []
     for item in items:
         assert item.criterion is not None
-        calls.append(call_for(framed, item, item.criterion))
-    return calls
+        fields = framed
+        if item.criterion.on_trajectory:
+            if with_trajectory is None:
+                with_trajectory = text.trajectory_field(context.completion, framed)
+            fields = with_trajectory
+        calls.append(call_for(fields, item, item.criterion))
+    return text.missing_reference(context, calls)
 
 
 def criterion_prob_calls(context: CallContext, items: Sequence[Item]) -> list[Call]:
@@ -84,6 +91,7 @@ class CriterionProb(PerCriterionMode):
     name = "criterion-prob"
     template = "criterion_prob"
     decodes = False  # one forward pass: no decoding settings apply
+    options = frozenset({"reference"})
 
     def calls(self, context: CallContext, items: Sequence[Item]) -> list[Call]:
         return criterion_prob_calls(context, items)
@@ -94,6 +102,7 @@ class CriterionText(PerCriterionMode):
 
     name = "criterion-text"
     template = "criterion_text"
+    options = frozenset({"reference"})
 
     def calls(self, context: CallContext, items: Sequence[Item]) -> list[Call]:
         return criterion_text_calls(context, items)

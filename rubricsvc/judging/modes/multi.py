@@ -13,8 +13,22 @@ from rubricsvc.judging.modes.per_criterion import PerCriterionMode
 
 def multi_criterion_calls(context: CallContext, items: Sequence[Item]) -> list[Call]:
     """Up to ``spec.max_criteria`` criteria per call; a reply must answer every one."""
-    spec, template, completion = context.spec, context.template, context.completion
-    framed = text.framed(completion)
+    completion = context.completion
+    framed = text.framed(completion) | text.reference_field(context)
+    # Criteria on the trajectory are asked in calls of their own, which show it.
+    on_response = [i for i in items if i.criterion is None or not i.criterion.on_trajectory]
+    on_trajectory = [i for i in items if i.criterion is not None and i.criterion.on_trajectory]
+    calls = _chunked_calls(context, on_response, framed)
+    if on_trajectory:
+        with_trajectory = text.trajectory_field(completion, framed)
+        calls += _chunked_calls(context, on_trajectory, with_trajectory)
+    return text.missing_reference(context, calls)
+
+
+def _chunked_calls(
+    context: CallContext, items: Sequence[Item], framed: dict[str, str]
+) -> list[Call]:
+    spec, template = context.spec, context.template
     calls = []
     for start in range(0, len(items), spec.max_criteria):
         chunk = list(items[start : start + spec.max_criteria])
@@ -51,7 +65,7 @@ class MultiCriterion(PerCriterionMode):
 
     name = "multi-criterion"
     template = "multi_criterion"
-    options = frozenset({"max_criteria"})
+    options = frozenset({"max_criteria", "reference"})
 
     def calls(self, context: CallContext, items: Sequence[Item]) -> list[Call]:
         return multi_criterion_calls(context, items)

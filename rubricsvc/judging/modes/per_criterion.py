@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from rubricsvc.hashing import content_hash
 from rubricsvc.judging import keys
 from rubricsvc.judging.aggregation import Outcome
 from rubricsvc.judging.modes.assess import assess_criteria, plain_outcome
@@ -17,6 +18,12 @@ from rubricsvc.judging.modes.base import (
     Plan,
     RubricCriterion,
     Ruling,
+)
+from rubricsvc.judging.modes.text import (
+    NO_REFERENCE_REASON,
+    lacks_reference,
+    lacks_trajectory,
+    trajectory_hash,
 )
 
 
@@ -33,9 +40,22 @@ class PerCriterionMode:
     compares = False
 
     def key(self, case: Case, criterion: RubricCriterion) -> str:
-        """The cache key of ``criterion``'s judgment: the judge, criterion, prompt and response."""
+        """The cache key of ``criterion``'s judgment: the judge, criterion, prompt and response
+        (and, for a judge that shows references, the reference answer: none is content too). A
+        trajectory criterion's judgment also covers the trajectory it was shown."""
+        judged_hash = case.response_hash
+        if criterion.view.on_trajectory:
+            judged_hash = trajectory_hash(case.response_hash, case.completion.trajectory or ())
+        if case.spec is not None and case.spec.reference:
+            return keys.reference_key(
+                case.judge_hash,
+                criterion.content_hash,
+                case.prompt_hash,
+                content_hash(case.completion.reference or ""),
+                judged_hash,
+            )
         return keys.criterion_key(
-            case.judge_hash, criterion.content_hash, case.prompt_hash, case.response_hash
+            case.judge_hash, criterion.content_hash, case.prompt_hash, judged_hash
         )
 
     def plan(self, case: Case) -> Plan:
@@ -43,8 +63,8 @@ class PerCriterionMode:
         key_of: dict[int, str] = {}
         seen: set[str] = set()
         for criterion in case.criteria:
-            if criterion.check is not None:
-                continue
+            if criterion.check is not None or lacks_trajectory(criterion, case.completion):
+                continue  # computed, or masked with the reason (assess_criteria)
             key = self.key(case, criterion)
             if key not in seen:  # two criteria with the same content: judged once
                 seen.add(key)
@@ -65,4 +85,7 @@ class PerCriterionMode:
     def assess(
         self, case: Case, plan: Plan, rulings: Mapping[str, Ruling], options: AssessOptions
     ) -> Assessment:
-        return assess_criteria(case, plan, rulings, options, self.outcome)
+        assessment = assess_criteria(case, plan, rulings, options, self.outcome)
+        if lacks_reference(case.spec, case.completion):
+            assessment.reasons.append(NO_REFERENCE_REASON)
+        return assessment

@@ -42,8 +42,7 @@ def reference_relative_calls(context: CallContext, items: Sequence[Item]) -> lis
     calls = []
     for theme, members in by_theme.items():
         chat = template.render(
-            **framed,
-            reference=reference,
+            **(framed | {"reference": reference}),
             dimension=judged(theme),
             criteria=text.numbered([m.criterion for m in members if m.criterion is not None]),
         )
