@@ -9,16 +9,20 @@ The prompt is named by ``prompt_external_id``, ``prompt_id`` or given in full as
 ``prompt`` (text) / ``prompt_messages``; a new prompt given in full is created (with
 ``prompt_external_id`` as its id when both are given). Records of one prompt (pairs, groups)
 are completions of that one prompt. ``rubric`` (a name or a list) assigns shared rubrics to
-the completion (``rubricsvc.assignments``).
+the completion (``rubricsvc.assignments``). An agent's completion may carry its
+``trajectory``: the OpenAI-style messages (assistant turns with ``tool_calls``, ``tool``
+results, the final answer) that trajectory criteria and checks read (``messages`` is its older
+name).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -28,7 +32,7 @@ from rubricsvc.fileformats import describe_validation_error, read_items
 from rubricsvc.hashing import content_hash
 from rubricsvc.models import Completion, Prompt, Rubric
 from rubricsvc.prompts import find_prompt, near_duplicate_warnings, store_prompt
-from rubricsvc.rubrics.schemas import Message
+from rubricsvc.rubrics.schemas import Message, TrajectoryMessage
 
 
 class CompletionRecord(BaseModel):
@@ -39,7 +43,9 @@ class CompletionRecord(BaseModel):
     prompt: str | None = Field(default=None, min_length=1)
     prompt_messages: list[Message] | None = None
     text: str
-    messages: list[Message] | None = None
+    # The turns that led to the answer (tool calls, tool results); ``messages``: its older name.
+    trajectory: list[TrajectoryMessage] | None = Field(default=None, min_length=1)
+    messages: list[TrajectoryMessage] | None = Field(default=None, min_length=1)
     external_id: str | None = Field(default=None, min_length=1, max_length=200)
     source: str | None = Field(default=None, max_length=200)
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -64,10 +70,17 @@ class CompletionRecord(BaseModel):
                 "(prompt_external_id may come with prompt or prompt_messages)"
                 + (f" (got {', '.join(given)})" if given else "")
             )
+        if self.trajectory is not None and self.messages is not None:
+            raise ValueError("give trajectory or its older name messages, not both")
         for name in self.rubric_names():
             if not name.strip():
                 raise ValueError("rubric: a rubric name must not be empty")
         return self
+
+    def stored_trajectory(self) -> list[dict[str, Any]] | None:
+        """The trajectory as it is stored: each message without its unset fields."""
+        given = self.trajectory if self.trajectory is not None else self.messages
+        return [m.model_dump(exclude_none=True) for m in given] if given else None
 
     def rubric_names(self) -> list[str]:
         if self.rubric is None:
@@ -83,6 +96,22 @@ class IngestResult:
     # Near-duplicate prompts created (differ from a stored one by case, spaces or a character).
     warnings: list[str] = field(default_factory=list)
     prompt_ids: list[int] = field(default_factory=list)  # each record's prompt, in order
+
+
+_TRAJECTORY = TypeAdapter(list[TrajectoryMessage])
+
+
+def normalized_trajectory(messages: Sequence[Any], where: str) -> list[dict[str, Any]]:
+    """``messages`` checked as a trajectory and in its stored form (``stored_trajectory``), so
+    one trajectory is stored and keyed alike however it arrived; ValidationFailed, one line
+    naming ``where``, if it is not an OpenAI-style message list."""
+    try:
+        checked = _TRAJECTORY.validate_python(messages)
+    except ValidationError as err:
+        raise ValidationFailed(f"{where}: trajectory: {describe_validation_error(err)}") from None
+    if not checked:
+        raise ValidationFailed(f"{where}: trajectory: an empty message list")
+    return [m.model_dump(exclude_none=True) for m in checked]
 
 
 def load_completion_file(path: Path) -> list[tuple[str, CompletionRecord]]:
@@ -155,17 +184,21 @@ def _store(
             select(Completion).where(Completion.external_id == record.external_id)
         )
         if existing is not None:
-            if existing.content_hash != digest or existing.prompt_id != prompt.id:
+            if (
+                existing.content_hash != digest
+                or existing.prompt_id != prompt.id
+                or existing.messages != record.stored_trajectory()
+            ):
                 raise ValidationFailed(
                     f"{location}: completion {record.external_id!r} is already stored "
-                    "with a different prompt or text"
+                    "with a different prompt, text or trajectory"
                 )
             return existing, False, prompt_created
     completion = Completion(
         prompt_id=prompt.id,
         external_id=record.external_id,
         text=record.text,
-        messages=[m.model_dump() for m in record.messages] if record.messages else None,
+        messages=record.stored_trajectory(),
         content_hash=digest,
         source=record.source,
         meta=record.metadata,

@@ -63,10 +63,13 @@ def reward_requests(
     requests = []
     for index, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
         prompt_id = prompt_ids[index] if prompt_ids is not None else None
+        trajectory = completion_trajectory(completion)
+        text = completion_text(completion)
+        listed = None if trajectory is None else list(trajectory)
         if prompt_id:
-            requests.append(RewardRequest(completion_text(completion), prompt_id=str(prompt_id)))
+            requests.append(RewardRequest(text, prompt_id=str(prompt_id), trajectory=listed))
         else:
-            requests.append(RewardRequest(completion_text(completion), prompt=prompt))
+            requests.append(RewardRequest(text, prompt=prompt, trajectory=listed))
     return requests
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Engine
@@ -149,7 +149,7 @@ def post_json(
 def _with_rubric(request: RewardRequest, rubric: str | None) -> RewardRequest:
     if rubric is None or request.rubric is not None:
         return request
-    return RewardRequest(request.completion, request.prompt_id, request.prompt, rubric)
+    return replace(request, rubric=rubric)
 
 
 def _result_from_json(item: dict[str, Any]) -> RewardResult:

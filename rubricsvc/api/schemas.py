@@ -9,7 +9,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, AggregationName
 from rubricsvc.judging.config import ModeName
-from rubricsvc.rubrics.schemas import Message
+from rubricsvc.rubrics.schemas import Message, TrajectoryMessage
 from rubricsvc.scoring.rewards import RewardResult
 
 MAX_PAGE = 500
@@ -179,6 +179,12 @@ class RewardItem(_Body):
         description="The prompt itself (text is one user message), found by its hash.",
     )
     rubric: RubricRef | None = Field(default=None, description="A rubric version (REF) to use.")
+    trajectory: list[TrajectoryMessage] | None = Field(
+        default=None,
+        min_length=1,
+        description="An agent's messages (tool calls, tool results) that led to the completion: "
+        "what trajectory criteria and checks read.",
+    )
 
     @model_validator(mode="after")
     def _prompt_given(self) -> RewardItem:

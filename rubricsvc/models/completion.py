@@ -21,7 +21,8 @@ class Completion(CreatedAtMixin, Base):
     # Set by the caller to make ingestion idempotent; None for anonymous rollouts.
     external_id: Mapped[str | None] = mapped_column(String(200), unique=True)
     text: Mapped[str] = mapped_column(Text)
-    # The full assistant turn(s) when the response is more than one message (agent trajectories).
+    # An agent's trajectory: the messages (tool calls, tool results) that led to ``text``, the
+    # final answer; what trajectory criteria and checks read. None for a plain response.
     messages: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONType)
     # sha256 of the text: with the prompt's hash, the content part of the judgment cache key.
     content_hash: Mapped[str] = mapped_column(String(HASH_LENGTH), index=True)

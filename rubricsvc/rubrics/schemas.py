@@ -40,6 +40,37 @@ class Message(_Strict):
     content: str = Field(min_length=1)
 
 
+class ToolFunction(_Strict):
+    name: str = Field(min_length=1, max_length=200)
+    # A JSON string as OpenAI sends it, or the parsed object (as TRL's rollouts carry it).
+    arguments: str | dict[str, Any] = ""
+
+
+class ToolCall(_Strict):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: ToolFunction
+
+
+class TrajectoryMessage(_Strict):
+    """One message of an agent trajectory, OpenAI-style: assistant turns may call tools, and a
+    ``tool`` message carries a tool's result (``content`` a string or text parts)."""
+
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> TrajectoryMessage:
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError(f"a {self.role} message cannot call tools (only assistant turns)")
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError(f"a {self.role} message needs content")
+        return self
+
+
 class PromptSpec(_Strict):
     """The prompt a rubric belongs to: plain text or chat messages."""
 

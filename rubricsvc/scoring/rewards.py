@@ -20,6 +20,7 @@ from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
 from rubricsvc.batching import batches
+from rubricsvc.completions import normalized_trajectory
 from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.config import JudgeSpec
@@ -40,6 +41,9 @@ class RewardRequest:
     prompt_id: str | None = None  # the prompt's external id
     prompt: str | Messages | None = None  # else the prompt itself, found by its hash
     rubric: str | None = None  # a rubric version (REF) instead of the prompt's latest usable one
+    # An agent's trajectory (OpenAI-style messages with tool calls and results) that led to
+    # ``completion``: what trajectory criteria and checks read.
+    trajectory: Messages | None = None
 
     def messages(self) -> Messages:
         if isinstance(self.prompt, str):
@@ -151,33 +155,43 @@ def find_prompts(session: Session, requests: Sequence[RewardRequest]) -> list[Pr
 def store_completions(
     session: Session, requests: Sequence[RewardRequest], prompts: Sequence[Prompt], source: str
 ) -> list[Completion]:
-    """One completion per distinct (prompt, text) for ``source``: reused if already stored,
-    so a rollout seen again (the same text for the same prompt) is one row, judged once."""
-    wanted = {
-        (p.id, content_hash(r.completion)): r.completion
-        for r, p in zip(requests, prompts, strict=True)
-    }
-    stored: dict[tuple[int, str], Completion] = {}
-    keys = sorted(wanted)
-    for part in batches(keys):
+    """One completion per distinct (prompt, text, trajectory) for ``source``: reused if
+    already stored, so a rollout seen again (the same text, and trajectory if any, for the same
+    prompt) is one row, judged once. Every trajectory is checked before anything is stored
+    (ValidationFailed naming the item)."""
+    trajectories = [
+        None if r.trajectory is None else normalized_trajectory(r.trajectory, f"item {index}")
+        for index, r in enumerate(requests)
+    ]
+    keys = [
+        (p.id, content_hash(r.completion), None if t is None else content_hash(t))
+        for r, p, t in zip(requests, prompts, trajectories, strict=True)
+    ]
+    wanted = dict(zip(keys, zip(requests, trajectories, strict=True), strict=True))
+    stored: dict[tuple[int, str, str | None], Completion] = {}
+    for part in batches(sorted({(prompt_id, text) for prompt_id, text, _ in wanted})):
         for completion in session.scalars(
             select(Completion)
             .where(tuple_(Completion.prompt_id, Completion.content_hash).in_(part))
             .where(Completion.source == source)
             .order_by(Completion.id)
         ):
-            stored.setdefault((completion.prompt_id, completion.content_hash), completion)
-    for key, text in wanted.items():
+            digest = None if completion.messages is None else content_hash(completion.messages)
+            stored.setdefault((completion.prompt_id, completion.content_hash, digest), completion)
+    for key, (request, messages) in wanted.items():
         if key not in stored:
             completion = Completion(
-                prompt_id=key[0], text=text, content_hash=key[1], source=source, meta={}
+                prompt_id=key[0],
+                text=request.completion,
+                content_hash=key[1],
+                messages=messages,
+                source=source,
+                meta={},
             )
             session.add(completion)
             stored[key] = completion
     session.flush()
-    return [
-        stored[(p.id, content_hash(r.completion))] for r, p in zip(requests, prompts, strict=True)
-    ]
+    return [stored[key] for key in keys]
 
 
 def reward_result(completion_id: int, scores: Sequence[ScoredCompletion]) -> RewardResult:

@@ -323,6 +323,7 @@ def completion_view(completion: Completion) -> CompletionView:
         completion.text,
         prompt.reference_answer,
         completion.content_hash,
+        trajectory=tuple(completion.messages) if completion.messages else None,
     )
 
 

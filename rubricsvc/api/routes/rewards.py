@@ -106,6 +106,11 @@ def rewards(body: RewardsIn, state: AppState = Depends(app_state)) -> RewardsOut
                 else [m.model_dump() for m in item.prompt]
             ),
             rubric=item.rubric,
+            trajectory=(
+                None
+                if item.trajectory is None
+                else [m.model_dump(exclude_none=True) for m in item.trajectory]
+            ),
         )
         for item in body.items
     ]
