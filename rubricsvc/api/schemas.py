@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from rubricsvc.documents import DocumentRecord
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, AggregationName
 from rubricsvc.judging.config import ModeName
 from rubricsvc.rubrics.schemas import Message, TrajectoryMessage
@@ -184,6 +185,12 @@ class RewardItem(_Body):
         min_length=1,
         description="An agent's messages (tool calls, tool results) that led to the completion: "
         "what trajectory criteria and checks read.",
+    )
+
+    documents: list[DocumentRecord] | None = Field(
+        default=None,
+        description="The evidence it used (text, or a stored document's content_hash; url, "
+        "title, label): what citation criteria check its cited claims against.",
     )
 
     @model_validator(mode="after")

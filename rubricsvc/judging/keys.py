@@ -52,3 +52,8 @@ def group_key(
     return content_hash(
         ["group", judge_hash, rubric_hash, prompt_hash, sorted(response_hashes), repeat]
     )
+
+
+def citation_key(judge_hash: str, claim_hash: str, document_hash: str) -> str:
+    """One cited claim checked against one document: whoever cites it, the same check."""
+    return content_hash(["citation", judge_hash, claim_hash, document_hash])

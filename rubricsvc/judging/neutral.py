@@ -30,11 +30,12 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-VERSION = "4"
+VERSION = "5"
 
 # Tags the bundled templates use to frame data.
 # (3: ``reference_answer``, the frame of a reference answer shown with ``reference: true``.)
 # (4: ``trajectory``, the frame of an agent trajectory judged by a trajectory criterion.)
+# (5: ``document`` and ``claim``, the frames of a citation check.)
 FRAME_TAGS = (
     "conversation",
     "response",
@@ -43,6 +44,8 @@ FRAME_TAGS = (
     "target_report",
     "reference_answer",
     "trajectory",
+    "document",
+    "claim",
 )
 
 # Characters that render as nothing: a tag with one inside still reads as the tag.

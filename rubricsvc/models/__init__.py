@@ -4,6 +4,7 @@ from rubricsvc.models.apikey import ApiKey
 from rubricsvc.models.assignment import RubricAssignment
 from rubricsvc.models.base import Base
 from rubricsvc.models.completion import Completion
+from rubricsvc.models.document import CompletionDocument, Document
 from rubricsvc.models.judging import JudgeAudit, JudgeConfig, Judgment, JudgmentStatus
 from rubricsvc.models.labels import JudgeEvaluation, Label, LabelKind, LabelSet
 from rubricsvc.models.prompt import Prompt
@@ -34,9 +35,11 @@ __all__ = [
     "Category",
     "ChunkStatus",
     "Completion",
+    "CompletionDocument",
     "Criterion",
     "CriterionKind",
     "CriterionTarget",
+    "Document",
     "JobStatus",
     "JudgeAudit",
     "JudgeConfig",

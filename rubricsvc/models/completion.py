@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ForeignKey, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from rubricsvc.models.base import HASH_LENGTH, Base, CreatedAtMixin, JSONType
 from rubricsvc.models.prompt import Prompt
+
+if TYPE_CHECKING:
+    from rubricsvc.models.document import CompletionDocument
 
 
 class Completion(CreatedAtMixin, Base):
@@ -30,3 +33,7 @@ class Completion(CreatedAtMixin, Base):
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType, default=dict)
 
     prompt: Mapped[Prompt] = relationship()
+    # The evidence it used, in the order it lists it (``rubricsvc.documents``).
+    documents: Mapped[list[CompletionDocument]] = relationship(
+        order_by="CompletionDocument.position", cascade="all, delete-orphan"
+    )

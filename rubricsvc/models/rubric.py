@@ -45,6 +45,7 @@ class Category(enum.StrEnum):
 class CriterionKind(enum.StrEnum):
     JUDGE = "judge"  # judged by an LLM
     CHECK = "check"  # a deterministic check, no model
+    CITATIONS = "citations"  # the response's cited claims, each judged against its document
 
 
 class CriterionTarget(enum.StrEnum):

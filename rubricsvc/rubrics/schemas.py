@@ -217,8 +217,13 @@ class CriterionSpec(_Strict):
             )
         if self.kind == CriterionKind.CHECK and self.check is None:
             raise ValueError("a criterion of kind 'check' needs a 'check' spec")
-        if self.kind == CriterionKind.JUDGE and self.check is not None:
+        if self.kind != CriterionKind.CHECK and self.check is not None:
             raise ValueError("'check' is only allowed with kind: check")
+        if self.kind == CriterionKind.CITATIONS:
+            if self.weight < 0:
+                raise ValueError("a citations criterion rewards supported citations: weight > 0")
+            if self.scale.type != "binary":
+                raise ValueError("a citations criterion is yes/no per citation: no scale")
         if self.required and self.weight < 0:
             raise ValueError("a pitfall cannot be required (required criteria gate the score)")
         if self.target == CriterionTarget.TRAJECTORY and self.kind != CriterionKind.JUDGE:
@@ -238,6 +243,8 @@ class CriterionSpec(_Strict):
             # Only when set: every criterion judged on the response keeps the hash it had
             # before criteria could target the trajectory.
             **({"target": self.target.value} if self.target == CriterionTarget.TRAJECTORY else {}),
+            # Likewise the kind, which only a citations criterion changes the judging of.
+            **({"kind": self.kind.value} if self.kind == CriterionKind.CITATIONS else {}),
         }
 
     def stored(self) -> dict[str, Any]:

@@ -17,15 +17,21 @@ from itertools import zip_longest
 from typing import Any
 
 from sqlalchemy import select, tuple_
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from rubricsvc.batching import batches
 from rubricsvc.completions import normalized_trajectory
+from rubricsvc.documents import (
+    attach_documents,
+    checked_documents,
+    listed_documents,
+    resolve_documents,
+)
 from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.failures import empty_counts
-from rubricsvc.models import Completion, Prompt
+from rubricsvc.models import Completion, CompletionDocument, Prompt
 from rubricsvc.prompts import prompt_hash
 from rubricsvc.scoring.jury import BackendFactories, score_judge
 from rubricsvc.scoring.selection import Selection
@@ -44,6 +50,8 @@ class RewardRequest:
     # An agent's trajectory (OpenAI-style messages with tool calls and results) that led to
     # ``completion``: what trajectory criteria and checks read.
     trajectory: Messages | None = None
+    # The evidence it used (``rubricsvc.documents`` records): what citation criteria read.
+    documents: list[dict[str, Any]] | None = None
 
     def messages(self) -> Messages:
         if isinstance(self.prompt, str):
@@ -163,23 +171,29 @@ def store_completions(
         None if r.trajectory is None else normalized_trajectory(r.trajectory, f"item {index}")
         for index, r in enumerate(requests)
     ]
-    keys = [
-        (p.id, content_hash(r.completion), None if t is None else content_hash(t))
-        for r, p, t in zip(requests, prompts, trajectories, strict=True)
+    documents = [
+        checked_documents(r.documents or [], f"item {index}") for index, r in enumerate(requests)
     ]
-    wanted = dict(zip(keys, zip(requests, trajectories, strict=True), strict=True))
+    keys = [
+        (p.id, content_hash(r.completion), _extras_key(t, [[str(d.label), d.digest()] for d in ds]))
+        for r, p, t, ds in zip(requests, prompts, trajectories, documents, strict=True)
+    ]
+    wanted = dict(zip(keys, zip(requests, trajectories, documents, strict=True), strict=True))
     stored: dict[tuple[int, str, str | None], Completion] = {}
     for part in batches(sorted({(prompt_id, text) for prompt_id, text, _ in wanted})):
         for completion in session.scalars(
             select(Completion)
             .where(tuple_(Completion.prompt_id, Completion.content_hash).in_(part))
             .where(Completion.source == source)
+            .options(selectinload(Completion.documents).selectinload(CompletionDocument.document))
             .order_by(Completion.id)
         ):
-            digest = None if completion.messages is None else content_hash(completion.messages)
-            stored.setdefault((completion.prompt_id, completion.content_hash, digest), completion)
-    for key, (request, messages) in wanted.items():
+            extras = _extras_key(completion.messages, listed_documents(completion))
+            stored.setdefault((completion.prompt_id, completion.content_hash, extras), completion)
+    first_item = {key: index for index, key in reversed(list(enumerate(keys)))}
+    for key, (request, messages, listed) in wanted.items():
         if key not in stored:
+            resolved = resolve_documents(session, listed, f"item {first_item[key]}")
             completion = Completion(
                 prompt_id=key[0],
                 text=request.completion,
@@ -189,9 +203,19 @@ def store_completions(
                 meta={},
             )
             session.add(completion)
+            session.flush()
+            attach_documents(session, completion, resolved)
             stored[key] = completion
     session.flush()
     return [stored[key] for key in keys]
+
+
+def _extras_key(trajectory: list[dict[str, Any]] | None, documents: list[list[str]]) -> str | None:
+    """What besides its prompt and text tells a completion apart: its trajectory and the
+    documents it lists (None when it has neither)."""
+    if trajectory is None and not documents:
+        return None
+    return content_hash({"trajectory": trajectory, "documents": documents})
 
 
 def reward_result(completion_id: int, scores: Sequence[ScoredCompletion]) -> RewardResult:

@@ -19,6 +19,7 @@ from rubricsvc.assignments import assigned_rubrics, completions_assigned_to
 from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.models import (
     Completion,
+    CompletionDocument,
     Prompt,
     Rubric,
     RubricVersion,
@@ -51,7 +52,14 @@ class Selection:
 
 
 def _completions(session: Session, selection: Selection) -> list[Completion]:
-    query = select(Completion).options(selectinload(Completion.prompt)).order_by(Completion.id)
+    query = (
+        select(Completion)
+        .options(
+            selectinload(Completion.prompt),
+            selectinload(Completion.documents).selectinload(CompletionDocument.document),
+        )
+        .order_by(Completion.id)
+    )
     if selection.completion_ids:
         query = query.where(Completion.id.in_(selection.completion_ids))
     if selection.prompt_external_ids:

@@ -39,6 +39,7 @@ from rubricsvc.judging.modes import (
     Case,
     CompletionView,
     CriterionView,
+    DocumentView,
     Item,
     Plan,
     RubricCriterion,
@@ -324,6 +325,16 @@ def completion_view(completion: Completion) -> CompletionView:
         prompt.reference_answer,
         completion.content_hash,
         trajectory=tuple(completion.messages) if completion.messages else None,
+        documents=tuple(
+            DocumentView(
+                str(listed.label),
+                listed.document.url,
+                listed.document.title,
+                listed.document.text,
+                listed.document.content_hash,
+            )
+            for listed in completion.documents
+        ),
     )
 
 
@@ -398,6 +409,7 @@ def rubric_criterion(criterion: Criterion) -> RubricCriterion:
         criterion.content_hash,
         criterion.required,
         check,
+        citations=criterion.kind == CriterionKind.CITATIONS,
     )
 
 

@@ -9,6 +9,8 @@ settings, which are hashed on their own.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from rubricsvc.hashing import content_hash
@@ -18,6 +20,7 @@ from rubricsvc.judging.modes import (
     Case,
     CompletionView,
     CriterionView,
+    DocumentView,
     RubricCriterion,
     get_mode,
 )
@@ -27,18 +30,18 @@ from rubricsvc.judging.templates import PromptTemplate
 # text changes on purpose: bump its ``wording`` (every judge config of that mode gets a new
 # hash, so nothing cached is replayed), then record the new pair here.
 RECORDED = {
-    "criterion-prob": ("1", "2a78d8355aa9cb12b144ddb02c8a35541fe6c6668a61fc642342d14f3617ee01"),
-    "criterion-text": ("1", "b3b90a35f3c22e4c234cfe137ec6343a7b34bbd3c31222f99aa56a04f91928ac"),
-    "multi-criterion": ("1", "75d3a75c5dc9340a8b578b8d71a954b6b5c91d9e136a78ca4e85c824d46ebb49"),
+    "criterion-prob": ("2", "8f858ec7aef111e8143b09ec90f773a62a9b7906c8502e7ff2388002f88b5a31"),
+    "criterion-text": ("2", "7aed8d6924b17e3513cf838f839eac7c2405092be52bb018ff0602d829b5dc94"),
+    "multi-criterion": ("2", "0c53907d052634b6cbd25e8255495c1e86daa70b3d1b52dbbd1bb24e1443ad03"),
     "holistic": ("2", "37e9ab3cbae6f459ef1c62e123f1cd1c1a824fc2462032adcad3ccfdc420ac80"),
-    "reference-relative": ("1", "554f3f75d0f2a91b4b8aff675f58a8632af9866a674d3930e66ac5038c408962"),
+    "reference-relative": ("2", "02b9b003ba1c494f64753bcae3b5799c2a1d193f4566c74fb682b8d7ea1fa206"),
 }
 
 # The placeholders each mode fills besides the conversation and the response.
 FIELDS = {
-    "criterion-prob": ("question",),
-    "criterion-text": ("question", "verdict_format"),
-    "multi-criterion": ("criteria", "answer_format"),
+    "criterion-prob": ("reference", "question"),
+    "criterion-text": ("reference", "question", "verdict_format"),
+    "multi-criterion": ("reference", "criteria", "answer_format"),
     "holistic": ("criteria", "scale"),
     "reference-relative": ("reference", "dimension", "criteria"),
 }
@@ -60,14 +63,63 @@ COMPLETION = CompletionView(
 )
 
 
+# The per-criterion modes also write the framing of a reference answer and of a trajectory,
+# and the citation checks (their own template and questions): an agent's cited response with
+# its trajectory and a document, judged with the reference shown.
+PER_CRITERION = {"criterion-prob", "criterion-text", "multi-criterion"}
+AGENT_COMPLETION = dataclasses.replace(
+    COMPLETION,
+    response="Go to bed at ten [1].\n\n## References\n[1] Sleep. https://sleep.example/",
+    trajectory=(
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": "search", "arguments": "{}"}}],
+        },
+        {"role": "tool", "content": "Error: timed out"},
+        {"role": "assistant", "content": "Go to bed at ten [1]."},
+    ),
+    documents=(
+        DocumentView("1", "https://sleep.example/", "Sleep", "A fixed bedtime helps.", "doc-1"),
+    ),
+)
+AGENT_CRITERIA = (
+    RubricCriterion(
+        4,
+        4,
+        CriterionView(4, "Searched first", None, 1.0, {"type": "binary"}, target="trajectory"),
+        "criterion-4",
+    ),
+    RubricCriterion(
+        5,
+        5,
+        CriterionView(5, "Citations hold", None, 2.0, {"type": "binary"}),
+        "criterion-5",
+        citations=True,
+    ),
+)
+
+
 def digest_of_calls(mode_name: str) -> str:
     mode = get_mode(mode_name)
     placeholders = ("conversation", "response", *FIELDS[mode_name])
     template = PromptTemplate("fields", "### user\n" + "\n".join(f"${{{f}}}" for f in placeholders))
     criteria = tuple(RubricCriterion(c.id, c.id, c, f"criterion-{c.id}") for c in CRITERIA)
-    case = Case(COMPLETION, criteria, "judge", "rubric", "prompt", "response")
-    spec = JudgeSpec(name="wording", backend="scripted", mode=mode_name, max_criteria=2, seed=1)
-    calls = mode.calls(CallContext(spec, template, COMPLETION), mode.plan(case).items)
+    completion = COMPLETION
+    extra: dict[str, bool] = {}
+    if mode_name in PER_CRITERION:
+        completion, criteria, extra = (
+            AGENT_COMPLETION,
+            criteria + AGENT_CRITERIA,
+            {"reference": True},
+        )
+    elif mode_name == "reference-relative":  # citation checks too (no trajectory, no option)
+        completion, criteria = AGENT_COMPLETION, criteria + AGENT_CRITERIA[1:]
+    spec = JudgeSpec(
+        name="wording", backend="scripted", mode=mode_name, max_criteria=2, seed=1, **extra
+    )
+    case = Case(completion, criteria, "judge", "rubric", "prompt", "response", spec=spec)
+    calls = mode.calls(CallContext(spec, template, completion), mode.plan(case).items)
     # What the judge reads and may answer; sampling settings are the judge config's own fields.
     return content_hash(
         [

@@ -111,6 +111,11 @@ def rewards(body: RewardsIn, state: AppState = Depends(app_state)) -> RewardsOut
                 if item.trajectory is None
                 else [m.model_dump(exclude_none=True) for m in item.trajectory]
             ),
+            documents=(
+                None
+                if item.documents is None
+                else [d.model_dump(exclude_none=True, mode="json") for d in item.documents]
+            ),
         )
         for item in body.items
     ]

@@ -21,6 +21,7 @@ from rubricsvc.judging.modes.base import (
     RubricCriterion,
     Ruling,
 )
+from rubricsvc.judging.modes.citation import citations_outcome
 
 NOT_JUDGED = Ruling(None, error="not judged")
 
@@ -61,7 +62,7 @@ def assess_criteria(
         entry, outcome = _criterion_outcome(criterion, case, plan, rulings, options, outcome_of)
         assessment.criteria.append(entry)
         outcomes.append(outcome)
-        if criterion.check is None:
+        if criterion.check is None and not criterion.citations:
             # (a trajectory criterion without a trajectory was never planned: not judged)
             ruling = rulings.get(plan.key_of.get(criterion.id, ""), NOT_JUDGED)
             assessment.verdicts.append(ruling.value)
@@ -112,6 +113,10 @@ def _criterion_outcome(
         "weight": view.weight,
         "theme": view.theme,
     }
+    if criterion.citations:
+        fields, value = citations_outcome(plan.citations[criterion.id], rulings)
+        entry.update(fields, value=value)
+        return entry, plain_outcome(criterion, Ruling(value))
     if criterion.check is not None and criterion.check["type"] in TRAJECTORY_CHECKS:
         trajectory = case.completion.trajectory
         if trajectory is None:

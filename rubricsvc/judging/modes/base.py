@@ -61,6 +61,17 @@ class CriterionView:
 
 
 @dataclass(frozen=True)
+class DocumentView:
+    """A document a completion drew on (a search result, a cited page)."""
+
+    label: str  # how the completion cites it ("3" for [3])
+    url: str | None
+    title: str | None
+    text: str
+    content_hash: str
+
+
+@dataclass(frozen=True)
 class CompletionView:
     """What a judge needs of a completion: the conversation so far and the response, and for an agent
     rollout the trajectory that led to the answer."""
@@ -72,6 +83,8 @@ class CompletionView:
     response_hash: str = ""  # the completion's content hash: what a comparison is keyed on
     # The agent's turns (OpenAI-style messages with tool calls and tool results), when stored.
     trajectory: tuple[dict[str, Any], ...] | None = None
+    # The evidence it used, in its order (what citation criteria check its claims against).
+    documents: tuple[DocumentView, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -84,6 +97,8 @@ class Item:
     rubric: tuple[CriterionView, ...] = ()
     # A judgment that compares completions (pairwise, group): them, in a canonical order.
     responses: tuple[CompletionView, ...] = ()
+    # A citation check: one cited claim and its document (``modes.citation.CitedPair``).
+    citation: Any = None
 
 
 Request = GenerationRequest | ChoiceRequest
@@ -127,6 +142,7 @@ class RubricCriterion:
     content_hash: str
     required: bool = False
     check: dict[str, Any] | None = None  # a check criterion: computed, never judged
+    citations: bool = False  # a citations criterion: each cited claim checked (modes.citation)
 
 
 @dataclass(frozen=True)
@@ -152,6 +168,9 @@ class Plan:
 
     items: list[Item]
     key_of: dict[int, str]  # criterion id -> judgment key
+    # criterion id -> its citation checks (a ``modes.citation.CitationPlan``), for citations
+    # criteria, which several judgments decide.
+    citations: dict[int, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

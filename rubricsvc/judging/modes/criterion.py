@@ -8,6 +8,7 @@ from functools import partial
 from rubricsvc.judging import verdicts as v
 from rubricsvc.judging.modes import text
 from rubricsvc.judging.modes.base import Call, CallContext, CriterionView, Item, Parser
+from rubricsvc.judging.modes.citation import citation_calls, split_citation_items
 from rubricsvc.judging.modes.per_criterion import PerCriterionMode
 from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation
 
@@ -94,7 +95,8 @@ class CriterionProb(PerCriterionMode):
     options = frozenset({"reference"})
 
     def calls(self, context: CallContext, items: Sequence[Item]) -> list[Call]:
-        return criterion_prob_calls(context, items)
+        citing, rest = split_citation_items(items)
+        return criterion_prob_calls(context, rest) + citation_calls(context, citing, decode=False)
 
 
 class CriterionText(PerCriterionMode):
@@ -105,4 +107,5 @@ class CriterionText(PerCriterionMode):
     options = frozenset({"reference"})
 
     def calls(self, context: CallContext, items: Sequence[Item]) -> list[Call]:
-        return criterion_text_calls(context, items)
+        citing, rest = split_citation_items(items)
+        return criterion_text_calls(context, rest) + citation_calls(context, citing, decode=True)

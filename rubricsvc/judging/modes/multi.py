@@ -8,6 +8,7 @@ from typing import Any
 from rubricsvc.judging import verdicts as v
 from rubricsvc.judging.modes import text
 from rubricsvc.judging.modes.base import Call, CallContext, Item
+from rubricsvc.judging.modes.citation import citation_calls, split_citation_items
 from rubricsvc.judging.modes.per_criterion import PerCriterionMode
 
 
@@ -68,4 +69,6 @@ class MultiCriterion(PerCriterionMode):
     options = frozenset({"max_criteria", "reference"})
 
     def calls(self, context: CallContext, items: Sequence[Item]) -> list[Call]:
-        return multi_criterion_calls(context, items)
+        citing, rest = split_citation_items(items)
+        # Each citation check is a call of its own: it reads its document, not the response.
+        return multi_criterion_calls(context, rest) + citation_calls(context, citing, decode=True)

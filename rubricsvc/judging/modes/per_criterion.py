@@ -19,6 +19,7 @@ from rubricsvc.judging.modes.base import (
     RubricCriterion,
     Ruling,
 )
+from rubricsvc.judging.modes.citation import CitationPlan, plan_citations
 from rubricsvc.judging.modes.text import (
     NO_REFERENCE_REASON,
     lacks_reference,
@@ -36,7 +37,9 @@ class PerCriterionMode:
     aggregation: str | None = None
     decodes: bool = True
     options: frozenset[str] = frozenset()
-    wording: str = "1"
+    # 2: the reference answer's and the trajectory's framing, citation checks (their template,
+    # questions and passage budget: modes.citation).
+    wording: str = "2"
     compares = False
 
     def key(self, case: Case, criterion: RubricCriterion) -> str:
@@ -62,7 +65,13 @@ class PerCriterionMode:
         items: list[Item] = []
         key_of: dict[int, str] = {}
         seen: set[str] = set()
+        citations: dict[int, CitationPlan] = {}
         for criterion in case.criteria:
+            if criterion.citations:
+                checks, citations[criterion.id] = plan_citations(case)
+                items += [i for i in checks if i.key not in seen]
+                seen.update(i.key for i in checks)
+                continue
             if criterion.check is not None or lacks_trajectory(criterion, case.completion):
                 continue  # computed, or masked with the reason (assess_criteria)
             key = self.key(case, criterion)
@@ -70,7 +79,7 @@ class PerCriterionMode:
                 seen.add(key)
                 items.append(Item(key, criterion.view))
             key_of[criterion.id] = key
-        return Plan(items, key_of)
+        return Plan(items, key_of, citations)
 
     def count(self, criteria: Sequence[RubricCriterion]) -> int:
         return len({c.content_hash for c in criteria if c.check is None})

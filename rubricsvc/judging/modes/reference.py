@@ -20,6 +20,7 @@ from rubricsvc.judging.modes.base import (
     RubricCriterion,
     Ruling,
 )
+from rubricsvc.judging.modes.citation import citation_calls, split_citation_items
 from rubricsvc.judging.modes.per_criterion import PerCriterionMode
 from rubricsvc.judging.neutral import judged
 
@@ -89,7 +90,10 @@ class ReferenceRelative(PerCriterionMode):
         )
 
     def calls(self, context: CallContext, items: Sequence[Item]) -> list[Call]:
-        return reference_relative_calls(context, items)
+        citing, rest = split_citation_items(items)
+        return reference_relative_calls(context, rest) + citation_calls(
+            context, citing, decode=True
+        )
 
     def outcome(self, criterion: RubricCriterion, ruling: Ruling) -> Outcome:
         """The target's value, and the reference's on the same criterion."""
