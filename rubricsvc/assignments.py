@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from rubricsvc.batching import batches
 from rubricsvc.errors import NotFoundError, ValidationFailed
@@ -84,28 +84,12 @@ def assign(
 
 def assigned_rubrics(session: Session, completions: Sequence[Completion]) -> dict[int, set[int]]:
     """Completion id -> the ids of the rubrics assigned to it or to its prompt."""
-    by_completion: dict[int, set[int]] = defaultdict(set)
-    completion_ids = [c.id for c in completions]
-    prompt_ids = sorted({c.prompt_id for c in completions})
-    of_prompt: dict[int, set[int]] = defaultdict(set)
-    for chunk in batches(prompt_ids):
-        rows = session.execute(
-            select(RubricAssignment.prompt_id, RubricAssignment.rubric_id).where(
-                RubricAssignment.prompt_id.in_(chunk)
-            )
-        )
-        for prompt_id, rubric_id in rows:
-            if prompt_id is not None:
-                of_prompt[prompt_id].add(rubric_id)
-    for chunk in batches(completion_ids):
-        rows = session.execute(
-            select(RubricAssignment.completion_id, RubricAssignment.rubric_id).where(
-                RubricAssignment.completion_id.in_(chunk)
-            )
-        )
-        for completion_id, rubric_id in rows:
-            if completion_id is not None:
-                by_completion[completion_id].add(rubric_id)
+    of_prompt = _assigned_by(
+        session, RubricAssignment.prompt_id, {c.prompt_id for c in completions}
+    )
+    by_completion = _assigned_by(
+        session, RubricAssignment.completion_id, {c.id for c in completions}
+    )
     for completion in completions:
         by_completion[completion.id] |= of_prompt.get(completion.prompt_id, set())
     return dict(by_completion)
@@ -201,3 +185,16 @@ def apply_rules(
     report.matched = len(matched)
     report.unmatched_rules = [str(rule) for rule in rules if rule not in used]
     return report
+
+
+def _assigned_by(
+    session: Session, column: InstrumentedAttribute[int | None], ids: set[int]
+) -> defaultdict[int, set[int]]:
+    """Id in ``column`` (a prompt's or a completion's) -> the rubric ids assigned to it."""
+    assigned: defaultdict[int, set[int]] = defaultdict(set)
+    for chunk in batches(sorted(ids)):
+        rows = session.execute(select(column, RubricAssignment.rubric_id).where(column.in_(chunk)))
+        for owner, rubric_id in rows:
+            if owner is not None:
+                assigned[owner].add(rubric_id)
+    return assigned

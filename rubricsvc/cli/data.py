@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 from sqlalchemy import func, select
@@ -35,6 +36,18 @@ def _warn(warnings: list[str]) -> None:
         err_console.print(f"[yellow]warning[/yellow]: {warning}", soft_wrap=True)
 
 
+def _report_ingest(noun: str, result: Any, rule_report: Any | None) -> None:
+    """What an ingest stored (an ``IngestResult`` or a prompts result), what its tag rules
+    assigned, and its warnings."""
+    console.print(
+        f"{result.added} {noun}(s) added, {result.unchanged} already stored"
+        + (f"; {result.assigned} rubric assignment(s) added" if result.assigned else "")
+    )
+    if rule_report is not None:
+        _report_rules(rule_report.assigned, rule_report.unmatched_rules)
+    _warn(result.warnings)
+
+
 def _report_rules(assigned: int, unmatched: list[str] | None) -> None:
     console.print(f"{assigned} prompt assignment(s) added by tag rules")
     for rule in unmatched or []:
@@ -57,13 +70,7 @@ def completions_add(
         if rules:  # the prompts of the records' completions
             touched = [session.get(Prompt, i) for i in sorted(set(result.prompt_ids))]
             rule_report = apply_rules(session, rules, [p for p in touched if p is not None])
-    console.print(
-        f"{result.added} completion(s) added, {result.unchanged} already stored"
-        + (f"; {result.assigned} rubric assignment(s) added" if result.assigned else "")
-    )
-    if rules:
-        _report_rules(rule_report.assigned, rule_report.unmatched_rules)
-    _warn(result.warnings)
+    _report_ingest("completion", result, rule_report if rules else None)
 
 
 @prompts_app.command("add")
@@ -85,13 +92,7 @@ def prompts_add(
             rule_report = apply_rules(
                 session, rules, list({p.id: p for p in result.prompts}.values())
             )
-    console.print(
-        f"{result.added} prompt(s) added, {result.unchanged} already stored"
-        + (f"; {result.assigned} rubric assignment(s) added" if result.assigned else "")
-    )
-    if rules:
-        _report_rules(rule_report.assigned, rule_report.unmatched_rules)
-    _warn(result.warnings)
+    _report_ingest("prompt", result, rule_report if rules else None)
 
 
 @prompts_app.command("assign")
