@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 import typer
 from rich.table import Table
 from sqlalchemy import ColumnElement, or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from rubricsvc.cli.context import console, db_session, err_console
 from rubricsvc.cli.jobs import score_via_celery, unfinished_exit
@@ -28,7 +28,7 @@ from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.judging.config import BUILTIN_JUDGES
 from rubricsvc.judging.failures import ResponseFailurePolicy, empty_counts
 from rubricsvc.judging.modes import mode_names
-from rubricsvc.models import Completion, Prompt, RubricVersion, Score
+from rubricsvc.models import Completion, CompletionDocument, Prompt, RubricVersion, Score
 from rubricsvc.rubrics.repository import get_rubric, resolve_version
 from rubricsvc.scoring.judge_configs import (
     current_judge_configs,
@@ -392,6 +392,7 @@ def scores_export(
             .join(RubricVersion, Score.rubric_version_id == RubricVersion.id)
             .where(Score.judge_config_id == judge_id)
             .where(Score.aggregation == aggregation)
+            .options(selectinload(Completion.documents).selectinload(CompletionDocument.document))
             .order_by(Score.completion_id, Score.rubric_version_id)
         )
         if rubric:
@@ -420,6 +421,7 @@ def scores_export(
                     "completion_external_id": completion_row.external_id,
                     "source": completion_row.source,
                     "metadata": completion_row.meta or {},
+                    **_evidence_fields(completion_row),
                     "rubric": version.ref,
                     "score": score_row.value,
                     "coverage": score_row.coverage,
@@ -440,6 +442,25 @@ def scores_export(
     else:
         output.write_text(text, encoding="utf-8")
         err_console.print(f"{len(lines)} score(s) written to {output}")
+
+
+def _evidence_fields(completion: Completion) -> dict[str, Any]:
+    """A completion's trajectory and documents (each by label, url, title and content hash),
+    for the completions that carry them."""
+    fields: dict[str, Any] = {}
+    if completion.messages:
+        fields["trajectory"] = completion.messages
+    if completion.documents:
+        fields["documents"] = [
+            {
+                "label": listed.label,
+                "url": listed.document.url,
+                "title": listed.document.title,
+                "content_hash": listed.document.content_hash,
+            }
+            for listed in completion.documents
+        ]
+    return fields
 
 
 def _key_value(item: str, option: str) -> tuple[str, str]:

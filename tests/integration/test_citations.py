@@ -144,6 +144,14 @@ def test_a_report_citing_documents_that_do_not_support_it_scores_lower(
     )
     # Four documents in all, each stored once; both completions list two.
     assert read_database(sqlite_url, lambda s: s.scalar(select(func.count(Document.id)))) == 4
+    exported = cli_ok(
+        "scores", "export", "--judge", "embedded", "--aggregation", "rar", database_url=sqlite_url
+    ).stdout.splitlines()
+    line = {x["completion_external_id"]: x for x in map(json.loads, exported)}["supported"]
+    assert [(d["label"], d["url"]) for d in line["documents"]] == [("1", WIKI), ("2", INSEE)]
+    assert line["documents"][1]["content_hash"] == document_hash(
+        INSEE, SUPPORTING[1]["title"], SUPPORTING[1]["text"]
+    )
 
 
 @pytest.mark.model

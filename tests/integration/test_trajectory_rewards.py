@@ -205,11 +205,17 @@ def test_the_completions_file_carries_trajectories(sqlite_url: str, tmp_path: Pa
     changed = tmp_path / "changed.jsonl"
     changed.write_text(json.dumps({**records[0], "trajectory": LOOPED}) + "\n")
     refused = cli_error("completions", "add", str(changed), database_url=sqlite_url)
-    assert "already stored with a different prompt, text or trajectory" in refused
+    assert "already stored with a different prompt, text, trajectory or documents" in refused
 
     report = cli_ok("score", "--json", database_url=sqlite_url).json()
     values = {s["completion_external_id"]: s["value"] for s in report["scores"]}
     assert values == {"a": 1.0, "b": 0.0}  # checks only: no model involved
+    exported = cli_ok(
+        "scores", "export", "--judge", "embedded", "--aggregation", "rar", database_url=sqlite_url
+    ).stdout.splitlines()
+    lines = {line["completion_external_id"]: line for line in map(json.loads, exported)}
+    assert lines["b"]["trajectory"][0]["tool_calls"][0]["function"]["name"] == "web_search"
+    assert len(lines["b"]["trajectory"]) == len(LOOPED) and "documents" not in lines["b"]
     assert read_database(sqlite_url, lambda s: s.scalar(select(func.count(Judgment.id)))) == 0
 
 
