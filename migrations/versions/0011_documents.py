@@ -1,5 +1,6 @@
 """Evidence for deep-research rewards: documents stored once by content hash and shared by the
-completions that cite them; criterion kind ``citations``.
+completions that cite them; criterion kind ``citations``; the documents a drafted criterion came
+from (``criteria.evidence``).
 
 Revision ID: 0011
 Revises: 0010
@@ -9,6 +10,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects import postgresql
 
 from migrations.immutability import create_immutability_triggers, drop_immutability_triggers
 
@@ -16,6 +18,7 @@ revision, down_revision = "0011", "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
+JSON_TYPE = sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql")
 KINDS_BEFORE = ("judge", "check")
 KINDS_AFTER = ("judge", "check", "citations")
 
@@ -73,6 +76,7 @@ def upgrade() -> None:
         batch.alter_column(
             "kind", existing_type=_kind(KINDS_BEFORE), type_=_kind(KINDS_AFTER), nullable=False
         )
+        batch.add_column(sa.Column("evidence", JSON_TYPE, nullable=True))
     create_immutability_triggers(bind)
 
 
@@ -81,6 +85,7 @@ def downgrade() -> None:
     drop_immutability_triggers(bind)
     # Fails while a criterion of kind citations is stored.
     with op.batch_alter_table("criteria") as batch:
+        batch.drop_column("evidence")
         batch.alter_column(
             "kind", existing_type=_kind(KINDS_AFTER), type_=_kind(KINDS_BEFORE), nullable=False
         )

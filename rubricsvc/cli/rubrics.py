@@ -258,6 +258,12 @@ def generate(
     prompt: list[str] = typer.Option([], help="A stored prompt, by external id (repeatable)."),
     all_prompts: bool = typer.Option(False, "--all-prompts", help="Every stored prompt."),
     evidence: list[Path] = typer.Option([], help="A text file of evidence for every prompt."),
+    stored_evidence: bool = typer.Option(
+        False,
+        "--stored-evidence",
+        help="Draft from the documents stored with each prompt's completions too (search "
+        "results, cited pages); each criterion names the document it came from.",
+    ),
     with_generic: bool = typer.Option(False, help="Append the generic criteria to each draft."),
     name_prefix: str = typer.Option(DEFAULT_NAME_PREFIX, help="Rubric name = prefix + prompt id."),
     config: Path | None = typer.Option(None, "--generator", help=GENERATOR_HELP),
@@ -292,9 +298,11 @@ def generate(
     backends = BackendProvider.from_settings(get_settings())
     with backends, db_session() as session:
         if prompts_file:
-            requests = requests_from_records(session, records, documents)
+            requests = requests_from_records(session, records, documents, stored_evidence)
         else:
-            requests = requests_from_database(session, prompt, all_prompts, documents)
+            requests = requests_from_database(
+                session, prompt, all_prompts, documents, stored_evidence
+            )
         with progress_bar("drafting", enabled=True) as update:
             report = generate_rubrics(
                 session,

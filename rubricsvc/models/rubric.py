@@ -148,6 +148,8 @@ class Criterion(Base):
     check: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     required: Mapped[bool] = mapped_column(Boolean, default=False)
     tags: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    # Content hashes of the documents a drafted criterion came from (None: none).
+    evidence: Mapped[list[str] | None] = mapped_column(JSONType)
     target: Mapped[str] = mapped_column(
         String(16), default=CriterionTarget.RESPONSE.value, server_default="response"
     )

@@ -20,9 +20,9 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.fileformats import describe_validation_error, read_items
-from rubricsvc.models import Prompt
+from rubricsvc.models import Completion, CompletionDocument, Document, Prompt
 from rubricsvc.prompts import find_prompt
-from rubricsvc.rubrics.generation import DraftRequest
+from rubricsvc.rubrics.generation import DraftRequest, EvidenceDocument
 from rubricsvc.rubrics.schemas import PromptSpec
 from rubricsvc.rubrics.service import store_prompt_spec
 
@@ -45,13 +45,18 @@ def load_prompt_records(path: Path) -> list[PromptRecord]:
 
 
 def requests_from_records(
-    session: Session, records: Sequence[PromptRecord], evidence: Sequence[str] = ()
+    session: Session,
+    records: Sequence[PromptRecord],
+    evidence: Sequence[str] = (),
+    stored_evidence: bool = False,
 ) -> list[DraftRequest]:
-    """Store the records' prompts (known ones are found by content) and request a draft each."""
+    """Store the records' prompts (known ones are found by content) and request a draft each;
+    ``stored_evidence``: with the documents stored for each prompt (``stored_documents``)."""
     requests = []
     for record in records:
         prompt, _ = store_prompt_spec(session, record)
-        requests.append(DraftRequest(prompt.id, (*record.evidence, *evidence)))
+        stored = stored_documents(session, prompt.id) if stored_evidence else []
+        requests.append(DraftRequest(prompt.id, (*record.evidence, *evidence, *stored)))
     return requests
 
 
@@ -60,10 +65,39 @@ def requests_from_database(
     external_ids: Sequence[str],
     all_prompts: bool = False,
     evidence: Sequence[str] = (),
+    stored_evidence: bool = False,
 ) -> list[DraftRequest]:
-    """A draft request for each named stored prompt, or for every stored prompt."""
+    """A draft request for each named stored prompt, or for every stored prompt (with the
+    documents stored for it, when ``stored_evidence``)."""
     if all_prompts:
         ids = list(session.scalars(select(Prompt.id).order_by(Prompt.id)))
     else:
         ids = [find_prompt(session, external_id=external_id).id for external_id in external_ids]
-    return [DraftRequest(prompt_id, tuple(evidence)) for prompt_id in dict.fromkeys(ids)]
+    return [
+        DraftRequest(
+            prompt_id,
+            (*evidence, *(stored_documents(session, prompt_id) if stored_evidence else ())),
+        )
+        for prompt_id in dict.fromkeys(ids)
+    ]
+
+
+# The stored documents a draft reads at most (the generator's context is finite).
+MAX_STORED_EVIDENCE = 8
+
+
+def stored_documents(session: Session, prompt_id: int) -> list[EvidenceDocument]:
+    """The documents the prompt's completions list (search results for the prompt, say), each
+    once, in the order they were first listed, at most ``MAX_STORED_EVIDENCE``."""
+    rows = session.scalars(
+        select(Document)
+        .join(CompletionDocument, CompletionDocument.document_id == Document.id)
+        .join(Completion, Completion.id == CompletionDocument.completion_id)
+        .where(Completion.prompt_id == prompt_id)
+        .order_by(Completion.id, CompletionDocument.position)
+    )
+    unique = {document.id: document for document in rows}
+    return [
+        EvidenceDocument(d.text, d.url, d.title)
+        for d in list(unique.values())[:MAX_STORED_EVIDENCE]
+    ]

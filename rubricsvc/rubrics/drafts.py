@@ -8,6 +8,8 @@ the range, an empty or over-long text all refuse the draft, and the caller tries
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rubricsvc.fileformats import describe_validation_error
@@ -28,6 +30,8 @@ class _DraftCriterion(BaseModel):
     category: Category
     theme: str = Field(min_length=1)
     explanation: str | None = None
+    # The evidence document it came from (0: none); "2" as a schema-decoded reply writes it.
+    evidence: int | None = None
 
 
 class _Draft(BaseModel):
@@ -37,9 +41,15 @@ class _Draft(BaseModel):
 
 
 def parse_draft(
-    text: str, spec: GeneratorSpec, min_count: int | None = None, max_count: int | None = None
+    text: str,
+    spec: GeneratorSpec,
+    min_count: int | None = None,
+    max_count: int | None = None,
+    evidence: Sequence[str] = (),
 ) -> list[CriterionSpec]:
-    """The criteria of a drafted reply, weighted by category; ``DraftError`` if anything is off."""
+    """The criteria of a drafted reply, weighted by category; ``DraftError`` if anything is off.
+    ``evidence``: the content hashes of the numbered evidence documents the generator was
+    shown; a criterion's ``evidence`` number (0: none) becomes the hash of its document."""
     least = spec.min_criteria if min_count is None else min_count
     most = spec.max_criteria if max_count is None else max_count
     try:
@@ -62,6 +72,12 @@ def parse_draft(
         if key in seen:
             raise DraftError(f"criteria[{index}] duplicates criteria[{seen[key]}]: {item.text!r}")
         seen[key] = index
+        number = item.evidence or 0
+        if not 0 <= number <= len(evidence):
+            raise DraftError(
+                f"criteria[{index}].evidence: {number} is not a document number "
+                f"(0 to {len(evidence)})"
+            )
         criteria.append(
             CriterionSpec(
                 text=item.text,
@@ -69,6 +85,7 @@ def parse_draft(
                 weight=spec.weight(item.category),
                 category=item.category,
                 theme=item.theme,
+                evidence=[evidence[number - 1]] if number else [],
             )
         )
     return criteria

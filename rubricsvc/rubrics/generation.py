@@ -25,6 +25,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, contains_eager
 
 from rubricsvc.batching import batches
+from rubricsvc.documents import DocumentRecord, document_hash, labelled, resolve_documents
 from rubricsvc.errors import RubricsvcError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error
 from rubricsvc.hashing import content_hash
@@ -45,11 +46,35 @@ Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
+class EvidenceDocument:
+    """A document a draft may draw on (a search result for the prompt, a source)."""
+
+    text: str
+    url: str | None = None
+    title: str | None = None
+
+    @property
+    def content_hash(self) -> str:
+        return document_hash(self.url, self.title, self.text)
+
+
+# What the generator reads of one evidence document, at most: its head.
+EVIDENCE_CHARS = 4000
+
+
+@dataclass(frozen=True)
 class DraftRequest:
-    """One prompt to draft a rubric for, with optional evidence documents."""
+    """One prompt to draft a rubric for, with optional evidence documents (plain texts or
+    documents). Each is stored as a document, and each drafted criterion names the one it came
+    from (``CriterionSpec.evidence``), so a reviewer can check it."""
 
     prompt_id: int
-    evidence: tuple[str, ...] = ()
+    evidence: tuple[str | EvidenceDocument, ...] = ()
+
+    def documents(self) -> tuple[EvidenceDocument, ...]:
+        return tuple(
+            EvidenceDocument(item) if isinstance(item, str) else item for item in self.evidence
+        )
 
 
 @dataclass(frozen=True)
@@ -100,7 +125,7 @@ class _Job:
     name: str
     key: str  # the generation key: generator hash and inputs
     chat: Chat
-    evidence: int
+    evidence: tuple[str, ...]  # the evidence documents' content hashes, in their numbered order
     attempts: int = 0
     error: str | None = None
     failed_call: BackendError | None = None  # the last attempt's, when the backend failed it
@@ -172,22 +197,42 @@ def _job(
         {
             "generator_hash": generator_hash,
             "reference_answer": prompt.reference_answer,
-            "evidence": list(request.evidence),
+            "evidence": [
+                d.text if d.url is None and d.title is None else [d.url, d.title, d.text]
+                for d in request.documents()
+            ],
             "with_generic": options.with_generic,
+            # Numbered documents, each criterion naming its own: another request than before.
+            **({"evidence_pointers": True} if request.evidence else {}),
         }
     )
     chat = spec.prompt_template().render(
         prompt=render_conversation(prompt.messages),
-        context=_context(prompt.reference_answer, request.evidence),
+        context=_context(prompt.reference_answer, request.documents()),
         min_criteria=str(spec.min_criteria),
         max_criteria=str(spec.max_criteria),
         themes=", ".join(spec.themes),
     )
     name = rubric_name(options.name_prefix, prompt)
-    return _Job(index, prompt, name, key, chat, evidence=len(request.evidence))
+    stored = _stored_evidence(session, request.documents())
+    return _Job(index, prompt, name, key, chat, evidence=stored)
 
 
-def _context(reference: str | None, evidence: Sequence[str]) -> str:
+def _stored_evidence(session: Session, documents: Sequence[EvidenceDocument]) -> tuple[str, ...]:
+    """Each evidence document stored (once by its content hash); their hashes, in order."""
+    records = [DocumentRecord(url=d.url, title=d.title, text=d.text) for d in documents]
+    resolved = resolve_documents(session, labelled(records), "evidence")
+    session.flush()
+    return tuple(entry.document.content_hash for entry in resolved)
+
+
+EVIDENCE_INSTRUCTION = (
+    '\n\nFor each criterion, also give "evidence": the number of the evidence document it '
+    "comes from, or 0 when it comes from none."
+)
+
+
+def _context(reference: str | None, evidence: Sequence[EvidenceDocument]) -> str:
     """The optional material after the prompt: a reference answer and evidence documents."""
     parts = []
     if reference:
@@ -197,10 +242,17 @@ def _context(reference: str | None, evidence: Sequence[str]) -> str:
             "</reference>"
         )
     for number, document in enumerate(evidence, start=1):
+        head = "".join(
+            f"{name}: {value}\n"
+            for name, value in (("Title", document.title), ("URL", document.url))
+            if value
+        )
         parts.append(
             f"\n\nEvidence document {number} (facts a good response may use):\n"
-            f"<document>\n{document}\n</document>"
+            f"<document>\n{head}{document.text[:EVIDENCE_CHARS]}\n</document>"
         )
+    if evidence:
+        parts.append(EVIDENCE_INSTRUCTION)
     return "".join(parts)
 
 
@@ -263,7 +315,7 @@ class _Drafter:
         self.options = options
         self.backend = backend
         self.report = report
-        self.schema = spec.json_schema() if spec.structured_output else None
+        self.structured = spec.structured_output
         self.settings = spec.hashed_settings()
         self.backoff = Backoff(spec.retries, spec.retry_backoff)
 
@@ -301,7 +353,8 @@ class _Drafter:
         ]
 
     def _request(self, job: _Job, attempt: int) -> GenerationRequest:
-        return GenerationRequest(job.chat, json_schema=self.schema, **self.spec.sampling(attempt))
+        schema = self.spec.json_schema(evidence=len(job.evidence)) if self.structured else None
+        return GenerationRequest(job.chat, json_schema=schema, **self.spec.sampling(attempt))
 
     def _settle(
         self, job: _Job, result: Generation | BackendError, attempt: int
@@ -316,7 +369,8 @@ class _Drafter:
                 job, "failed", attempts=job.attempts, error=job.error, backend_error=result
             )
         try:
-            spec = self._rubric(job, parse_draft(result.text, self.spec), attempt)
+            criteria = parse_draft(result.text, self.spec, evidence=job.evidence)
+            spec = self._rubric(job, criteria, attempt)
         except DraftError as err:
             cut = " (the reply reached its token limit)" if result.finish_reason == "length" else ""
             job.error = f"{err}{cut}"
@@ -344,7 +398,7 @@ class _Drafter:
             "attempts": attempt + 1,
             "inputs": {
                 "reference_answer": job.prompt.reference_answer is not None,
-                "evidence_documents": job.evidence,
+                "evidence_documents": len(job.evidence),
             },
         }
         if generic:

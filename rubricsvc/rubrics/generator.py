@@ -115,17 +115,27 @@ class GeneratorSpec(BaseModel):
         return content_hash(self.hashed_settings())
 
     def json_schema(
-        self, min_items: int | None = None, max_items: int | None = None
+        self, min_items: int | None = None, max_items: int | None = None, evidence: int = 0
     ) -> dict[str, Any]:
-        """The JSON schema of a draft, for backends that decode to a schema."""
+        """The JSON schema of a draft, for backends that decode to a schema; with ``evidence``
+        documents, each criterion names the one it came from (0: none)."""
+        properties: dict[str, Any] = {
+            "text": {"type": "string"},
+            "category": {"type": "string", "enum": [c.value for c in Category]},
+            "theme": {"type": "string", "enum": list(self.themes)},
+        }
+        required = ["text", "category", "theme"]
+        if evidence:
+            # Numbers as strings: an enum every backend's schema decoding supports.
+            properties["evidence"] = {
+                "type": "string",
+                "enum": [str(n) for n in range(evidence + 1)],
+            }
+            required.append("evidence")
         criterion = {
             "type": "object",
-            "properties": {
-                "text": {"type": "string"},
-                "category": {"type": "string", "enum": [c.value for c in Category]},
-                "theme": {"type": "string", "enum": list(self.themes)},
-            },
-            "required": ["text", "category", "theme"],
+            "properties": properties,
+            "required": required,
             "additionalProperties": False,
         }
         return {

@@ -192,6 +192,9 @@ class CriterionSpec(_Strict):
     tags: list[str] = Field(default_factory=list)
     # What a judged criterion is judged on: the final answer, or the agent's trajectory.
     target: CriterionTarget = CriterionTarget.RESPONSE
+    # The stored documents (content hashes) a drafted criterion came from, for a reviewer to
+    # check it against; not shown to judges.
+    evidence: list[Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = Field(default_factory=list)
 
     @field_validator("weight")
     @classmethod
@@ -249,10 +252,13 @@ class CriterionSpec(_Strict):
 
     def stored(self) -> dict[str, Any]:
         """Everything that makes up this criterion in a version (its content). ``target`` only
-        when it is the trajectory, so existing versions keep their hashes."""
+        when it is the trajectory and ``evidence`` only when there is some, so existing
+        versions keep their hashes."""
         stored = self.model_dump(mode="json")
         if self.target == CriterionTarget.RESPONSE:
             del stored["target"]
+        if not self.evidence:  # likewise
+            del stored["evidence"]
         return stored
 
 

@@ -167,6 +167,7 @@ def _criterion_row(version_id: int, position: int, spec: CriterionSpec) -> Crite
         required=spec.required,
         tags=spec.tags,
         target=spec.target.value,
+        evidence=spec.evidence or None,
         content_hash=content_hash(spec.judged_content()),
     )
 
@@ -186,6 +187,7 @@ def authored_fields(criterion: Criterion) -> dict[str, Any]:
         "tags": criterion.tags,
         # Only when set, so an exported rubric of response criteria reads as it always did.
         **({"target": criterion.target} if criterion.target == CriterionTarget.TRAJECTORY else {}),
+        **({"evidence": criterion.evidence} if criterion.evidence else {}),
     }
 
 

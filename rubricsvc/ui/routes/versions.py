@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from rubricsvc.apikeys import Scope
 from rubricsvc.errors import ForbiddenError, RubricsvcError
-from rubricsvc.models import JudgeConfig, Rubric, RubricVersion, Score
+from rubricsvc.models import Document, JudgeConfig, Rubric, RubricVersion, Score
 from rubricsvc.rubrics import service
 from rubricsvc.rubrics.analytics import chart_bars, rubric_analytics
 from rubricsvc.rubrics.diff import diff_versions
@@ -95,7 +95,17 @@ def version_page(
             select(Score.id).where(Score.rubric_version_id == version.id).limit(1)
         )
         is not None,
+        evidence=_evidence_documents(session, version),
     )
+
+
+def _evidence_documents(session: Session, version: RubricVersion) -> dict[str, Document]:
+    """The documents the version's drafted criteria came from, by content hash (one query)."""
+    hashes = {h for c in version.criteria for h in c.evidence or ()}
+    if not hashes:
+        return {}
+    rows = session.scalars(select(Document).where(Document.content_hash.in_(hashes)))
+    return {d.content_hash: d for d in rows}
 
 
 @router.get("/{version_id}/diff")
