@@ -286,7 +286,7 @@ def _drb_records() -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
 def test_deepresearch_bench_reports_list_each_cited_claim_with_its_support(
     sqlite_url: str, tmp_path: Path
 ) -> None:
-    """Two of DeepResearch Bench's reports, each scored once with documents written to support
+    """Three of DeepResearch Bench's reports, each scored once with documents written to support
     three of its cited claims and once with documents that do not: every (claim, label) pair is
     listed, the ones with a document carry the model's support."""
     from rubricsvc.judging.citations import extract_citations
@@ -295,7 +295,7 @@ def test_deepresearch_bench_reports_list_each_cited_claim_with_its_support(
     reports, documents = _drb_records()
     hand_counts = json.loads((DRB / "hand_counts.json").read_text(encoding="utf-8"))
     rubrics, records = [], []
-    for report_id in (61, 44):
+    for report_id in (61, 44, 27):
         report = reports[report_id]
         rubrics.append(
             {
@@ -324,7 +324,7 @@ def test_deepresearch_bench_reports_list_each_cited_claim_with_its_support(
     completions = tmp_path / "completions.jsonl"
     completions.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     cli_ok("rubrics", "add", str(rubric_file), database_url=sqlite_url)
-    cli_ok("rubrics", "approve", "drb/61", "drb/44", database_url=sqlite_url)
+    cli_ok("rubrics", "approve", "drb/61", "drb/44", "drb/27", database_url=sqlite_url)
     cli_ok("completions", "add", str(completions), database_url=sqlite_url)
     report = cli_ok("score", "--json", database_url=sqlite_url).json()
     assert report["failed"] == 0

@@ -125,8 +125,8 @@ def test_each_document_pair_has_one_supporting_and_one_other() -> None:
     for document in _documents():
         key = (document["report_id"], document["label"], document["claim_starts_with"])
         pairs.setdefault(key, []).append(document["supports"])
-    assert len(pairs) == 6
-    assert {report_id for report_id, _, _ in pairs} == {44, 61}
+    assert len(pairs) == 9
+    assert {report_id for report_id, _, _ in pairs} == {27, 44, 61}
     assert all(sorted(verdicts) == [False, True] for verdicts in pairs.values())
 
 
