@@ -74,7 +74,7 @@ class CeleryScorer:
         from rubricsvc.db import session_scope
         from rubricsvc.scoring import jobs, lifecycle
         from rubricsvc.scoring.dispatch import CeleryDispatcher
-        from rubricsvc.scoring.judge_configs import find_judge
+        from rubricsvc.scoring.judge_configs import find_reward_judge
         from rubricsvc.scoring.selection import Selection
 
         broker, policy = self._environment()
@@ -86,7 +86,7 @@ class CeleryScorer:
         )
         options = self.settings.score_options()
         with session_scope(self._engine) as session:
-            spec = find_judge(session, self.settings.judge, self.settings.mode)
+            spec = find_reward_judge(session, self.settings.judge, self.settings.mode)
             submission = lifecycle.submit(
                 session, dispatcher, spec, selection, options, policy.chunk_judgments
             )

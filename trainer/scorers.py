@@ -51,7 +51,7 @@ class InProcessScorer:
 
     def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
         from rubricsvc.db import make_engine, session_scope
-        from rubricsvc.scoring.judge_configs import find_judge
+        from rubricsvc.scoring.judge_configs import find_reward_judge
         from rubricsvc.scoring.rewards import compute_rewards
 
         if self._engine is None or self._backends is None:
@@ -60,7 +60,7 @@ class InProcessScorer:
         backends = self._backends
         options = self.settings.score_options()
         with session_scope(self._engine) as session:
-            spec = find_judge(session, self.settings.judge, self.settings.mode)
+            spec = find_reward_judge(session, self.settings.judge, self.settings.mode)
             batch = compute_rewards(
                 session,
                 spec,

@@ -20,7 +20,7 @@ from rubricsvc.db import session_scope
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import Criterion, Rubric, RubricVersion, VersionStatus
 from rubricsvc.rubrics.repository import resolve_version
-from rubricsvc.scoring.judge_configs import find_judge
+from rubricsvc.scoring.judge_configs import find_reward_judge
 from rubricsvc.scoring.rewards import RewardRequest, find_prompts
 from rubricsvc.scoring.selection import Selection, select_work
 
@@ -87,7 +87,7 @@ def check_reward_work(
 ) -> JudgeSpec:
     """The judge of a reward request, once its model can be kept and its work is in bounds."""
     with session_scope(state.engine) as session:
-        spec = find_judge(session, judge, mode)
+        spec = find_reward_judge(session, judge, mode)
         judges = spec.jury_members() or [spec]  # a jury is judged by each of its members
         for one in judges:
             state.judges.check(one)

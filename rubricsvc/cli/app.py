@@ -9,6 +9,7 @@ from rubricsvc.cli import (
     audit,
     calibration,
     data,
+    distill,
     importing,
     jobs,
     labels,
@@ -35,6 +36,7 @@ app.add_typer(data.completions_app, name="completions")
 app.add_typer(data.prompts_app, name="prompts")
 scoring.judges_app.command("audit")(audit.judges_audit)
 scoring.judges_app.command("calibrate")(calibration.judges_calibrate)
+scoring.judges_app.command("distill")(distill.judges_distill)
 scoring.judges_app.command("evaluate")(validation.judges_evaluate)
 scoring.judges_app.command("show")(validation.judges_show)
 app.add_typer(scoring.judges_app, name="judges")

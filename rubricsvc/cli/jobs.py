@@ -18,7 +18,11 @@ from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.modes import mode_names
 from rubricsvc.scoring import jobs, lifecycle
 from rubricsvc.scoring.dispatch import CeleryDispatcher, celery_class, queue_name
-from rubricsvc.scoring.judge_configs import ensure_judge_config, find_judge
+from rubricsvc.scoring.judge_configs import (
+    ensure_judge_config,
+    find_judge,
+    find_reward_judge,
+)
 from rubricsvc.scoring.lifecycle import Delivery
 from rubricsvc.scoring.selection import Selection
 from rubricsvc.scoring.service import ScoreOptions, ScoreReport
@@ -63,7 +67,7 @@ def score_via_celery(
     """Submit the job, send its chunks after the commit, follow it, read the report back."""
     send = _dispatcher()
     with db_session() as session:
-        spec = find_judge(session, judge, mode)
+        spec = find_reward_judge(session, judge, mode)
         chunk_judgments = get_settings().jobs.chunk_judgments
         submission = lifecycle.submit(session, send, spec, selection, options, chunk_judgments)
         job_id = submission.job.id

@@ -28,12 +28,22 @@ from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.judging.config import BUILTIN_JUDGES
 from rubricsvc.judging.failures import ResponseFailurePolicy, empty_counts
 from rubricsvc.judging.modes import mode_names
-from rubricsvc.models import Completion, CompletionDocument, Prompt, RubricVersion, Score
+from rubricsvc.models import (
+    Completion,
+    CompletionDocument,
+    JudgeConfig,
+    JudgeGate,
+    Prompt,
+    RubricVersion,
+    Score,
+)
 from rubricsvc.rubrics.repository import get_rubric, resolve_version
 from rubricsvc.scoring.judge_configs import (
     current_judge_configs,
     ensure_judge_config,
     find_judge,
+    find_reward_judge,
+    gate_status,
     latest_judge_config,
     load_judge_file,
 )
@@ -129,7 +139,7 @@ def score_command(
     backends = BackendProvider.from_settings(get_settings())
     stop = _StopOnInterrupt()
     with stop, backends, db_session() as session:
-        spec = find_judge(session, judge, mode)
+        spec = find_reward_judge(session, judge, mode)
         with progress_bar("judging", enabled=True, lines=True) as update:
 
             def progress(done: int, total: int) -> None:
@@ -529,19 +539,26 @@ def judges_list() -> None:
     """Built-in and stored judge configs."""
     with db_session() as session:
         stored = {row.name: row for row in current_judge_configs(session)}
+        gates = {name: gate_status(session, row.id) for name, row in stored.items()}
     rows = [
         [name, spec.backend, spec.model or "(embedded)", spec.mode, "built-in"]
         for name, spec in BUILTIN_JUDGES.items()
         if name not in stored
     ]
     rows += [
-        [r.name, r.backend, r.model, r.verdict_mode, f"stored {r.config_hash[:12]}"]
+        [r.name, r.backend, r.model, r.verdict_mode, _where(r, gates[r.name])]
         for r in stored.values()
     ]
     headers = ["name", "backend", "model", "mode", "where"]
     console.print(
         build_table(f"{len(rows)} judge(s)", headers, rows, flexible="model", width=console.width)
     )
+
+
+def _where(row: JudgeConfig, gate: JudgeGate | None) -> str:
+    """Stored, with its hash; a gated judge's status (a candidate is no reward yet)."""
+    where = f"stored {row.config_hash[:12]}"
+    return f"{where}, {gate.status.value}" if gate is not None else where
 
 
 @judges_app.command("add")

@@ -15,7 +15,7 @@ from rubricsvc.config import get_settings
 from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.judging.modes import mode_names
 from rubricsvc.models import JudgeAudit, JudgeConfig
-from rubricsvc.scoring.judge_configs import find_judge, stored_spec
+from rubricsvc.scoring.judge_configs import find_judge, gate_status, stored_spec
 from rubricsvc.validation.evaluate import EvaluationOptions, evaluate, evaluations_of
 from rubricsvc.validation.labelsets import get_label_set
 
@@ -158,9 +158,13 @@ def judges_show(
             if ids
             else []
         )
+        gate = gate_status(session, rows[-1].id) if rows else None
         shown: dict[str, Any] = {
             "name": name,
             "spec": (stored_spec(rows[-1]) if rows else spec).model_dump(mode="json"),
+            # A distilled judge: where it came from, and what its promotion gate decided.
+            "origin": rows[-1].settings.get("origin") if rows else None,
+            "gate": {"status": gate.status.value, **gate.report} if gate is not None else None,
             "configs": [
                 {"id": r.id, "config_hash": r.config_hash, "created_at": r.created_at.isoformat()}
                 for r in rows
@@ -199,6 +203,10 @@ def judges_show(
         f"judge {name}: backend {settings['backend']}, model {settings.get('model') or '(embedded)'}, "
         f"mode {settings['mode']}; {len(shown['configs'])} stored config(s)"
     )
+    if shown["gate"] is not None:
+        gate = shown["gate"]
+        reasons = f": {'; '.join(gate['reasons'])}" if gate.get("reasons") else ""
+        console.print(f"promotion gate: {gate['status']}{reasons}")
     if shown["evaluations"]:
         rows_out = [
             [

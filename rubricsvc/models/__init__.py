@@ -5,7 +5,14 @@ from rubricsvc.models.assignment import RubricAssignment
 from rubricsvc.models.base import Base
 from rubricsvc.models.completion import Completion
 from rubricsvc.models.document import CompletionDocument, Document
-from rubricsvc.models.judging import JudgeAudit, JudgeConfig, Judgment, JudgmentStatus
+from rubricsvc.models.judging import (
+    JudgeAudit,
+    JudgeConfig,
+    JudgeGate,
+    JudgeGateStatus,
+    Judgment,
+    JudgmentStatus,
+)
 from rubricsvc.models.labels import JudgeEvaluation, Label, LabelKind, LabelSet
 from rubricsvc.models.prompt import Prompt
 from rubricsvc.models.rubric import (
@@ -44,6 +51,8 @@ __all__ = [
     "JudgeAudit",
     "JudgeConfig",
     "JudgeEvaluation",
+    "JudgeGate",
+    "JudgeGateStatus",
     "Judgment",
     "JudgmentStatus",
     "Label",

@@ -88,3 +88,24 @@ class JudgeAudit(CreatedAtMixin, Base):
     report: Mapped[dict[str, Any]] = mapped_column(JSONType)
 
     judge_config: Mapped[JudgeConfig] = relationship()
+
+
+class JudgeGateStatus(enum.StrEnum):
+    CANDIDATE = "candidate"  # trained, not yet shown to be good enough to be a reward
+    APPROVED = "approved"  # passed its promotion gate: usable as a reward
+    REJECTED = "rejected"  # failed its gate: evaluation only
+
+
+class JudgeGate(CreatedAtMixin, Base):
+    """A promotion decision on a judge config that must earn its use as a reward (a distilled
+    judge): the newest row of a config is its status, with the figures it was decided on.
+    A config with no row was never gated and is usable as configured."""
+
+    __tablename__ = "judge_gates"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    judge_config_id: Mapped[int] = mapped_column(ForeignKey("judge_configs.id"), index=True)
+    status: Mapped[JudgeGateStatus] = mapped_column(str_enum(JudgeGateStatus, "judge_gate_status"))
+    report: Mapped[dict[str, Any]] = mapped_column(JSONType)
+
+    judge_config: Mapped[JudgeConfig] = relationship()

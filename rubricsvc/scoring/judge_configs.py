@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from rubricsvc.errors import ConflictError, NotFoundError, RubricsvcError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error, read_records
 from rubricsvc.judging.config import BUILTIN_JUDGES, JURY_BACKEND, JudgeSpec
-from rubricsvc.models import JudgeConfig
+from rubricsvc.models import JudgeConfig, JudgeGate, JudgeGateStatus
 
 
 def to_row(spec: JudgeSpec, origin: dict[str, Any] | None = None) -> JudgeConfig:
@@ -107,6 +107,41 @@ def find_judge(session: Session, name: str, mode: str | None = None) -> JudgeSpe
     """A judge by name (stored configs first, then the built-in ones), in ``mode`` if given."""
     spec = _named_judge(session, name)
     return spec if mode is None else spec.with_mode(mode)
+
+
+def find_reward_judge(session: Session, name: str, mode: str | None = None) -> JudgeSpec:
+    """``find_judge`` for a run whose scores are rewards or results: a judge that must pass a
+    promotion gate (a distilled one) is refused until the gate has approved it."""
+    spec = find_judge(session, name, mode)
+    for judge in spec.jury_members() or [spec]:
+        check_reward_use(session, judge)
+    return spec
+
+
+def gate_status(session: Session, config_id: int) -> JudgeGate | None:
+    """The newest promotion decision on a judge config (None: it was never gated)."""
+    query = select(JudgeGate).where(JudgeGate.judge_config_id == config_id)
+    return session.scalars(query.order_by(JudgeGate.id.desc()).limit(1)).first()
+
+
+def check_reward_use(session: Session, spec: JudgeSpec) -> None:
+    """Refuse a gated judge whose newest decision is not an approval."""
+    # One statement: this runs on every reward request.
+    newest = (
+        select(JudgeGate.status)
+        .join(JudgeConfig, JudgeConfig.id == JudgeGate.judge_config_id)
+        .where(JudgeConfig.config_hash == spec.config_hash())
+        .order_by(JudgeGate.id.desc())
+        .limit(1)
+    )
+    status = session.scalar(newest)
+    if status is None or status == JudgeGateStatus.APPROVED:
+        return
+    raise ValidationFailed(
+        f"judge {spec.name!r} is a {status.value} of its promotion gate, not approved for "
+        "scoring or rewards (see `rubricsvc judges show "
+        f"{spec.name}`); `rubricsvc judges evaluate` still measures it"
+    )
 
 
 def _named_judge(session: Session, name: str) -> JudgeSpec:

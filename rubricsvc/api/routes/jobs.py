@@ -24,7 +24,7 @@ from rubricsvc.api.work import check_job_work
 from rubricsvc.apikeys import Scope
 from rubricsvc.scoring import jobs, lifecycle
 from rubricsvc.scoring.dispatch import CeleryDispatcher, Dispatcher, LocalDispatcher
-from rubricsvc.scoring.judge_configs import find_judge
+from rubricsvc.scoring.judge_configs import find_reward_judge
 from rubricsvc.scoring.lifecycle import Delivery
 from rubricsvc.scoring.options import score_options
 from rubricsvc.scoring.selection import Selection
@@ -65,7 +65,7 @@ def submit_job(
         rubric_ref=body.rubric,
         include_drafts=include_drafts,
     )
-    spec = find_judge(session, body.judge, body.mode)
+    spec = find_reward_judge(session, body.judge, body.mode)
     if state.local_jobs() is not None:
         state.judges.check(spec)  # this server runs the job: its model must fit the kept set
     check_job_work(state, session, selection)

@@ -1,0 +1,129 @@
+"""``rubricsvc judges distill``: train a small judge on a large judge's stored verdicts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from pydantic import ValidationError
+
+from rubricsvc.cli.context import console, db_session, err_console
+from rubricsvc.cli.progress import progress_bar
+from rubricsvc.cli.render import build_table
+from rubricsvc.config import get_settings
+from rubricsvc.distill.examples import parse_split
+from rubricsvc.distill.service import DistillRequest, distill
+from rubricsvc.distill.training import DistillSettings
+from rubricsvc.errors import ValidationFailed
+from rubricsvc.fileformats import describe_validation_error, read_records
+from rubricsvc.judging.backends.provider import BackendProvider
+
+
+def judges_distill(
+    base: Path = typer.Option(
+        ..., help="The student's starting model: a transformers model folder."
+    ),
+    into: str = typer.Option(..., help="The student judge's name."),
+    teacher: str | None = typer.Option(
+        None, help="The judge whose stored per-criterion verdicts are the targets."
+    ),
+    labels: str | None = typer.Option(
+        None, help="Or: a label set whose pointwise labels are the targets."
+    ),
+    split: str = typer.Option(
+        "prompt:0.8", help="prompt:SHARE: the share of prompts trained on; the rest are held out."
+    ),
+    config: Path | None = typer.Option(
+        None, help="A YAML or JSON file of training and gate settings (docs/distillation.md)."
+    ),
+    run_dir: Path | None = typer.Option(
+        None, help="The run folder (default: distill-runs/INTO); a re-run resumes it."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
+) -> None:
+    """Train a criterion-prob student judge from a teacher's stored verdicts (or a label set),
+    split by prompt; register it with its lineage as a candidate, and gate it: it is approved
+    as a reward only if, on the held-out prompts, it agrees with the teacher at least
+    min_agreement and better than its base model."""
+    settings = _settings(config)
+    request = DistillRequest(
+        into=into,
+        base=base,
+        run_dir=run_dir or Path("distill-runs") / into.replace("/", "_"),
+        train_share=parse_split(split),
+        settings=settings,
+        teacher=teacher,
+        labels=labels,
+    )
+    backends = BackendProvider.from_settings(get_settings())
+    say = (lambda _: None) if as_json else (lambda text: err_console.print(text))
+    with (
+        backends,
+        db_session() as session,
+        progress_bar("distilling", enabled=not as_json, detail=True) as bar,
+    ):
+        report = distill(
+            session,
+            request,
+            backends.factory,
+            say=say,
+            progress=bar,
+            checkpoint=session.commit,
+        )
+    if as_json:
+        console.print_json(json.dumps(report))
+        return
+    _print(report)
+
+
+def _settings(path: Path | None) -> DistillSettings:
+    if path is None:
+        return DistillSettings()
+    records = list(read_records(path))
+    if len(records) != 1 or not isinstance(records[0][1], dict):
+        raise ValidationFailed(f"{path}: expected one mapping of distillation settings")
+    location, data = records[0]
+    try:
+        return DistillSettings.model_validate(data)
+    except ValidationError as err:
+        raise ValidationFailed(f"{location}: {describe_validation_error(err)}") from None
+
+
+def _figure(value: Any, interval: Any) -> str:
+    if value is None:
+        return "-"
+    shown = f"{value:.3f}"
+    return f"{shown} [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else shown
+
+
+def _print(report: dict[str, Any]) -> None:
+    gate = report["gate"]
+    training = report["training"]
+    console.print(
+        f"student {report['judge']} ({report['config_hash'][:12]}): trained on "
+        f"{training['examples']} examples ({training['left_out']} left out as too long), "
+        f"{training['steps']} steps, {training['seconds']:.0f} s; run folder {report['run_dir']}"
+    )
+    rows = [
+        [
+            role,
+            gate[role]["judge"],
+            f"{gate[role]['n_judged']}/{gate[role]['n_labelled']}",
+            _figure(gate[role]["agreement"], gate[role]["agreement_ci"]),
+            _figure(gate[role]["kappa"], gate[role]["kappa_ci"]),
+        ]
+        for role in ("base", "student")
+    ]
+    console.print(
+        build_table(
+            f"held-out prompts ({gate['labels']}), against the teacher",
+            ["", "judge", "judged", "agreement [95%]", "kappa [95%]"],
+            rows,
+            flexible="judge",
+            width=console.width,
+        )
+    )
+    console.print(f"gain over the base: {_figure(gate['gain'], gate['gain_ci'])}")
+    console.print(f"gate: {gate['decision']}: {'; '.join(gate['reasons'])}")

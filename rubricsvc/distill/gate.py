@@ -1,0 +1,200 @@
+"""The promotion gate: a student judge is a reward only once it has shown, on prompts it never
+saw, that it agrees with its teacher well enough and better than the model it was made from.
+
+Both the student and its base judge the held-out items (stored as a label set, so the usual
+``judges evaluate`` figures with prompt-clustered intervals are stored for each); the gain is
+their paired difference in agreement, with a cluster bootstrap interval over the held-out
+prompts. Approved: the student's agreement reaches ``min_agreement`` and the interval's lower
+end is above ``min_gain``. Either way the decision and its figures are stored (``judge_gates``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from rubricsvc.distill.examples import Target
+from rubricsvc.distill.training import DistillSettings
+from rubricsvc.judging.backends.base import JudgeBackend
+from rubricsvc.judging.config import JudgeSpec
+from rubricsvc.models import (
+    Completion,
+    Criterion,
+    JudgeConfig,
+    JudgeGate,
+    JudgeGateStatus,
+    LabelKind,
+    LabelSet,
+)
+from rubricsvc.validation import metrics as m
+from rubricsvc.validation.evaluate import (
+    EvaluationOptions,
+    PointwiseObservation,
+    Progress,
+    evaluate,
+    pointwise_observations,
+)
+from rubricsvc.validation.labelsets import LabelInput, save_label_set
+
+FactoryOf = Callable[[JudgeSpec], Callable[[], JudgeBackend]]
+
+
+def held_out_label_set(
+    session: Session, name: str, source: str, labeller: str, targets: Sequence[Target]
+) -> LabelSet:
+    """The held-out targets as a pointwise label set (the teacher as labeller)."""
+    completions = {
+        c.id: c
+        for c in session.scalars(
+            select(Completion)
+            .where(Completion.id.in_({t.completion_id for t in targets}))
+            .options(selectinload(Completion.prompt))
+        )
+    }
+    criteria = {
+        c.id: c
+        for c in session.scalars(
+            select(Criterion).where(Criterion.id.in_({t.criterion_id for t in targets}))
+        )
+    }
+    labels = [
+        LabelInput(
+            kind=LabelKind.POINTWISE,
+            item=f"{t.completion_id}/{t.criterion_id}",
+            prompt=completions[t.completion_id].prompt,
+            completion=completions[t.completion_id],
+            labeller=labeller,
+            value=t.value,
+            criterion=criteria[t.criterion_id],
+        )
+        for t in targets
+    ]
+    report = save_label_set(
+        session,
+        name,
+        source,
+        "the held-out prompts of a distillation, labelled by its teacher",
+        labels,
+    )
+    label_set = session.get(LabelSet, report.label_set_id)
+    assert label_set is not None
+    return label_set
+
+
+def run_gate(
+    session: Session,
+    student: JudgeSpec,
+    base: JudgeSpec,
+    held_out: LabelSet,
+    factory_of: FactoryOf,
+    settings: DistillSettings,
+    options: EvaluationOptions | None = None,
+    progress: Progress | None = None,
+    checkpoint: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Evaluate base and student on ``held_out``, decide, and store the decision."""
+    options = options or EvaluationOptions()
+    judged: dict[str, dict[str, Any]] = {}
+    observed: dict[str, list[PointwiseObservation]] = {}
+    for role, spec in (("base", base), ("student", student)):
+        report, row = evaluate(
+            session, spec, held_out, factory_of(spec), options, progress, checkpoint
+        )
+        judged[role] = {
+            "judge": spec.name,
+            "config_hash": report["judge_config_hash"],
+            "evaluation_id": row.id,
+            **{
+                k: report.get(k)
+                for k in (
+                    "n_labelled",
+                    "n_judged",
+                    "agreement",
+                    "agreement_ci",
+                    "kappa",
+                    "kappa_ci",
+                )
+            },
+        }
+        # Judged already: the cache answers, no model is called.
+        observed[role] = pointwise_observations(session, spec, held_out, factory_of(spec))
+    gain, gain_ci = paired_gain(observed["student"], observed["base"], options)
+    decision, reasons = decide(judged["student"]["agreement"], gain_ci, settings)
+    report = {
+        "labels": held_out.name,
+        "label_set_hash": held_out.content_hash,
+        "base": judged["base"],
+        "student": judged["student"],
+        "gain": gain,
+        "gain_ci": gain_ci,
+        "min_agreement": settings.min_agreement,
+        "min_gain": settings.min_gain,
+        "decision": decision.value,
+        "reasons": reasons,
+    }
+    config = session.scalar(
+        select(JudgeConfig).where(JudgeConfig.config_hash == judged["student"]["config_hash"])
+    )
+    assert config is not None  # evaluate stored it
+    session.add(JudgeGate(judge_config_id=config.id, status=decision, report=report))
+    session.flush()
+    return report
+
+
+def paired_gain(
+    student: Sequence[PointwiseObservation],
+    base: Sequence[PointwiseObservation],
+    options: EvaluationOptions,
+) -> tuple[float | None, list[float] | None]:
+    """The student's agreement minus the base's on the items both judged, and its interval
+    (resampling prompts, both judges' verdicts on a prompt drawn together)."""
+    base_of = {(o.completion_id, o.criterion_id): o for o in base if o.judged is not None}
+    pairs = [
+        (s, base_of[(s.completion_id, s.criterion_id)])
+        for s in student
+        if s.judged is not None and (s.completion_id, s.criterion_id) in base_of
+    ]
+    if not pairs:
+        return None, None
+
+    def hit(o: PointwiseObservation) -> float:
+        return float(((o.judged or 0.0) >= 0.5) == (o.label >= 0.5))
+
+    differences = [hit(s) - hit(b) for s, b in pairs]
+
+    def mean_gain(ix: Sequence[int]) -> float | None:
+        return sum(differences[i] for i in ix) / len(ix) if ix else None
+
+    interval = m.bootstrap_interval(
+        [s.prompt_id for s, _ in pairs],
+        mean_gain,
+        resamples=options.resamples,
+        level=options.level,
+        seed=options.seed,
+    )
+    return mean_gain(range(len(pairs))), list(interval) if interval is not None else None
+
+
+def decide(
+    agreement: float | None, gain_ci: list[float] | None, settings: DistillSettings
+) -> tuple[JudgeGateStatus, list[str]]:
+    reasons = []
+    if agreement is None or agreement < settings.min_agreement:
+        shown = "none" if agreement is None else f"{agreement:.3f}"
+        reasons.append(
+            f"agreement with the teacher {shown} is below min_agreement {settings.min_agreement}"
+        )
+    if gain_ci is None or gain_ci[0] <= settings.min_gain:
+        shown = "none" if gain_ci is None else f"[{gain_ci[0]:.3f}, {gain_ci[1]:.3f}]"
+        reasons.append(
+            f"the gain over the base model (95% interval {shown}) is not above "
+            f"min_gain {settings.min_gain}"
+        )
+    if reasons:
+        return JudgeGateStatus.REJECTED, reasons
+    return JudgeGateStatus.APPROVED, [
+        f"agreement {agreement:.3f} reaches {settings.min_agreement} and beats the base model"
+    ]

@@ -1,0 +1,334 @@
+"""Training a student judge on its teacher's verdicts with TRL's SFTTrainer.
+
+The student is a criterion-prob judge: it reads the rendered prompt and its verdict is the
+probability of the token "Yes" against "No". So the loss is the cross-entropy of that next
+token against the teacher's P(met) (a soft target; with a yes/no teacher exactly SFT on the
+verdict token), computed from the last position's logits only: one vocabulary row per example
+instead of one per token. Examples are left-padded with explicit positions, so the last
+position is the verdict's in every row of a batch.
+
+On a CPU a 135M model's backward pass through all layers costs ~3x its forward pass;
+``trainable_layers`` trains only the top decoder layers (and the final norm), which makes
+training ~3x cheaper where every layer would be too slow.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rubricsvc.distill.examples import NO, YES, Example
+from rubricsvc.errors import ValidationFailed, missing_extra
+
+Progress = Callable[[int, int], None]
+
+
+class DistillSettings(BaseModel):
+    """How a student is trained and gated (``judges distill --config FILE``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    epochs: float = Field(default=1.0, gt=0)
+    max_steps: int = Field(default=-1, description="optimizer steps; -1: as many as epochs make")
+    learning_rate: float = Field(default=5e-5, gt=0)
+    batch_size: int = Field(default=1, ge=1)
+    gradient_accumulation_steps: int = Field(default=8, ge=1)
+    warmup_ratio: float = Field(default=0.05, ge=0, lt=1)
+    lr_scheduler: str = "cosine"
+    weight_decay: float = Field(default=0.0, ge=0)
+    # Training examples longer than this many tokens are left out (counted in the report);
+    # the student still judges long prompts when it serves.
+    max_length: int = Field(default=1024, ge=16)
+    trainable_layers: int | None = Field(default=None, ge=1)  # None: every layer trains
+    soft_targets: bool = True  # False: the teacher's P(met) rounded to 1 or 0
+    seed: int = 0
+    save_steps: int = Field(default=50, ge=1)
+    logging_steps: int = Field(default=5, ge=1)
+    threads: int | None = Field(default=None, ge=1)
+    # The promotion gate: the student's agreement with the teacher on the held-out prompts
+    # must reach min_agreement, and beat the base model's (the 95% interval of the paired
+    # difference above min_gain).
+    min_agreement: float = Field(default=0.7, ge=0, le=1)
+    min_gain: float = Field(default=0.0, ge=-1, le=1)
+
+
+@dataclass(frozen=True)
+class TrainingResult:
+    model_dir: Path
+    examples: int
+    left_out: int  # longer than max_length
+    steps: int
+    seconds: float
+    final_loss: float | None
+    resumed_from: str | None
+
+
+def _imports() -> tuple[Any, Any, Any]:
+    try:
+        import torch
+        import transformers
+        import trl
+    except ImportError as err:
+        raise missing_extra(
+            err, "training a judge needs the trainer extra (TRL, transformers)", "trainer"
+        ) from None
+    return torch, transformers, trl
+
+
+def load_tokenizer(base: Path) -> Any:
+    _, transformers, _ = _imports()
+    return transformers.AutoTokenizer.from_pretrained(base)
+
+
+def check_base_model(base: Path) -> None:
+    """Refuse a base that is not a model folder transformers can load, before any work."""
+    if not base.is_dir():
+        raise ValidationFailed(f"--base {base}: no such folder (a model folder: config.json ...)")
+    if not (base / "config.json").is_file():
+        raise ValidationFailed(
+            f"--base {base} is not a model folder: it has no config.json (save one with "
+            "save_pretrained, or use `rubricsvc models prepare` for the bundled model)"
+        )
+    weights = [*base.glob("*.safetensors"), *base.glob("*.bin")]
+    if not weights:
+        raise ValidationFailed(f"--base {base} is not a model folder: it holds no weights")
+
+
+def verdict_token_ids(tokenizer: Any) -> tuple[int, int]:
+    ids = []
+    for word in (YES, NO):
+        encoded = tokenizer.encode(word, add_special_tokens=False)
+        if len(encoded) != 1:
+            raise ValidationFailed(
+                f"the base model's tokenizer makes {word!r} {len(encoded)} tokens: a criterion-"
+                "prob student needs single-token verdicts"
+            )
+        ids.append(int(encoded[0]))
+    return ids[0], ids[1]
+
+
+def train_student(
+    base: Path,
+    examples: Sequence[Example],
+    run_dir: Path,
+    settings: DistillSettings,
+    progress: Progress | None = None,
+) -> TrainingResult:
+    """Fine-tune ``base`` on ``examples``; checkpoints in ``run_dir/checkpoints`` (a re-run
+    resumes from the last), the model in ``run_dir/model``, the log in ``metrics.jsonl``."""
+    torch, transformers, trl = _imports()
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    kept = [e for e in examples if len(e.input_ids) <= settings.max_length]
+    if not kept:
+        raise ValidationFailed(
+            f"no training example fits max_length {settings.max_length} tokens (the shortest "
+            f"is {min(len(e.input_ids) for e in examples)}): raise max_length in --config"
+        )
+    tokenizer = load_tokenizer(base)
+    yes_id, no_id = verdict_token_ids(tokenizer)
+    transformers.utils.logging.disable_progress_bar()
+    transformers.set_seed(settings.seed)
+    model = transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    _freeze_lower_layers(model, settings.trainable_layers)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+    from datasets import Dataset
+
+    dataset = Dataset.from_list(
+        [
+            {
+                "input_ids": e.input_ids,
+                "target": e.target.value if settings.soft_targets else float(e.target.value >= 0.5),
+            }
+            for e in kept
+        ]
+    )
+    checkpoints = run_dir / "checkpoints"
+    config = trl.SFTConfig(
+        output_dir=str(checkpoints),
+        num_train_epochs=settings.epochs,
+        max_steps=settings.max_steps,
+        learning_rate=settings.learning_rate,
+        per_device_train_batch_size=settings.batch_size,
+        gradient_accumulation_steps=settings.gradient_accumulation_steps,
+        warmup_steps=settings.warmup_ratio,  # a float below 1: a share of the steps
+        lr_scheduler_type=settings.lr_scheduler,
+        weight_decay=settings.weight_decay,
+        seed=settings.seed,
+        data_seed=settings.seed,
+        save_steps=settings.save_steps,
+        save_total_limit=2,
+        logging_steps=settings.logging_steps,
+        logging_first_step=True,
+        report_to=[],
+        disable_tqdm=True,
+        use_cpu=not torch.cuda.is_available(),
+        bf16=False,
+        fp16=False,
+        max_length=None,
+        remove_unused_columns=False,
+        dataset_kwargs={"skip_prepare_dataset": True},
+        dataloader_num_workers=0,
+    )
+    log_path = run_dir / "metrics.jsonl"
+    trainer = _verdict_trainer_class(trl.SFTTrainer, torch)(
+        model=model,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        data_collator=_LeftPadCollator(pad_id, torch),
+        callbacks=[_log_callback(log_path, progress, transformers)],
+        verdict_ids=(yes_id, no_id),
+    )
+    # Without tqdm the Trainer prints every log dict to stdout; they go to metrics.jsonl.
+    trainer.remove_callback(transformers.PrinterCallback)
+    last = (
+        transformers.trainer_utils.get_last_checkpoint(str(checkpoints))
+        if checkpoints.is_dir()
+        else None
+    )
+    started = time.monotonic()
+    output = trainer.train(resume_from_checkpoint=last)
+    seconds = time.monotonic() - started
+    model_dir = run_dir / "model"
+    trainer.save_model(str(model_dir))
+    tokenizer.save_pretrained(str(model_dir))
+    final_loss = output.training_loss if output is not None else None
+    return TrainingResult(
+        model_dir,
+        len(kept),
+        len(examples) - len(kept),
+        int(trainer.state.global_step),
+        seconds,
+        float(final_loss) if final_loss is not None else None,
+        last,
+    )
+
+
+def _freeze_lower_layers(model: Any, trainable: int | None) -> None:
+    """Train only the top ``trainable`` decoder layers and the final norm (None: all)."""
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if trainable is None:
+        return
+    if layers is None:
+        raise ValidationFailed(
+            "trainable_layers needs a decoder with model.layers (a Llama-style model); "
+            "leave it out to train every layer"
+        )
+    for parameter in model.parameters():
+        parameter.requires_grad = False
+    for layer in list(layers)[-trainable:]:
+        for parameter in layer.parameters():
+            parameter.requires_grad = True
+    norm = getattr(model.model, "norm", None)
+    if norm is not None:
+        for parameter in norm.parameters():
+            parameter.requires_grad = True
+
+
+class _LeftPadCollator:
+    """Left-pads a batch, with positions counted from each row's first real token, so the
+    last position of every row is where its verdict token is predicted."""
+
+    def __init__(self, pad_id: int, torch: Any) -> None:
+        self.pad_id = pad_id
+        self.torch = torch
+
+    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        torch = self.torch
+        width = max(len(r["input_ids"]) for r in rows)
+        ids, mask, positions = [], [], []
+        for row in rows:
+            n = len(row["input_ids"])
+            ids.append([self.pad_id] * (width - n) + list(row["input_ids"]))
+            mask.append([0] * (width - n) + [1] * n)
+            positions.append([0] * (width - n) + list(range(n)))
+        return {
+            "input_ids": torch.tensor(ids, dtype=torch.long),
+            "attention_mask": torch.tensor(mask, dtype=torch.long),
+            "position_ids": torch.tensor(positions, dtype=torch.long),
+            "target": torch.tensor([float(r["target"]) for r in rows], dtype=torch.float32),
+        }
+
+
+def _verdict_trainer_class(base: Any, torch: Any) -> Any:
+    """SFTTrainer whose loss is the verdict token's cross-entropy against the soft target."""
+
+    class VerdictSFTTrainer(base):  # type: ignore[misc]
+        def __init__(self, *args: Any, verdict_ids: tuple[int, int], **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.verdict_ids = verdict_ids
+
+        def compute_loss(
+            self,
+            model: Any,
+            inputs: dict[str, Any],
+            return_outputs: bool = False,
+            num_items_in_batch: Any = None,
+        ) -> Any:
+            target = inputs.pop("target")
+            outputs = model(
+                input_ids=inputs["input_ids"],
+                attention_mask=inputs["attention_mask"],
+                position_ids=inputs["position_ids"],
+                use_cache=False,
+                logits_to_keep=1,
+            )
+            log_probs = torch.log_softmax(outputs.logits[:, -1, :].float(), dim=-1)
+            yes, no = self.verdict_ids
+            per_example = -(target * log_probs[:, yes] + (1.0 - target) * log_probs[:, no])
+            loss = per_example.mean()
+            return (loss, outputs) if return_outputs else loss
+
+    return VerdictSFTTrainer
+
+
+def _log_callback(path: Path, progress: Progress | None, transformers: Any) -> Any:
+    """A TrainerCallback that writes every log line to ``metrics.jsonl`` and moves the
+    progress bar each step (made here: transformers is imported lazily)."""
+
+    class LogCallback(transformers.TrainerCallback):  # type: ignore[misc]
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **_: Any) -> None:
+            if not logs:
+                return
+            with path.open("a", encoding="utf-8") as handle:
+                record = {"step": state.global_step, "epoch": state.epoch, **logs}
+                handle.write(json.dumps(record) + "\n")
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            if progress is not None:
+                progress(state.global_step, state.max_steps)
+
+    return LogCallback()
+
+
+def plot_loss(metrics: Path, out: Path) -> bool:
+    """The training loss by step, from ``metrics.jsonl`` (False: nothing logged to plot)."""
+    points = []
+    for line in metrics.read_text(encoding="utf-8").splitlines() if metrics.is_file() else []:
+        record = json.loads(line)
+        if "loss" in record:
+            points.append((record["step"], record["loss"]))
+    if not points:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 3.5))
+    axes.plot([p[0] for p in points], [p[1] for p in points], marker=".")
+    axes.set_xlabel("optimizer step")
+    axes.set_ylabel("verdict cross-entropy")
+    axes.set_title("student training loss")
+    figure.tight_layout()
+    figure.savefig(out, dpi=100)
+    plt.close(figure)
+    return True
