@@ -421,7 +421,10 @@ def test_a_tampered_session_cookie_is_refused(
         token = csrf_of(client.get(version).text)
         cookie = client.cookies["rubricsvc_session"]
     payload, _, signature = cookie.rpartition(".")
-    flipped = signature[:-1] + ("A" if signature[-1] != "A" else "B")
+    # Alter the signature's first character: it carries six whole bits, whereas the last
+    # character of unpadded base64 carries ignored padding bits ("B" and "A" can decode to
+    # the same bytes, so flipping it may forge nothing).
+    flipped = ("A" if signature[0] != "A" else "B") + signature[1:]
     forged = [
         f"{payload}.{flipped}",  # the signature altered
         cookie.replace(cookie[0], "Z" if cookie[0] != "Z" else "Y", 1),  # the payload altered
