@@ -20,7 +20,10 @@ from typing import Any
 
 from benchmarks.results import RESULTS
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "benchmarks.md"
+README = ROOT / "README.md"
+README_BLOCK = re.compile(r"(<!-- headlines -->\n)(.*?)(<!-- /headlines -->)", re.DOTALL)
 BLOCK = re.compile(r"(<!-- results:(\w+) -->\n)(.*?)(<!-- /results:\2 -->)", re.DOTALL)
 
 
@@ -298,8 +301,53 @@ RENDERERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
 }
 
 
+def figure(value: float, unit: str) -> str:
+    return f"{value:g}{unit}" if unit == "x" else f"{value:g} {unit}"
+
+
+def headline_text(fig: dict[str, Any]) -> str:
+    """``7.4x [6.9x-7.8x] over 3 runs (target >= 3x: met)``."""
+    unit = fig["unit"]
+    text = (
+        f"{figure(fig['median'], unit)} [{figure(fig['min'], unit)}-{figure(fig['max'], unit)}] "
+        f"over {len(fig['runs'])} runs"
+    )
+    for key, sign in (("at_least", ">="), ("at_most", "<=")):
+        if key in fig:
+            verdict = "met" if fig["met"] else "missed"
+            text += f" (target {sign} {figure(fig[key], unit)}: {verdict})"
+    return text
+
+
+def headline_lines(result: dict[str, Any]) -> list[str]:
+    return [
+        f"- {fig['compares']}: {headline_text(fig)}"
+        for fig in result.get("headlines", {}).values()
+    ]
+
+
 def render(name: str, result: dict[str, Any]) -> str:
-    return "\n".join([*header(result), *RENDERERS[name](result)]) + "\n"
+    lines = [*header(result), *RENDERERS[name](result)]
+    if headlines := headline_lines(result):
+        lines += ["", "Headlines (median [smallest-largest] of the runs):", *headlines]
+    return "\n".join(lines) + "\n"
+
+
+def readme_headlines(results_dir: Path) -> str:
+    """The README's headline block: every benchmark's headlines, in the page's order."""
+    lines: list[str] = []
+    for name in RENDERERS:
+        path = results_dir / f"{name}-latest.json"
+        if path.exists():
+            lines += headline_lines(json.loads(path.read_text()))
+    return "\n".join(lines) + "\n"
+
+
+def update_readme(readme: str, results_dir: Path) -> str:
+    if not README_BLOCK.search(readme):
+        raise SystemExit("README.md has no <!-- headlines --> block")
+    block = readme_headlines(results_dir)
+    return README_BLOCK.sub(lambda m: m.group(1) + block + m.group(3), readme)
 
 
 def update(doc: str, results_dir: Path) -> tuple[str, list[str], list[str]]:
@@ -323,9 +371,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--doc", type=Path, default=DOC)
+    parser.add_argument("--readme", type=Path, default=README)
     args = parser.parse_args()
     text, written, missing = update(args.doc.read_text(), args.results)
     args.doc.write_text(text)
+    args.readme.write_text(update_readme(args.readme.read_text(), args.results))
+    print(f"{args.readme}: rewrote its headlines")
     print(f"{args.doc}: rewrote {', '.join(written) or 'nothing'}", end="")
     print(f"; no results for {', '.join(missing)} (left as they were)" if missing else "")
 

@@ -1,7 +1,11 @@
 """Where benchmark results go: one JSON file per run, and the latest run of each benchmark.
 
-``benchmarks/results/NAME-DATE.json`` keeps every run; ``NAME-latest.json`` is the one
-``benchmarks.report`` writes into docs/benchmarks.md. The directory is not committed.
+``benchmarks/results/NAME-DATE.json`` keeps every run (not committed); ``NAME-latest.json``
+is the run ``benchmarks.report`` writes into docs/benchmarks.md and the README's headlines, and
+is committed, so every published figure can be read back from a file.
+
+A headline figure is measured in several runs and published as its median with the smallest
+and largest run (``spread``), under ``result["headlines"]`` (``headline``).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import json
 import os
 import platform
 import resource
+import statistics
 import sys
 import time
 from datetime import UTC, datetime
@@ -76,6 +81,39 @@ def other_work_cores() -> float | None:
     wall = time.monotonic() - started
     other = (busy_now - busy_before) - (own_cpu_seconds() - own_before)
     return round(max(other, 0.0) / wall, 2) if wall > 0 else None
+
+
+def spread(runs: list[float], digits: int = 3) -> dict[str, Any]:
+    """The median of ``runs`` with the smallest and largest, and every run, rounded."""
+    if not runs:
+        raise ValueError("a spread needs at least one run")
+    return {
+        "median": round(statistics.median(runs), digits),
+        "min": round(min(runs), digits),
+        "max": round(max(runs), digits),
+        "runs": [round(run, digits) for run in runs],
+    }
+
+
+def headline(
+    runs: list[float],
+    compares: str,
+    unit: str = "x",
+    at_least: float | None = None,
+    at_most: float | None = None,
+    digits: int = 3,
+) -> dict[str, Any]:
+    """A headline figure: what it compares in one clause (``compares``), its unit, its
+    target if it has one, and the spread of its runs. ``docs/benchmarks.md`` and the README
+    print it as ``median [min-max] over N runs``."""
+    figure: dict[str, Any] = {"compares": compares, "unit": unit, **spread(runs, digits)}
+    if at_least is not None:
+        figure["at_least"] = at_least
+        figure["met"] = figure["median"] >= at_least
+    if at_most is not None:
+        figure["at_most"] = at_most
+        figure["met"] = figure["median"] <= at_most
+    return figure
 
 
 def save(name: str, result: dict[str, Any]) -> Path:
