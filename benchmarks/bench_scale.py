@@ -3,31 +3,37 @@
 Run: ``python -m benchmarks.bench_scale [--sizes 10000 100000 1000000] [--runs 3]
 [--repeats 5]``.
 
-One fresh PostgreSQL database, migrated with Alembic, is grown to each size in turn (10^4,
-then 10^5, then 10^6 stored judgments). The measured workload is created first, through the
-product: 10 prompts, each with an approved rubric of 10 criteria and 10 completions, scored
-in-process by a fixed-latency scripted judge (1,000 judgments and 100 scores), and one score
-job over it run to its end. The store grows around it by bulk loading (COPY through the real
-schema) blocks shaped exactly like one of its prompts: a prompt, its approved rubric version
-and criteria, 10 completions, every judgment and score, with ids, foreign keys, hashes and
-the judgment ids inside score details rewritten; then ``VACUUM ANALYZE``, as autovacuum
-would leave a loaded database.
+Two fresh PostgreSQL databases, migrated with Alembic, hold the same measured workload,
+created through the product: 10 prompts, each with an approved rubric of 10 criteria and 10
+completions, scored in-process by a fixed-latency scripted judge (1,000 judgments and 100
+scores), and one score job over it run to its end. The reference store is then filled to the
+smallest size (10^4 judgments) and stays there; the grown store is filled to each size in
+turn (10^4, then 10^5, then 10^6), loading only what each step adds. Filling is a bulk load
+(COPY through the real schema) of blocks shaped exactly like one of the workload's prompts: a
+prompt, its approved rubric version and criteria, 10 completions, every judgment and score,
+with ids, foreign keys, hashes and the judgment ids inside score details rewritten; half the
+completions carry the reward route's source, as an RL loop's rollouts do. Then ``VACUUM
+ANALYZE``, as autovacuum would leave a loaded database.
 
-At each size, per judgment of the same workload:
+At each size, per judgment of the same workload, in both stores:
 
 - (a) cache lookup: the judgment cache read of a re-scoring of the workload (every key a hit);
 - (b) submission: planning and submitting a score job over the workload (no worker runs it;
   each submission is deleted afterwards, so every one creates a job);
 - (c) report: the finished job's report (``jobs.job_report``: its progress and its scores);
-- (d) rewards: ``POST /v1/rewards`` with the workload's 100 pairs, all cached, in-process
-  through FastAPI's TestClient with an API key;
+- (d) rewards: ``POST /v1/rewards`` with the workload's 100 pairs, all judged before,
+  in-process through FastAPI's TestClient with an API key;
 - (e) bytes on disk: the judgments table with its indexes, and the whole database, over the
-  number of judgments.
+  number of judgments (grown store).
 
-Each of (a)-(d) is a run's median of ``--repeats`` calls, after the same warm-up at every
-size; ``--runs`` runs per size. The headlines are the ratios 10^6 / 10^4 per run, with a
-target of at most 1.5x. At the largest size the SQL of one call of each is recorded and
-explained (EXPLAIN (ANALYZE, BUFFERS)), with the indexes and sequential scans the plans use.
+Each of (a)-(d) is a run's median of ``--repeats`` calls per store, the stores alternated call
+by call, after the same warm-up at every size; ``--runs`` runs per size. The machine is
+shared, so its load changes over minutes: alternating puts the same load on both stores, and
+the figure compared is the grown store's cost over the reference store's, per run. At the
+smallest size both stores are the same size, which shows what that ratio is worth. The
+headlines are the ratios at 10^6, with a target of at most 1.5x. At the largest size the SQL
+of one call of each is explained (EXPLAIN (ANALYZE, BUFFERS)), with the indexes and sequential
+scans the plans use.
 """
 
 from __future__ import annotations
@@ -82,6 +88,7 @@ SOURCE = "bench-scale"  # the measured completions' source; the bulk-loaded ones
 CHUNK_JUDGMENTS = 256
 LATENCY = 0.002  # seconds per judge request
 BLOCKS_PER_ROUND = 1_000  # bulk-loaded prompts per transaction (100,000 judgments)
+PLAN_LINE = 300  # characters kept of each line of a recorded plan
 JUDGE = JudgeSpec(
     name="bench-scale-fixed-latency",
     backend="faulty",
@@ -368,13 +375,14 @@ def block_rows(
         for row in t["criteria"]
     ]
     out["completions"] = [
-        # Sources vary as runs and checkpoints do; none is the measured one.
+        # Half from RL loops through the reward route, half from offline runs; none is
+        # the measured source.
         clone(
             "completions",
             row,
             prompt_id=ref("prompts", row["prompt_id"]),
             content_hash=sha(f"bulk completion {block}:{n}"),
-            source=f"run-{block % 50}",
+            source="rewards" if block % 2 else f"run-{block % 50}",
         )
         for n, row in enumerate(t["completions"])
     ]
@@ -526,7 +534,8 @@ class Operations:
         return None
 
     def rewards(self) -> CleanUp | None:
-        body = {"items": self.workload.reward_items, "judge": JUDGE.name, "source": SOURCE}
+        # The route's default source, which every rollout an RL loop sends shares.
+        body = {"items": self.workload.reward_items, "judge": JUDGE.name}
         headers = {"Authorization": f"Bearer {self.workload.api_key}"}
         answer = self.client.post("/v1/rewards", json=body, headers=headers)
         assert answer.status_code == 200, answer.text[:300]
@@ -544,43 +553,107 @@ class Operations:
 
 
 @dataclass
+class Store:
+    """One database holding the workload, with its app and the operations on it."""
+
+    url: str
+    engine: Engine
+    template: Template
+    ops: Operations
+
+
+@contextmanager
+def open_store(admin: Engine, label: str) -> Iterator[Store]:
+    """A new database with the workload stored and scored; dropped on the way out."""
+    started = time.perf_counter()
+    url = create_database(admin)
+    engine = make_engine(url)
+    try:
+        workload = add_workload(engine)
+        with engine.connect() as conn:
+            template = Template.read(conn, workload.first_prompt_id)
+        settings = Settings(
+            db=DatabaseSettings(url=url),
+            broker=BrokerSettings(url=None),
+            api=ApiSettings(session_secret=SecretStr(uuid.uuid4().hex)),
+        )
+        with TestClient(create_app(settings, engine), base_url="http://testserver") as client:
+            print(
+                f"{label}: workload of {workload.judgments} judgments stored and scored, job "
+                f"{workload.job_id} done ({time.perf_counter() - started:.0f} s)",
+                flush=True,
+            )
+            yield Store(url, engine, template, Operations(engine, workload, client))
+    finally:
+        engine.dispose()
+        drop_database(admin, url)
+
+
+@dataclass
 class SizeFigures:
+    """One size of the grown store, and its figures beside the reference store's."""
+
     judgments: int
     load_seconds: float
     bytes_per_judgment: dict[str, float]
-    # Per operation, each run's median per judgment (ms).
-    runs: dict[str, list[float]] = field(default_factory=dict)
+    # Per operation and store ("grown", "reference"): each run's median per judgment (ms).
+    runs: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+
+    def ratios(self, name: str) -> list[float]:
+        """Per run: the grown store's cost over the reference store's, measured alternately."""
+        runs = self.runs[name]
+        return [g / r for g, r in zip(runs["grown"], runs["reference"], strict=True)]
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "judgments": self.judgments,
             "load_seconds": round(self.load_seconds, 1),
             "bytes_per_judgment": self.bytes_per_judgment,
-            "per_judgment_ms": {name: spread(runs, 5) for name, runs in self.runs.items()},
+            "per_judgment_ms": {
+                name: {store: spread(runs, 5) for store, runs in by_store.items()}
+                for name, by_store in self.runs.items()
+            },
+            "ratio_to_reference": {name: spread(self.ratios(name)) for name in self.runs},
         }
 
 
-def measure(ops: Operations, figures: SizeFigures, runs: int, repeats: int, warm_up: int) -> None:
-    """The same warm-up at every size, then ``runs`` runs of ``repeats`` calls of each."""
+def measure(
+    stores: dict[str, Operations], figures: SizeFigures, runs: int, repeats: int, warm_up: int
+) -> None:
+    """The same warm-up on both stores, then ``runs`` runs in which every call on one store is
+    followed by the same call on the other (so a busy spell of the machine hits both)."""
     for name in OPERATIONS:
         for _ in range(warm_up):
-            ops.timed(name)
-    per_judgment = 1000 / ops.workload.judgments
+            for ops in stores.values():
+                ops.timed(name)
     for run in range(runs):
         for name in OPERATIONS:
-            seconds = statistics.median(ops.timed(name) for _ in range(repeats))
-            figures.runs.setdefault(name, []).append(seconds * per_judgment)
-        cells = ", ".join(f"{name} {figures.runs[name][-1]:.4f}" for name in OPERATIONS)
-        print(f"  run {run + 1}: ms per judgment: {cells}", flush=True)
+            samples: dict[str, list[float]] = {store: [] for store in stores}
+            for _ in range(repeats):
+                for store, ops in stores.items():
+                    samples[store].append(ops.timed(name) * 1000 / ops.workload.judgments)
+            for store, values in samples.items():
+                runs_of = figures.runs.setdefault(name, {}).setdefault(store, [])
+                runs_of.append(statistics.median(values))
+        cells = ", ".join(
+            f"{name} {figures.runs[name]['grown'][-1]:.4f} ({figures.ratios(name)[-1]:.2f}x)"
+            for name in OPERATIONS
+        )
+        print(f"  run {run + 1}: ms per judgment (x the reference): {cells}", flush=True)
 
 
-def plans(ops: Operations, recorder: Recorder) -> dict[str, list[dict[str, Any]]]:
-    """EXPLAIN (ANALYZE, BUFFERS) of every SELECT of one call of each operation."""
+def plans(ops: Operations) -> dict[str, list[dict[str, Any]]]:
+    """EXPLAIN (ANALYZE, BUFFERS) of every SELECT of one call of each operation; plan lines
+    cut short (an IN list of 500 cache keys is 33,000 characters)."""
+    recorder = Recorder(ops.engine)
     explained: dict[str, list[dict[str, Any]]] = {}
     for name in OPERATIONS:
         with recorder.record() as statements:
             ops.timed(name)
-        explained[name] = explain(ops.engine, statements)
+        explained[name] = [
+            {**s, "plan": [line[:PLAN_LINE] for line in s["plan"]]}
+            for s in explain(ops.engine, statements)
+        ]
     return explained
 
 
@@ -593,31 +666,70 @@ def used(statements: Iterable[dict[str, Any]]) -> tuple[list[str], list[str]]:
     )
 
 
-@contextmanager
-def reward_client(url: str, engine: Engine) -> Iterator[TestClient]:
-    settings = Settings(
-        db=DatabaseSettings(url=url),
-        broker=BrokerSettings(url=None),
-        api=ApiSettings(session_secret=SecretStr(uuid.uuid4().hex)),
-    )
-    with TestClient(create_app(settings, engine), base_url="http://testserver") as client:
-        yield client
-
-
 # --- the run -------------------------------------------------------------------------------
 
 
-def ratio_headlines(first: SizeFigures, last: SizeFigures) -> dict[str, Any]:
-    """Per operation: the ratio largest / smallest size per run, against the target."""
-    smallest, largest = f"{first.judgments:,}", f"{last.judgments:,}"
+def ratio_headlines(largest: SizeFigures, reference: int) -> dict[str, Any]:
+    """Per operation: the largest store's cost over the reference store's, per run."""
     return {
         f"{name} ratio": headline(
-            [b / a for a, b in zip(first.runs[name], last.runs[name], strict=True)],
-            compares=f"{label.split(') ', 1)[1]} per judgment, {largest} / {smallest} "
-            "stored judgments",
+            largest.ratios(name),
+            compares=f"{label.split(') ', 1)[1]} per judgment, {largest.judgments:,} / "
+            f"{reference:,} stored judgments",
             at_most=TARGET_RATIO,
         )
         for name, label in OPERATIONS.items()
+    }
+
+
+def run(args: argparse.Namespace, admin: Engine) -> dict[str, Any]:
+    sizes = sorted(args.sizes)
+    figures: list[SizeFigures] = []
+    with open_store(admin, "reference") as reference, open_store(admin, "grown") as grown:
+        print(f"reference: growing to {sizes[0]:,} judgments", flush=True)
+        grow(reference.engine, reference.template, sizes[0])
+        stores = {"grown": grown.ops, "reference": reference.ops}
+        for size in sizes:
+            print(f"grown: growing to {size:,} judgments", flush=True)
+            load_seconds = grow(grown.engine, grown.template, size)
+            size_figures = SizeFigures(
+                count_judgments(grown.engine), load_seconds, bytes_per_judgment(grown.engine)
+            )
+            print(
+                f"{size_figures.judgments:,} judgments: loaded in {load_seconds:.0f} s; bytes "
+                f"per judgment {size_figures.bytes_per_judgment}",
+                flush=True,
+            )
+            measure(stores, size_figures, args.runs, args.repeats, args.warm_up)
+            figures.append(size_figures)
+        explained = plans(grown.ops)
+        reference_judgments = count_judgments(reference.engine)
+        workload = grown.ops.workload.judgments
+    for name, statements in explained.items():
+        indexes, scans = used(statements)
+        print(
+            f"{name} at {figures[-1].judgments:,}: indexes {', '.join(indexes) or 'none'}; "
+            f"seq scans {', '.join(scans) or 'none'}"
+        )
+    return {
+        "database": "postgresql",
+        "workload": {
+            "prompts": PROMPTS,
+            "completions_per_prompt": COMPLETIONS,
+            "criteria": CRITERIA,
+            "judgments": workload,
+            "judge_latency_s": LATENCY,
+            "chunk_judgments": CHUNK_JUDGMENTS,
+        },
+        "operations": OPERATIONS,
+        "reference_judgments": reference_judgments,
+        "runs": args.runs,
+        "repeats": args.repeats,
+        "warm_up": args.warm_up,
+        "target_ratio": TARGET_RATIO,
+        "sizes": [f.as_dict() for f in figures],
+        "explain_largest": explained,
+        "headlines": ratio_headlines(figures[-1], reference_judgments),
     }
 
 
@@ -634,68 +746,14 @@ def main() -> None:
 
     started = time.perf_counter()
     admin = create_engine(args.database, isolation_level="AUTOCOMMIT")
-    url = create_database(admin)
-    engine = make_engine(url)
-    sizes: list[SizeFigures] = []
     try:
-        workload = add_workload(engine)
-        print(
-            f"workload: {workload.judgments} judgments stored and scored, job "
-            f"{workload.job_id} done ({time.perf_counter() - started:.0f} s)",
-            flush=True,
-        )
-        with engine.connect() as conn:
-            template = Template.read(conn, workload.first_prompt_id)
-        recorder = Recorder(engine)
-        with reward_client(url, engine) as client:
-            ops = Operations(engine, workload, client)
-            for size in sorted(args.sizes):
-                print(f"size {size:,}: growing the store", flush=True)
-                load_seconds = grow(engine, template, size)
-                figures = SizeFigures(
-                    count_judgments(engine), load_seconds, bytes_per_judgment(engine)
-                )
-                print(
-                    f"size {figures.judgments:,}: loaded in {load_seconds:.0f} s; "
-                    f"bytes per judgment {figures.bytes_per_judgment}",
-                    flush=True,
-                )
-                measure(ops, figures, args.runs, args.repeats, args.warm_up)
-                sizes.append(figures)
-            explained = plans(ops, recorder)
+        result = run(args, admin)
     finally:
-        engine.dispose()
-        drop_database(admin, url)
         admin.dispose()
-
-    for name, statements in explained.items():
-        indexes, scans = used(statements)
-        print(
-            f"{name} at {sizes[-1].judgments:,}: indexes {', '.join(indexes) or 'none'}; "
-            f"seq scans {', '.join(scans) or 'none'}"
-        )
-    result = {
-        "database": "postgresql",
-        "workload": {
-            "prompts": PROMPTS,
-            "completions_per_prompt": COMPLETIONS,
-            "criteria": CRITERIA,
-            "judgments": workload.judgments,
-            "judge_latency_s": LATENCY,
-            "chunk_judgments": CHUNK_JUDGMENTS,
-        },
-        "operations": OPERATIONS,
-        "runs": args.runs,
-        "repeats": args.repeats,
-        "warm_up": args.warm_up,
-        "target_ratio": TARGET_RATIO,
-        "sizes": [figures.as_dict() for figures in sizes],
-        "explain_largest": explained,
-        "seconds": round(time.perf_counter() - started, 1),
-        "headlines": ratio_headlines(sizes[0], sizes[-1]),
-    }
+    result["seconds"] = round(time.perf_counter() - started, 1)
     for fig in result["headlines"].values():
         print(f"{fig['compares']}: {fig['median']:g}x [{fig['min']:g}x-{fig['max']:g}x]")
+    print(f"{result['seconds']:.0f} s in all")
     save("scale", result)
 
 
