@@ -6,8 +6,11 @@ libraries. It imports nothing from rubricsvc. Input (a JSON file): the server, t
 the tasks (prompt, response, criteria). Output (one JSON object on stdout): seconds, calls,
 valid verdicts, failed calls and the first few errors.
 
-The judge is ``verifiers.v1.judges.RubricJudge`` with its defaults (all of a task's criteria
-in one call, plain-text JSON verdicts, choices no/yes), driven through its public ``score``.
+The judge is ``verifiers.v1.judges.RubricJudge`` driven through its public ``score``, with its
+defaults (all of a task's criteria in one call, plain-text JSON verdicts, choices no/yes) or
+with the options the input names: ``structured_output`` (the verdicts decoded to the judge's
+JSON schema through the server's ``response_format``) and ``max_criteria`` (criteria per call).
+As in verifiers, a call whose verdicts do not validate fails the task's whole score.
 Its ``trace`` argument is a stand-in with the members the judge uses (the response, metrics,
 the judge-call record): a full agent trace holds nothing the judge reads beyond these.
 """
@@ -63,8 +66,12 @@ async def score_tasks(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
             api_key_var=API_KEY_VAR,
             model=spec["model"],
             view="last_reply",
+            structured_output=spec.get("structured_output", False),
+            max_criteria=spec.get("max_criteria"),
             sampling=SamplingConfig(
-                temperature=0.0, max_tokens=spec["tokens_per_criterion"] * len(criteria)
+                temperature=0.0,
+                max_tokens=spec["tokens_per_criterion"]
+                * min(len(criteria), spec.get("max_criteria") or len(criteria)),
             ),
         )
         judges.append((RubricJudge(config), task))

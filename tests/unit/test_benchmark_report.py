@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
-from benchmarks.peers.healthbench_style import grader_prompt, parse_verdict
+from benchmarks.peers.healthbench_style import GRADER_TEMPLATE, grader_prompt, parse_verdict
 from benchmarks.report import update
 
+PUBLISHED_TEMPLATE_SHA256 = "2adffd51fd259554ebcd036ad1072d4aa2b7ce3aec2bbffe36271f911632ed3c"
 RUN = {
     "date": "2026-01-02T03:04:05+00:00",
     "machine": "Test CPU, 2 cores",
@@ -39,24 +41,45 @@ def rates(per_s: float, valid: float, failures: int = 0) -> dict[str, float | in
 
 
 def test_blocks_are_rewritten_from_results_and_the_prose_is_kept(tmp_path: Path) -> None:
+    def repeat(task: int, peer_valid: float) -> dict[str, object]:
+        return {
+            "task": task,
+            "order": ["rubricsvc", "peer"],
+            "graders": {"rubricsvc": rates(4.0, 4.0), "peer": rates(2.0, peer_valid, 7)},
+        }
+
     write(
         tmp_path,
         "peers",
         {
-            "command": "python -m benchmarks.bench_peers --tasks 2",
+            "command": "python -m benchmarks.bench_peers",
             "workload": {
-                "tasks": [51, 52],
+                "warm_up_task": 51,
+                "tasks": [52, 53],
                 "report_tokens": 1000,
-                "judgments": 10,
+                "criteria_per_report": 16,
                 "concurrency": 16,
-                "grader_max_tokens": 256,
-                "verifiers_tokens_per_criterion": 48,
+                "grader_max_tokens": 2048,
+                "grader_temperature": 0.5,
+                "grader_attempts": 1,
+                "verifiers_tokens_per_criterion": 128,
             },
-            "graders": {"rubricsvc": rates(4.0, 4.0), "peer": rates(2.0, 0.5, 7)},
+            "repeats": [repeat(52, 0.5), repeat(53, 1.0)],
             "ratios": {
-                "rubricsvc / peer, valid_verdicts_per_s": 8.0,
-                "rubricsvc / peer, judgments_per_s": 2.0,
-                "rubricsvc / silent, valid_verdicts_per_s": None,
+                "rubricsvc / peer, valid_verdicts_per_s": [8.0, 4.0],
+                "rubricsvc / silent, valid_verdicts_per_s": [None],
+            },
+            "headlines": {
+                "valid": {
+                    "compares": "valid verdicts/s, rubricsvc / peer",
+                    "unit": "x",
+                    "median": 6.0,
+                    "min": 4.0,
+                    "max": 8.0,
+                    "runs": [8.0, 4.0],
+                    "at_least": 3,
+                    "met": True,
+                }
             },
         },
     )
@@ -70,11 +93,15 @@ def test_blocks_are_rewritten_from_results_and_the_prose_is_kept(tmp_path: Path)
     assert "old figures" not in text
     assert text.startswith("# Title\nprose before\n") and "middle\n" in text and "after\n" in text
     assert "<!-- results:queue -->\nkept\n<!-- /results:queue -->" in text
-    assert "`python -m benchmarks.bench_peers --tasks 2`" in text and "Test CPU" in text
+    assert "`python -m benchmarks.bench_peers`" in text and "Test CPU" in text
     assert "other work on the machine meanwhile: 0.05 cores" in text
-    assert "| peer | 10 | 5.0 | 2.0 | 0.5 | 7 | 12000 | 10 |" in text
-    assert "valid_verdicts_per_s: 8x (target >= 3x: met)" in text
+    assert "warmed up on DeepResearch Bench report 51 (not measured)" in text
+    assert "| 2: report 53 | peer | 10 | 5.0 | 2.0 | 1.0 | 7 | 12000 | 10 |" in text
+    assert "- rubricsvc / peer, valid_verdicts_per_s, per repeat: 8x, 4x" in text
     assert "silent, valid_verdicts_per_s: the peer gave no valid verdict" in text
+    assert (
+        "- valid verdicts/s, rubricsvc / peer: 6x [4x-8x] over 2 runs (target >= 3x: met)" in text
+    )
     # Rewriting again from the same results changes nothing.
     assert update(text, tmp_path)[0] == text
 
@@ -194,6 +221,14 @@ def test_the_healthbench_style_verdict_parser() -> None:
     assert parse_verdict('{"explanation": "no", "criteria_met": "false"}') is None
     assert parse_verdict("The response meets the criterion.") is None
     assert parse_verdict('["criteria_met", true]') is None
+
+
+def test_the_healthbench_grader_template_is_the_published_one() -> None:
+    # sha256 of simple-evals' GRADER_TEMPLATE (healthbench_eval.py, commit ee3b0318): an edit
+    # to the copy, even of its spelling mistakes, is no longer the published grader.
+    digest = hashlib.sha256(GRADER_TEMPLATE.encode()).hexdigest()
+    assert digest == PUBLISHED_TEMPLATE_SHA256
+    assert GRADER_TEMPLATE.startswith("Your job is to look at a conversation and a rubric item")
 
 
 def test_the_grader_prompt_puts_the_criterion_after_the_conversation() -> None:
