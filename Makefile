@@ -110,6 +110,8 @@ bench: setup bench-peers-env
 	$(BIN)/python -m benchmarks.bench_api_load
 	@echo "==> B7: the review queue and a version's analytics on PostgreSQL, 10 and 1,000 versions (RUBRICSVC_TEST_POSTGRES_URL)"
 	$(BIN)/python -m benchmarks.bench_ui
+	@echo "==> B6: cache lookup, job submission, job report and cached rewards per judgment at 10^4, 10^5 and 10^6 stored judgments on PostgreSQL (RUBRICSVC_TEST_POSTGRES_URL)"
+	$(BIN)/python -m benchmarks.bench_scale
 	@echo "==> Writing the results into docs/benchmarks.md"
 	$(BIN)/python -m benchmarks.report
 

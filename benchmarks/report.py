@@ -300,6 +300,58 @@ def ui(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def scale(result: dict[str, Any]) -> list[str]:
+    w = result["workload"]
+    operations: dict[str, str] = result["operations"]
+
+    def cell(size: dict[str, Any], name: str) -> str:
+        grown, ratio = size["per_judgment_ms"][name]["grown"], size["ratio_to_reference"][name]
+        return (
+            f"{grown['median']:.4f} [{grown['min']:.4f}-{grown['max']:.4f}], "
+            f"{ratio['median']:g}x [{ratio['min']:g}x-{ratio['max']:g}x]"
+        )
+
+    rows = [
+        [
+            f"{size['judgments']:,}",
+            *(cell(size, name) for name in operations),
+            f"{size['bytes_per_judgment']['judgments_table']:,.0f} / "
+            f"{size['bytes_per_judgment']['database']:,.0f}",
+        ]
+        for size in result["sizes"]
+    ]
+    largest = f"{result['sizes'][-1]['judgments']:,}"
+    lines = [
+        f"Workload on {result['database']}: {w['prompts']} prompts x {w['completions_per_prompt']} "
+        f"completions x {w['criteria']} criteria = {w['judgments']} judgments at every size, "
+        f"judged once by a scripted judge of fixed {1000 * w['judge_latency_s']:g} ms per "
+        f"request; the reference store holds {result['reference_judgments']:,} judgments. Per "
+        f"size, {result['runs']} runs, each the fastest of {result['repeats']} calls per store "
+        f"(stores alternated) after {result['warm_up']} warm-up calls. Each cell: ms per "
+        "judgment in the grown store, median [min-max] of the runs, then its ratio to the "
+        "reference store within a run.",
+        "",
+        *table(
+            [
+                "stored judgments",
+                *operations.values(),
+                "bytes per judgment (judgments table / database)",
+            ],
+            rows,
+        ),
+        "",
+    ]
+    for name, label in operations.items():
+        statements = result["explain_largest"][name]
+        used = sorted({index for s in statements for index in s["indexes"]})
+        scans = sorted({table for s in statements for table in s["seq_scans"]})
+        lines.append(
+            f"- {label}, plans at {largest}: indexes {', '.join(used) or 'none'}; "
+            f"sequential scans of {', '.join(scans) or 'nothing'}"
+        )
+    return lines
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "judging": judging,
     "overhead": overhead,
@@ -307,6 +359,7 @@ RENDERERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "queue": queue,
     "api_load": api_load,
     "ui": ui,
+    "scale": scale,
 }
 
 
