@@ -142,15 +142,19 @@ def insert_for(session: Session, model: type[Any]) -> Any:
     Idempotent writes (insert-on-conflict) are how concurrent workers and repeated
     imports avoid duplicates; both supported databases offer them with the same API.
     """
-    dialect = session.get_bind().dialect.name
+    return insert_in(session.get_bind().dialect.name, model)
+
+
+def insert_in(dialect: str, target: Any) -> Any:
+    """``insert_for`` by dialect name, for statements built once and reused."""
     if dialect == "postgresql":
         from sqlalchemy.dialects import postgresql
 
-        return postgresql.insert(model)
+        return postgresql.insert(target)
     if dialect == "sqlite":
         from sqlalchemy.dialects import sqlite
 
-        return sqlite.insert(model)
+        return sqlite.insert(target)
     raise NotImplementedError(f"no idempotent insert for {dialect}")
 
 

@@ -1,16 +1,42 @@
-"""Idempotent writes of judgments and scores (insert-on-conflict), on SQLite and PostgreSQL."""
+"""Idempotent writes of judgments and scores (insert-on-conflict), on SQLite and PostgreSQL.
+
+Each upsert is one statement built once per dialect and executed with a list of rows
+(``executemany``): SQLAlchemy compiles it once and reuses the compiled form, where a
+multi-row ``VALUES`` would be compiled anew on every call (its shape varies with the row
+count, so SQLAlchemy never caches it). psycopg sends all the rows in one pipeline: one round
+trip to PostgreSQL.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import cache
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rubricsvc.batching import batches
-from rubricsvc.db import insert_for
+from rubricsvc.db import insert_in
 from rubricsvc.models import Judgment, JudgmentStatus, Score
+
+# What a new verdict rewrites in a stored failed judgment.
+JUDGMENT_RESULT_COLUMNS = (
+    "status",
+    "value",
+    "verdict",
+    "reasoning",
+    "raw_output",
+    "prompt_tokens",
+    "completion_tokens",
+    "latency_ms",
+    "attempts",
+    "error",
+    "failure",
+    "detail",
+)
+SCORE_KEY_COLUMNS = ("completion_id", "rubric_version_id", "judge_config_id", "aggregation")
+SCORE_RESULT_COLUMNS = ("value", "coverage", "status", "details")
 
 
 def judgments_by_key(session: Session, keys: Iterable[str]) -> dict[str, Judgment]:
@@ -25,47 +51,42 @@ def judgments_by_key(session: Session, keys: Iterable[str]) -> dict[str, Judgmen
     return found
 
 
+@cache
+def judgment_upsert(dialect: str) -> Any:
+    """Insert judgments; on a stored key, a new verdict replaces a failure only: a concurrent
+    writer's ok row is kept."""
+    table = Judgment.__table__
+    statement = insert_in(dialect, table)
+    return statement.on_conflict_do_update(
+        index_elements=["cache_key"],
+        set_={column: statement.excluded[column] for column in JUDGMENT_RESULT_COLUMNS},
+        where=table.c.status == JudgmentStatus.FAILED,
+    )
+
+
+@cache
+def score_upsert(dialect: str) -> Any:
+    """Insert scores, replacing the one stored for the same key."""
+    statement = insert_in(dialect, Score.__table__)
+    return statement.on_conflict_do_update(
+        index_elements=list(SCORE_KEY_COLUMNS),
+        set_={column: statement.excluded[column] for column in SCORE_RESULT_COLUMNS},
+    )
+
+
 def save_judgments(session: Session, rows: Sequence[dict[str, Any]]) -> None:
     """Store judgments; a new ok verdict replaces a stored failure, nothing replaces an ok one."""
-    if not rows:
-        return
-    for batch in batches(rows):
-        statement = insert_for(session, Judgment).values(batch)
-        excluded = statement.excluded
-        # Retrying a failed judgment overwrites it; a concurrent writer's ok row is kept.
-        statement = statement.on_conflict_do_update(
-            index_elements=["cache_key"],
-            set_={
-                column: getattr(excluded, column)
-                for column in (
-                    "status",
-                    "value",
-                    "verdict",
-                    "reasoning",
-                    "raw_output",
-                    "prompt_tokens",
-                    "completion_tokens",
-                    "latency_ms",
-                    "attempts",
-                    "error",
-                    "failure",
-                    "detail",
-                )
-            },
-            where=Judgment.status == JudgmentStatus.FAILED,
-        )
-        session.execute(statement)
-    session.flush()
+    if rows:
+        session.execute(judgment_upsert(_dialect(session)), list(rows))
+        session.flush()
 
 
 def save_scores(session: Session, rows: Sequence[dict[str, Any]]) -> None:
     """Insert or replace scores on (completion, rubric version, judge config, aggregation)."""
-    for batch in batches(rows):
-        statement = insert_for(session, Score).values(batch)
-        excluded = statement.excluded
-        statement = statement.on_conflict_do_update(
-            index_elements=["completion_id", "rubric_version_id", "judge_config_id", "aggregation"],
-            set_={c: getattr(excluded, c) for c in ("value", "coverage", "status", "details")},
-        )
-        session.execute(statement)
-    session.flush()
+    if rows:
+        session.execute(score_upsert(_dialect(session)), list(rows))
+        session.flush()
+
+
+def _dialect(session: Session) -> str:
+    return session.get_bind().dialect.name
