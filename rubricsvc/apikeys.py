@@ -13,9 +13,11 @@ import enum
 import hashlib
 import hmac
 import secrets
+import weakref
 from dataclasses import dataclass
+from typing import Protocol
 
-from sqlalchemy import select, update
+from sqlalchemy import event, select, update
 from sqlalchemy.orm import Session
 
 from rubricsvc.errors import ConflictError, NotFoundError, ValidationFailed
@@ -23,6 +25,20 @@ from rubricsvc.models import ApiKey
 from rubricsvc.models.base import utcnow
 
 SECRET_PREFIX = "rsk_"
+
+
+class RevocationListener(Protocol):
+    def key_revoked(self, key_id: int) -> None: ...
+
+
+# Told of each key revoked in this process (the servers' key caches), held weakly.
+_revocation_listeners: weakref.WeakSet[RevocationListener] = weakref.WeakSet()
+
+
+def on_revocation(listener: RevocationListener) -> None:
+    """Call ``listener.key_revoked(key_id)`` for every key this process revokes, once the
+    revocation is committed (held weakly: it stops when the listener is gone)."""
+    _revocation_listeners.add(listener)
 
 
 class Scope(enum.StrEnum):
@@ -90,4 +106,12 @@ def revoke_key(session: Session, name: str) -> ApiKey:
     if key.revoked_at is None:
         session.execute(update(ApiKey).where(ApiKey.id == key.id).values(revoked_at=utcnow()))
         session.refresh(key)
+        key_id = key.id
+        # After the commit: told earlier, a server could read the key, still live, back in.
+        event.listen(session, "after_commit", lambda _session: _announce_revoked(key_id), once=True)
     return key
+
+
+def _announce_revoked(key_id: int) -> None:
+    for listener in list(_revocation_listeners):
+        listener.key_revoked(key_id)

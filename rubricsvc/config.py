@@ -142,6 +142,10 @@ class ApiSettings(BaseSettings):
     # Redis that counts those requests for every server process; unset: each process counts
     # its own (in memory).
     rate_limit_url: str | None = None
+    # A live API key, once looked up, is kept in memory this long: most requests skip the
+    # database lookup, and a key revoked by another process works here until it expires
+    # (one revoked in this process stops at once). 0: every request looks its key up.
+    key_cache_seconds: float = Field(default=10.0, ge=0)
     # Work of one request, in judgments (completions x criteria), refused with 413 past it:
     # a reward request, a score job.
     max_reward_judgments: int = Field(default=65_536, gt=0)
@@ -151,8 +155,9 @@ class ApiSettings(BaseSettings):
     max_judges: int = Field(default=4, gt=0)
     # A key may approve a rubric version it saved itself (off: a second person must).
     allow_self_review: bool = False
-    # Signs the review pages' session cookies. Unset: a random secret per server process, so
-    # sessions end when the server restarts (and several processes need it set, the same).
+    # Signs the review pages' session cookies. Unset: a random secret made when the server
+    # starts (one for all the processes of ``serve --workers N``), so sessions end when the
+    # server restarts.
     session_secret: SecretStr | None = None
     # A review session lasts this long after sign-in.
     session_hours: float = Field(default=12.0, gt=0)

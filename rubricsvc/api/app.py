@@ -71,7 +71,12 @@ def create_app(
     )  # the review pages under /ui/ (sessions, not keys per request)
     # Outermost last: keys and rate limits are checked before the app receives a byte of the
     # body, declared sizes before that, and every refusal is counted.
-    app.add_middleware(KeyGate, routes=app.router.routes, engine=engine, limiter=state.rate_limiter)
+    app.add_middleware(
+        KeyGate,
+        routes=app.router.routes,
+        authenticate=state.authenticate,
+        limiter=state.rate_limiter,
+    )
     app.add_middleware(BodySizeLimit, max_bytes=settings.api.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     return app

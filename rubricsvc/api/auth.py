@@ -11,9 +11,8 @@ admitted key is left in the ASGI scope, where the route's dependency finds it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security.utils import get_authorization_scheme_param
@@ -24,8 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from rubricsvc.api.errors import send_error
 from rubricsvc.api.ratelimit import RateLimiter, retry_after
 from rubricsvc.apikeys import Scope as KeyScope
-from rubricsvc.apikeys import allows, authenticate
-from rubricsvc.db import session_scope
+from rubricsvc.apikeys import allows
 from rubricsvc.models import ApiKey
 
 # Where KeyGate leaves the key it admitted (an ASGI scope extension).
@@ -83,11 +81,16 @@ class KeyGate:
     """Pure ASGI: nothing of the body is received unless the key is admitted."""
 
     def __init__(
-        self, app: ASGIApp, *, routes: Sequence[BaseRoute], engine: Any, limiter: RateLimiter | None
+        self,
+        app: ASGIApp,
+        *,
+        routes: Sequence[BaseRoute],
+        authenticate: Callable[[str], ApiKey | None],
+        limiter: RateLimiter | None,
     ) -> None:
         self.app = app
         self.routes = routes  # the app's routes, in the order its router tries them
-        self.engine = engine
+        self.authenticate = authenticate  # the live key with a secret (``AppState``'s)
         self.limiter = limiter
         self._rules: dict[int, KeyRule | None] = {}
 
@@ -102,11 +105,9 @@ class KeyGate:
         return None  # no route (404), another method (405), or a route open to all
 
     def _admit(self, secret: str) -> tuple[ApiKey | None, float]:
-        with session_scope(self.engine) as session:
-            key = authenticate(session, secret)
-            if key is None:
-                return None, 0.0
-            session.expunge(key)
+        key = self.authenticate(secret)
+        if key is None:
+            return None, 0.0
         return key, (self.limiter.take(key.id) if self.limiter is not None else 0.0)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from rubricsvc.api.auth import ADMITTED_KEY, BAD_KEY, NO_KEY, KeyCheck, KeyRule, scope_error
 from rubricsvc.api.errors import ApiError
 from rubricsvc.api.state import AppState
-from rubricsvc.apikeys import Scope, authenticate
+from rubricsvc.apikeys import Scope
 from rubricsvc.db import session_scope
 from rubricsvc.models import ApiKey
 
@@ -38,11 +38,9 @@ def db(state: AppState = Depends(app_state)) -> Iterator[Session]:
 def _key_from(state: AppState, secret: str | None) -> ApiKey:
     if not secret:
         raise ApiError(401, NO_KEY)
-    with session_scope(state.engine) as session:
-        key = authenticate(session, secret)
-        if key is None:
-            raise ApiError(401, BAD_KEY)
-        session.expunge(key)
+    key = state.authenticate(secret)
+    if key is None:
+        raise ApiError(401, BAD_KEY)
     return key
 
 

@@ -11,11 +11,15 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
 
+from rubricsvc.api.keycache import KeyCache
 from rubricsvc.api.metrics import Metrics
 from rubricsvc.api.ratelimit import RateLimiter, rate_limiter
+from rubricsvc.apikeys import authenticate
 from rubricsvc.config import Settings
+from rubricsvc.db import session_scope
 from rubricsvc.judging.backends import BackendChoice, JudgeBackend
 from rubricsvc.judging.backends.provider import BackendProvider
+from rubricsvc.models import ApiKey
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +37,8 @@ class AppState:
     judges: BackendProvider = field(init=False)
     # Requests per minute per API key (None: no limit).
     rate_limiter: RateLimiter | None = field(init=False)
+    # Live keys read recently, so most requests skip the key lookup.
+    key_cache: KeyCache = field(init=False)
     # On SQLite, one lock per judge around a whole reward batch: holding it before the write
     # transaction starts keeps SQLite's single writer from timing out behind a long judge
     # call. PostgreSQL takes concurrent batches (the model itself still runs one at a time).
@@ -49,6 +55,18 @@ class AppState:
             build=self.build_backend,
         )
         self.rate_limiter = rate_limiter(self.settings.api)
+        self.key_cache = KeyCache(self.settings.api.key_cache_seconds)
+
+    def authenticate(self, secret: str) -> ApiKey | None:
+        """The live key with this secret (detached from any session), or None."""
+        return self.key_cache.lookup(secret, self._read_key)
+
+    def _read_key(self, secret: str) -> ApiKey | None:
+        with session_scope(self.engine) as session:
+            key = authenticate(session, secret)
+            if key is not None:
+                session.expunge(key)
+        return key
 
     def reward_lock(self, judge: str) -> AbstractContextManager[object]:
         if self.engine.dialect.name != "sqlite":
