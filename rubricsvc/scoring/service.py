@@ -186,14 +186,21 @@ def score(
     if progress:
         progress(done, report.judgments)
     pace = _Pace(options)
+    # Each stored judgment is read as a ruling once, as ``cached`` grows: reading every one
+    # again for each unit made a run's cost grow with the square of its size.
+    rulings = {key: _ruling(judgment) for key, judgment in cached.items()}
     try:
         for chunk in _paced_chunks(units, cached, pace):
             started = time.monotonic()
             results = executor.run(_uncached(chunk, cached))
             pace.record(len(results), time.monotonic() - started)
             fresh = _store_results(session, judge_row.id, chunk, results)
-            cached.update({k: j for k, j in fresh.items() if _settled(j)})
-            judged = fresh | cached  # fresh failures too, so the breakdown can show their errors
+            settled = {k: j for k, j in fresh.items() if _settled(j)}
+            cached.update(settled)
+            fresh_rulings = {key: _ruling(judgment) for key, judgment in fresh.items()}
+            rulings.update({key: fresh_rulings[key] for key in settled})
+            # Fresh failures too, so the breakdown can show their errors.
+            judged = fresh_rulings | rulings
             scored = [
                 _score_unit(mode, unit, judge_row.id, aggregation, options, judged)
                 for unit in chunk
@@ -507,10 +514,9 @@ def _score_unit(
     judge_id: int,
     aggregation: str,
     options: ScoreOptions,
-    judged: dict[str, Judgment],
+    rulings: dict[str, Ruling],
 ) -> tuple[ScoredCompletion, dict[str, Any]]:
     """The completion's score, and its row for the scores table."""
-    rulings = {key: _ruling(judgment) for key, judgment in judged.items()}
     assess = AssessOptions(
         aggregation, options.min_coverage, options.gate_cap, options.response_failure
     )
