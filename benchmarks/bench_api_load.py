@@ -1,10 +1,17 @@
-"""The HTTP API under load: N concurrent clients for S seconds on loopback; errors, p50 and p99.
+"""The HTTP API under load, before and after: the same clients against today's server and
+against the server as it was at ``BASELINE_COMMIT``, alternated; requests/s, errors, p50, p99.
 
-Run: ``python -m benchmarks.bench_api_load [--clients 50] [--seconds 60] [--database URL]``.
+Run: ``python -m benchmarks.bench_api_load [--clients 50] [--seconds 20] [--runs 3]
+[--database URL]``.
 
-The server is the real one (``rubricsvc serve``: uvicorn, one process) on a fresh database
-(PostgreSQL by default, as a deployed service would use; ``--database sqlite`` for the
-embedded default). Each client loops over a mix of what trainers and dashboards send:
+"Before" is the code of ``BASELINE_COMMIT`` (checked out with ``git worktree add`` into a
+temporary folder and run with this environment's interpreter and packages, its checkout first
+on the path) as it was served then: ``rubricsvc serve``, one process. "After" is this checkout's
+``rubricsvc serve --workers N``, N the machine's cores, with its defaults (the API-key cache,
+the score upsert compiled once). Each has a fresh database (PostgreSQL by default, as a
+deployed service would use; ``--database sqlite`` for the embedded default) migrated and
+filled by its own code with the same data. Each client loops over a mix of what trainers and
+dashboards send:
 
 - ``rewards-cached``  POST /v1/rewards, 8 pairs of the example rubrics already judged by the
   bundled model (the RL-loop case of a repeated rollout: the judgment cache answers);
@@ -12,10 +19,12 @@ embedded default). Each client loops over a mix of what trainers and dashboards 
   criteria (stores completions, computes checks, writes judgments and scores);
 - ``rubrics``, ``completions``, ``job``  GET pages of rubrics and completions, a job's status.
 
-Model time is not measured here (see bench_judging): the load is on the service itself,
-its authentication, database, cache and serialization. The baseline, measured in the same
-run with the same clients, is ``/healthz`` (no key, one database round trip): the ratios say
-what each route costs beyond the server's floor.
+Both servers stay up for the whole run; the load goes to one at a time, before and after in
+turn, each run after the same warm-up of the same mix. Model time is not measured here (see
+bench_judging): the load is on the service itself, its authentication, database, cache and
+serialization. ``/healthz`` (no key, one database round trip) is measured once on each server:
+the floor of a request. Rate limits are set far above the load on both, so no request is
+refused for its rate.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import asyncio
 import json
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -32,6 +42,9 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +53,11 @@ import yaml
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from benchmarks.results import save
+from benchmarks.results import headline, save, spread
 
 ROOT = Path(__file__).resolve().parents[1]
+# The code before ``serve --workers``, the API-key cache and the score upsert compiled once.
+BASELINE_COMMIT = "82900cda2ebab1652a49942fdee103135e274ff8"
 DEFAULT_POSTGRES = os.environ.get(
     "RUBRICSVC_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
@@ -57,6 +72,8 @@ CHECK_RUBRIC = {
     ],
 }  # fmt: skip
 MIX = [("rewards-cached", 4), ("rewards-checks", 2), ("rubrics", 2), ("completions", 1), ("job", 1)]
+# Far above what the load sends, on both servers: a 429 would measure the limit, not the server.
+UNLIMITED_RATE = "100000000"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -64,12 +81,12 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def make_database(kind: str, workdir: Path) -> tuple[str, Any]:
+def make_database(kind: str, workdir: Path, label: str) -> tuple[str, Callable[[], None]]:
     """A fresh database URL and a function that drops it."""
     if kind == "sqlite":
-        return f"sqlite:///{workdir / 'load.sqlite'}", lambda: None
+        return f"sqlite:///{workdir / f'load-{label}.sqlite'}", lambda: None
     admin = create_engine(kind, isolation_level="AUTOCOMMIT")
-    name = f"rubricsvc_load_{uuid.uuid4().hex[:10]}"
+    name = f"rubricsvc_load_{label}_{uuid.uuid4().hex[:10]}"
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
 
@@ -81,25 +98,63 @@ def make_database(kind: str, workdir: Path) -> tuple[str, Any]:
     return make_url(kind).set(database=name).render_as_string(hide_password=False), drop
 
 
-def cli(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "rubricsvc", *args], env=env, capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"rubricsvc {' '.join(args)} failed: {done.stderr.strip()}")
-    return done.stdout.strip()
+@contextmanager
+def baseline_checkout(workdir: Path) -> Iterator[Path]:
+    """``BASELINE_COMMIT`` checked out in a worktree under ``workdir``, removed afterwards."""
+    path = workdir / "baseline"
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), BASELINE_COMMIT],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    try:
+        yield path
+    finally:
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)],
+            check=False, capture_output=True,
+        )  # fmt: skip
 
 
-def prepare(env: dict[str, str], workdir: Path) -> dict[str, Any]:
+@dataclass
+class Variant:
+    """One server under test: its code (a checkout), its database and how it is served."""
+
+    name: str
+    code: Path  # the checkout whose ``rubricsvc`` runs (first on the path)
+    database: str
+    serve_args: list[str]
+    port: int
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "PYTHONPATH": str(self.code),
+            "RUBRICSVC_DATABASE_URL": self.database,
+            "RUBRICSVC_BROKER_URL": "",
+            "RUBRICSVC_API_RATE_LIMIT_PER_MINUTE": UNLIMITED_RATE,
+        }
+
+    def cli(self, *args: str) -> str:
+        # Run from the checkout: ``python -m`` puts the working folder first on the path.
+        done = subprocess.run(
+            [sys.executable, "-m", "rubricsvc", *args],
+            env=self.env(), cwd=self.code, capture_output=True, text=True,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise SystemExit(f"{self.name}: rubricsvc {' '.join(args)} failed: {done.stderr}")
+        return done.stdout.strip()
+
+
+def prepare(variant: Variant, workdir: Path) -> dict[str, Any]:
     """Migrate, load the examples and the check rubric, approve them, make a key."""
-    cli(env, "db", "upgrade")
-    cli(env, "rubrics", "add", str(ROOT / "examples" / "rubrics.yaml"))
+    variant.cli("db", "upgrade")
+    variant.cli("rubrics", "add", str(ROOT / "examples" / "rubrics.yaml"))
     (workdir / "checks.yaml").write_text(yaml.safe_dump({"rubrics": [CHECK_RUBRIC]}))
-    cli(env, "rubrics", "add", str(workdir / "checks.yaml"))
-    cli(env, "completions", "add", str(ROOT / "examples" / "completions.jsonl"))
-    cli(env, "rubrics", "approve", "demo/sleep-advice", "demo/explain-recursion",
-        "demo/haiku-autumn", "load/blue-sea")  # fmt: skip
-    key = cli(env, "keys", "create", "load", "--scope", "admin").splitlines()[-1]
+    variant.cli("rubrics", "add", str(workdir / "checks.yaml"))
+    variant.cli("completions", "add", str(ROOT / "examples" / "completions.jsonl"))
+    variant.cli("rubrics", "approve", "demo/sleep-advice", "demo/explain-recursion",
+                "demo/haiku-autumn", "load/blue-sea")  # fmt: skip
+    key = variant.cli("keys", "create", "load", "--scope", "admin").splitlines()[-1]
     pairs = [
         {"prompt_id": record["prompt_external_id"], "completion": record["text"]}
         for record in map(json.loads, (ROOT / "examples" / "completions.jsonl").open())
@@ -107,22 +162,47 @@ def prepare(env: dict[str, str], workdir: Path) -> dict[str, Any]:
     return {"key": key, "pairs": pairs}
 
 
-def start_server(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
+def start_server(variant: Variant) -> subprocess.Popen[bytes]:
     server = subprocess.Popen(
-        [sys.executable, "-m", "rubricsvc", "serve", "--port", str(port), "--log-level",
-         "warning"],
-        env=env,
+        [sys.executable, "-m", "rubricsvc", "serve", "--port", str(variant.port),
+         "--log-level", "warning", *variant.serve_args],
+        env=variant.env(), cwd=variant.code, start_new_session=True,
     )  # fmt: skip
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+            if httpx.get(f"http://127.0.0.1:{variant.port}/healthz", timeout=2).status_code == 200:
                 return server
         except httpx.HTTPError:
             pass
         time.sleep(0.3)
-    server.kill()
-    raise SystemExit("the server did not start within 60 s")
+    stop_server(server)
+    raise SystemExit(f"{variant.name}: the server did not start within 60 s")
+
+
+def stop_server(server: subprocess.Popen[bytes]) -> None:
+    """Stop a server and its worker processes (its own process group) politely, then by
+    force: its database is dropped next either way."""
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=30)
+
+
+def warm_up(variant: Variant, setup: dict[str, Any]) -> None:
+    """Judge the 8 example pairs once (the model's time, not measured) and submit a job."""
+    base = f"http://127.0.0.1:{variant.port}"
+    auth = {"Authorization": f"Bearer {setup['key']}"}
+    httpx.post(
+        f"{base}/v1/rewards", json={"items": setup["pairs"]}, headers=auth, timeout=600
+    ).raise_for_status()
+    job = httpx.post(
+        f"{base}/v1/score-jobs", json={"prompt_ids": ["load-sea"]}, headers=auth, timeout=60
+    )
+    job.raise_for_status()
+    setup["job"] = job.json()["id"]
 
 
 async def client_loop(
@@ -201,78 +281,149 @@ async def run_phase(
     }
 
 
+def mixed(rng: random.Random) -> str:
+    return rng.choice([kind for kind, weight in MIX for _ in range(weight)])
+
+
+def measure(
+    variant: Variant, setup: dict[str, Any], clients: int, seconds: float, warm: float
+) -> dict[str, Any]:
+    """``warm`` seconds of the mix, not counted, then ``seconds`` measured."""
+    if warm > 0:
+        asyncio.run(run_phase(variant.port, clients, warm, mixed, setup))
+    return asyncio.run(run_phase(variant.port, clients, seconds, mixed, setup))
+
+
+def run_alternated(
+    variants: list[Variant], setups: dict[str, dict[str, Any]], args: argparse.Namespace
+) -> dict[str, list[dict[str, Any]]]:
+    """``args.runs`` measured runs of each variant, in turn: before, after, before, ..."""
+    runs: dict[str, list[dict[str, Any]]] = {v.name: [] for v in variants}
+    for number in range(1, args.runs + 1):
+        for variant in variants:
+            result = measure(variant, setups[variant.name], args.clients, args.seconds, args.warm)
+            runs[variant.name].append(result)
+            print(f"run {number} {variant.name:6}: {result['requests_per_second']:6.1f} "
+                  f"requests/s, p50 {result['p50_ms']:6.0f} ms, p99 {result['p99_ms']:6.0f} ms, "
+                  f"{result['errors']} errors", flush=True)  # fmt: skip
+    return runs
+
+
+def summary(runs: list[dict[str, Any]], healthz: dict[str, Any]) -> dict[str, Any]:
+    """A variant's runs as spreads: requests/s, p50, p99 (the mix's and each route's)."""
+    kinds = sorted({kind for run in runs for kind in run["by_route"]})
+    return {
+        "requests_per_second": spread([r["requests_per_second"] for r in runs], 1),
+        "p50_ms": spread([r["p50_ms"] for r in runs], 0),
+        "p99_ms": spread([r["p99_ms"] for r in runs], 0),
+        "errors": sum(r["errors"] for r in runs),
+        "by_route": {
+            kind: {
+                "p50_ms": spread([r["by_route"][kind]["p50_ms"] for r in runs], 0),
+                "p99_ms": spread([r["by_route"][kind]["p99_ms"] for r in runs], 0),
+            }
+            for kind in kinds
+        },
+        "healthz": healthz,
+        "runs": runs,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--baseline-seconds", type=float, default=15.0)
+    parser.add_argument("--seconds", type=float, default=20.0, help="each measured run")
+    parser.add_argument("--warm", type=float, default=5.0, help="the mix before each run")
+    parser.add_argument("--runs", type=int, default=3, help="measured runs of each server")
+    parser.add_argument("--healthz-seconds", type=float, default=8.0)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--database", default=DEFAULT_POSTGRES, help="a PostgreSQL URL, or sqlite")
-    parser.add_argument("--port", type=int, default=8931)
+    parser.add_argument("--port", type=int, default=8931, help="before's; after's is the next")
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, baseline_checkout(Path(tmp)) as baseline:
         workdir = Path(tmp)
-        url, drop = make_database(args.database, workdir)
-        env = {**os.environ, "RUBRICSVC_DATABASE_URL": url, "RUBRICSVC_BROKER_URL": ""}
-        server = None
+        drops: list[Callable[[], None]] = []
+        servers: list[subprocess.Popen[bytes]] = []
         try:
-            setup = prepare(env, workdir)
-            server = start_server(env, args.port)
-            auth = {"Authorization": f"Bearer {setup['key']}"}
-            print("warming up: the bundled model judges the 8 example pairs once ...", flush=True)
-            warm = httpx.post(
-                f"http://127.0.0.1:{args.port}/v1/rewards",
-                json={"items": setup["pairs"]}, headers=auth, timeout=600,
-            )  # fmt: skip
-            warm.raise_for_status()
-            job = httpx.post(
-                f"http://127.0.0.1:{args.port}/v1/score-jobs",
-                json={"prompt_ids": ["load-sea"]}, headers=auth, timeout=60,
-            )  # fmt: skip
-            job.raise_for_status()
-            setup["job"] = job.json()["id"]
-
-            print(
-                f"baseline: /healthz, {args.clients} clients, {args.baseline_seconds:g} s",
-                flush=True,
-            )
-            baseline = asyncio.run(
-                run_phase(args.port, args.clients, args.baseline_seconds,
-                          lambda _rng: "healthz", setup)
-            )  # fmt: skip
-            kinds = [kind for kind, weight in MIX for _ in range(weight)]
-            print(f"load: {args.clients} clients, {args.seconds:g} s, mix {MIX}", flush=True)
-            load = asyncio.run(
-                run_phase(args.port, args.clients, args.seconds,
-                          lambda rng: rng.choice(kinds), setup)
-            )  # fmt: skip
+            variants = []
+            for name, code, serve_args, port in (
+                ("before", baseline, [], args.port),
+                ("after", ROOT, ["--workers", str(args.workers)], args.port + 1),
+            ):
+                url, drop = make_database(args.database, workdir, name)
+                drops.append(drop)
+                variants.append(Variant(name, code, url, serve_args, port))
+            setups = {v.name: prepare(v, workdir) for v in variants}
+            for variant in variants:
+                servers.append(start_server(variant))
+                print(f"{variant.name}: warming up (the bundled model judges 8 pairs once)",
+                      flush=True)  # fmt: skip
+                warm_up(variant, setups[variant.name])
+            healthz = {
+                v.name: asyncio.run(
+                    run_phase(
+                        v.port,
+                        args.clients,
+                        args.healthz_seconds,
+                        lambda _rng: "healthz",
+                        setups[v.name],
+                    )
+                )
+                for v in variants
+            }
+            print(f"load: {args.clients} clients, {args.runs} x {args.seconds:g} s per server "
+                  f"after {args.warm:g} s of warm-up, mix {MIX}", flush=True)  # fmt: skip
+            runs = run_alternated(variants, setups, args)
         finally:
-            if server is not None:
-                server.terminate()
-                server.wait(timeout=30)
-            drop()
+            for server in servers:
+                stop_server(server)
+            for drop in drops:
+                drop()
 
+    before, after = runs["before"], runs["after"]
     result = {
-        "database": make_url(url).get_backend_name(),
+        "database": make_url(variants[0].database).get_backend_name(),
         "clients": args.clients,
         "seconds": args.seconds,
-        "baseline_healthz": baseline,
-        "load": load,
-        "p50_ratio_to_baseline": load["p50_ms"] / baseline["p50_ms"],
-        "p99_ratio_to_baseline": load["p99_ms"] / baseline["p99_ms"],
+        "warm_seconds": args.warm,
+        "runs": args.runs,
+        "baseline_commit": BASELINE_COMMIT,
+        "workers": args.workers,
+        "mix": MIX,
+        "before": summary(before, healthz["before"]),
+        "after": summary(after, healthz["after"]),
+        "headlines": {
+            "throughput": headline(
+                [
+                    a["requests_per_second"] / b["requests_per_second"]
+                    for a, b in zip(after, before, strict=True)
+                ],
+                f"requests/s of the API's load mix, `serve --workers {args.workers}` over "
+                "the one process at the baseline commit",
+                at_least=3,
+            ),
+            "p99": headline(
+                [a["p99_ms"] / b["p99_ms"] for a, b in zip(after, before, strict=True)],
+                "p99 latency of the same mix and clients, after over before",
+                at_most=0.5,
+            ),
+        },
     }
     save("api_load", result)
-    print(f"baseline /healthz: {baseline['requests']} requests, p50 {baseline['p50_ms']:.1f} ms, "
-          f"p99 {baseline['p99_ms']:.1f} ms, {baseline['errors']} errors")  # fmt: skip
-    print(f"load: {load['requests']} requests ({load['requests_per_second']:.1f}/s), "
-          f"{load['errors']} errors, p50 {load['p50_ms']:.1f} ms "
-          f"({result['p50_ratio_to_baseline']:.1f}x baseline), p99 {load['p99_ms']:.1f} ms "
-          f"({result['p99_ratio_to_baseline']:.1f}x baseline)")  # fmt: skip
-    for kind, figures in load["by_route"].items():
-        print(f"  {kind:15} {figures['requests']:6} requests  p50 {figures['p50_ms']:8.1f} ms  "
-              f"p99 {figures['p99_ms']:8.1f} ms  errors {figures['errors']}")  # fmt: skip
-    if load["errors"] or baseline["errors"]:
-        raise SystemExit(f"errors under load: {load['error_samples']}")
+    for name in ("before", "after"):
+        figures = result[name]
+        print(f"{name:6}: {figures['requests_per_second']['median']:.1f} requests/s, "
+              f"p99 {figures['p99_ms']['median']:.0f} ms, {figures['errors']} errors; "
+              f"/healthz p50 {figures['healthz']['p50_ms']:.0f} ms")  # fmt: skip
+    for fig in result["headlines"].values():
+        print(f"{fig['compares']}: {fig['median']:g}x [{fig['min']:g}-{fig['max']:g}]")
+    failed = {
+        name: result[name]["errors"] for name in ("before", "after") if result[name]["errors"]
+    }
+    if failed or any(h["errors"] for h in healthz.values()):
+        samples = {v: [r["error_samples"] for r in runs[v]] for v in runs}
+        raise SystemExit(f"errors under load: {failed}: {samples}")
 
 
 if __name__ == "__main__":

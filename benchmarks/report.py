@@ -219,23 +219,46 @@ def queue(result: dict[str, Any]) -> list[str]:
 
 
 def api_load(result: dict[str, Any]) -> list[str]:
-    base, load = result["baseline_healthz"], result["load"]
+    before, after = result["before"], result["after"]
+    servers = {
+        "before": f"`{result['baseline_commit'][:10]}`, one process",
+        "after": f"`serve --workers {result['workers']}`",
+    }
 
-    def row(label: str, r: dict[str, Any]) -> list[Any]:
-        return [label, r["requests"], r["errors"], f"{r['p50_ms']:.0f}", f"{r['p99_ms']:.0f}"]
+    def server_row(name: str) -> list[Any]:
+        r = result[name]
+        return [
+            servers[name],
+            spread_text(r["requests_per_second"]),
+            spread_text(r["p50_ms"]),
+            spread_text(r["p99_ms"]),
+            r["errors"],
+            f"{r['healthz']['p50_ms']:.0f} / {r['healthz']['p99_ms']:.0f}",
+        ]
 
-    rows = [
-        row("baseline `/healthz`", base),
-        row("the mix", load),
-        *(row(f"`{kind}`", r) for kind, r in load["by_route"].items()),
+    routes = [
+        [
+            f"`{kind}`",
+            spread_text(before["by_route"][kind]["p50_ms"]),
+            spread_text(before["by_route"][kind]["p99_ms"]),
+            spread_text(after["by_route"][kind]["p50_ms"]),
+            spread_text(after["by_route"][kind]["p99_ms"]),
+        ]
+        for kind in sorted(set(before["by_route"]) & set(after["by_route"]))
     ]
     return [
-        f"{result['clients']} clients for {result['seconds']:g} s on {result['database']}: "
-        f"{load['requests_per_second']:.1f} requests/s, p50 "
-        f"{result['p50_ratio_to_baseline']:.2f}x and p99 {result['p99_ratio_to_baseline']:.2f}x "
-        "the baseline's.",
+        f"{result['clients']} clients on {result['database']}, {result['runs']} runs of "
+        f"{result['seconds']:g} s on each server, before and after in turn, each after "
+        f"{result['warm_seconds']:g} s of the same mix; median [min-max] of the runs.",
         "",
-        *table(["requests", "count", "errors", "p50 ms", "p99 ms"], rows),
+        *table(
+            ["server", "requests/s", "p50 ms", "p99 ms", "errors", "`/healthz` p50 / p99 ms"],
+            [server_row("before"), server_row("after")],
+        ),
+        "",
+        *table(
+            ["requests", "before p50 ms", "before p99 ms", "after p50 ms", "after p99 ms"], routes
+        ),
     ]
 
 

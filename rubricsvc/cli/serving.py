@@ -21,6 +21,10 @@ from rubricsvc.config import Settings, get_settings
 from rubricsvc.db import display_url
 
 SESSION_SECRET_VARIABLE = "RUBRICSVC_API_SESSION_SECRET"
+# uvicorn kills and restarts a process that does not answer its supervisor's ping within this
+# many seconds (its default: 5). A process loading or running a judge model on a busy machine
+# can keep the interpreter that long, and would be killed mid-request.
+WORKER_HEALTHCHECK_SECONDS = 120
 
 keys_app = typer.Typer(help="API keys of the HTTP service.", no_args_is_help=True)
 
@@ -111,6 +115,7 @@ def serve_command(
         host=host,
         port=port,
         log_level=log_level,
+        timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
     )
 
 

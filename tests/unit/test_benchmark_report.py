@@ -5,9 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 from benchmarks.peers.healthbench_style import GRADER_TEMPLATE, grader_prompt, parse_verdict
 from benchmarks.report import update
+from benchmarks.results import spread
 
 PUBLISHED_TEMPLATE_SHA256 = "2adffd51fd259554ebcd036ad1072d4aa2b7ce3aec2bbffe36271f911632ed3c"
 RUN = {
@@ -188,9 +190,16 @@ def test_the_platform_share_of_in_process_scoring_is_reported(tmp_path: Path) ->
     assert "outside the backend's calls): at most 2.0% of a run" in text
 
 
-def test_api_latencies_are_whole_milliseconds(tmp_path: Path) -> None:
-    def figures(requests: int, p50: float, p99: float) -> dict[str, float | int]:
-        return {"requests": requests, "errors": 0, "p50_ms": p50, "p99_ms": p99}
+def test_api_load_shows_before_and_after_with_their_spread(tmp_path: Path) -> None:
+    def server(rate: list[float], p99: list[float], healthz_p50: float) -> dict[str, Any]:
+        return {
+            "requests_per_second": spread(rate, 1),
+            "p50_ms": spread([p / 2 for p in p99], 0),
+            "p99_ms": spread(p99, 0),
+            "errors": 0,
+            "by_route": {"rubrics": {"p50_ms": spread([400.4]), "p99_ms": spread([900.6], 0)}},
+            "healthz": {"p50_ms": healthz_p50, "p99_ms": 2 * healthz_p50},
+        }
 
     text = render(
         tmp_path,
@@ -198,21 +207,21 @@ def test_api_latencies_are_whole_milliseconds(tmp_path: Path) -> None:
         {
             "command": "python -m benchmarks.bench_api_load",
             "clients": 50,
-            "seconds": 60,
+            "seconds": 20,
+            "warm_seconds": 5,
+            "runs": 3,
+            "workers": 2,
+            "baseline_commit": "82900cda2ebab1652a49942fdee103135e274ff8",
             "database": "postgresql",
-            "baseline_healthz": figures(1777, 295.2605290001884, 1799.648550000711),
-            "load": {
-                **figures(1889, 1542.3843329999727, 3140.8238019994315),
-                "requests_per_second": 31.48,
-                "by_route": {"rubrics": figures(345, 1569.6147549997477, 3202.6124479998543)},
-            },
-            "p50_ratio_to_baseline": 5.2237,
-            "p99_ratio_to_baseline": 1.7452,
+            "before": server([31.0, 33.26, 34.0], [3000, 3100, 2900], 295.26),
+            "after": server([90.0, 95.0, 99.0], [1200, 1100, 1300], 120.0),
         },
     )
-    assert "31.5 requests/s, p50 5.22x and p99 1.75x the baseline's" in text
-    assert "| baseline `/healthz` | 1777 | 0 | 295 | 1800 |" in text
-    assert "| `rubrics` | 345 | 0 | 1570 | 3203 |" in text
+    assert "50 clients on postgresql, 3 runs of 20 s on each server" in text
+    assert "| `82900cda2e`, one process | 33.3 [31-34] | 1500 [1450-1550] |" in text
+    assert "| `serve --workers 2` | 95 [90-99] | 600 [550-650] | 1200 [1100-1300] | 0 |" in text
+    assert "| 295 / 591 |" in text
+    assert "| `rubrics` | 400.4 [400.4-400.4] | 901 [901-901] |" in text
 
 
 def test_the_healthbench_style_verdict_parser() -> None:
