@@ -1,15 +1,18 @@
 """B5 (and B2 through Celery): what the queue adds per judgment, with 1 and 2 workers.
 
 Run: ``python -m benchmarks.bench_queue [--prompts 20] [--completions 10] [--criteria 8]
-[--latency 0.002]``.
+[--latency 0.002] [--runs 3]``.
 
 The judge is a scripted backend behind the fault injector set to a fixed latency per request
 (no failures): the model's time is known, so what remains is the platform's. The same work
-(prompts x completions x criteria judgments) is scored three ways, each on a fresh PostgreSQL
-database: in-process (``score()``, the baseline), and as a score job through Redis and Celery
-workers (``rubricsvc worker``, prefork, one process each) with 1 and then 2 workers, timed from
-submission to the job's end. Overhead per judgment = (queue time - in-process time / workers)
-/ judgments: the wall time beyond a perfect split of the in-process run over the workers.
+(prompts x completions x criteria judgments) is scored in-process (``score()``, the baseline)
+and as a score job through Redis and Celery workers (``rubricsvc worker``, prefork, one
+process each), timed from submission to the job's end, on one PostgreSQL database whose
+judgments, scores and jobs are emptied before every run. After the same untimed warm-up for both
+(one more prompt), in-process and one worker alternate ``--runs`` times; each pair of runs
+gives a ratio and an overhead per judgment = (queue time - in-process time / workers) /
+judgments: the wall time beyond a perfect split of the in-process run over the workers. Two
+workers then score the work once, against the last in-process run.
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from benchmarks.results import RESULTS, save
+from benchmarks.results import RESULTS, headline, save, spread
 from rubricsvc.db import make_engine, session_scope, upgrade
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.config import JudgeSpec
@@ -43,6 +48,8 @@ POSTGRES = os.environ.get(
     "RUBRICSVC_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
 REDIS = os.environ.get("RUBRICSVC_BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
+BENCH = Selection(sources=("bench",))  # the measured work
+WARM_UP = Selection(sources=("warm-up",))  # one more prompt of the same shape, not measured
 
 
 def judge(latency: float) -> JudgeSpec:
@@ -70,12 +77,23 @@ def drop_databases(admin: Any, urls: list[str]) -> None:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)'))
 
 
+def clear_scoring(url: str) -> None:
+    """Empty the judgments, scores and score jobs, so that the next run (or job: the same
+    work would find its finished job) judges everything again."""
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("TRUNCATE judgments, scores, score_chunks, score_jobs"))
+    engine.dispose()
+
+
 def fresh_database(admin: Any, args: argparse.Namespace, spec: JudgeSpec) -> str:
+    """A new database holding the measured work (source "bench") and the warm-up (one more
+    prompt, source "warm-up")."""
     url = create_database(admin)
     engine = make_engine(url)
     with session_scope(engine) as session:
         ensure_judge_config(session, spec)
-        for p in range(args.prompts):
+        for p in range(args.prompts + 1):
             rubric = RubricSpec.model_validate(
                 {
                     "name": f"bench/{p}",
@@ -88,26 +106,27 @@ def fresh_database(admin: Any, args: argparse.Namespace, spec: JudgeSpec) -> str
             )
             approve(session, save_rubric(session, rubric).version)
             prompt = find_prompt(session, external_id=f"q{p}")
+            source = "bench" if p < args.prompts else "warm-up"
             for i in range(args.completions):
                 answer = f"Answer {i} to question {p}."
                 session.add(
                     Completion(
                         prompt_id=prompt.id, text=answer, content_hash=content_hash(answer),
-                        source="bench", meta={},
+                        source=source, meta={},
                     )
                 )  # fmt: skip
     engine.dispose()
     return url
 
 
-def in_process(url: str, spec: JudgeSpec) -> tuple[float, int]:
+def in_process(url: str, spec: JudgeSpec, selection: Selection = BENCH) -> tuple[float, int]:
     from rubricsvc.judging.backends import backend_from_spec
 
     engine = make_engine(url)
     started = time.perf_counter()
     with session_scope(engine) as session:
         report = score(
-            session, spec, Selection(sources=("bench",)), ScoreOptions(),
+            session, spec, selection, ScoreOptions(),
             lambda: backend_from_spec(spec), checkpoint=session.commit,
         )  # fmt: skip
     seconds = time.perf_counter() - started
@@ -116,19 +135,13 @@ def in_process(url: str, spec: JudgeSpec) -> tuple[float, int]:
     return seconds, report.judgments
 
 
-def through_celery(
-    url: str,
-    spec: JudgeSpec,
-    workers: int,
-    chunk: int,
-    settle: float = 8.0,
-    warm_up: Selection | None = None,
-) -> float:
-    """Seconds from submitting a score job of the "bench" completions to its end.
-
-    ``workers`` worker processes start ``settle`` seconds before (to connect and load their
-    judge); a ``warm_up`` selection is scored first, not timed, to pay one-time costs.
-    """
+@contextmanager
+def celery_workers(
+    url: str, spec: JudgeSpec, workers: int, chunk: int, settle: float = 8.0
+) -> Iterator[Callable[[Selection], float]]:
+    """``workers`` worker processes on ``url``'s database, given ``settle`` seconds to connect
+    and load their judge. Yields a function that scores a selection as a score job and returns
+    the seconds from its submission to its end."""
     queue_prefix = f"bench-{uuid.uuid4().hex[:8]}."
     env = {
         **os.environ,
@@ -153,11 +166,10 @@ def through_celery(
 
         get_settings.cache_clear()
         engine = make_engine(url)
-        if warm_up is not None:
-            run_job(engine, spec, warm_up, chunk)
-        seconds = run_job(engine, spec, Selection(sources=("bench",)), chunk)
-        engine.dispose()
-        return seconds
+        try:
+            yield lambda selection: run_job(engine, spec, selection, chunk)
+        finally:
+            engine.dispose()
     finally:
         for proc in procs:
             proc.terminate()
@@ -194,39 +206,70 @@ def main() -> None:
     parser.add_argument("--criteria", type=int, default=8)
     parser.add_argument("--latency", type=float, default=0.002, help="seconds per judge request")
     parser.add_argument("--chunk", type=int, default=256, help="judgments per chunk")
+    parser.add_argument("--runs", type=int, default=3, help="in-process and 1-worker runs, each")
     args = parser.parse_args()
 
     spec = judge(args.latency)
     admin = create_engine(POSTGRES, isolation_level="AUTOCOMMIT")
-    created: list[str] = []
+    url = fresh_database(admin, args, spec)
+    in_process_runs: list[float] = []
+    one_worker_runs: list[float] = []
     try:
-        runs: dict[str, float] = {}
-        url = fresh_database(admin, args, spec)
-        created.append(url)
-        runs["in-process"], judgments = in_process(url, spec)
-        print(f"in-process: {judgments} judgments in {runs['in-process']:.2f} s", flush=True)
-        for workers in (1, 2):
-            url = fresh_database(admin, args, spec)
-            created.append(url)
-            runs[f"celery, {workers} worker(s)"] = through_celery(url, spec, workers, args.chunk)
-            print(f"celery, {workers} worker(s): {runs[f'celery, {workers} worker(s)']:.2f} s",
-                  flush=True)  # fmt: skip
+        with celery_workers(url, spec, 1, args.chunk) as job:
+            in_process(url, spec, WARM_UP)  # the same warm-up for both paths
+            clear_scoring(url)
+            job(WARM_UP)
+            for run in range(args.runs):  # alternated: neither path is favoured by the order
+                clear_scoring(url)
+                seconds, judgments = in_process(url, spec)
+                in_process_runs.append(seconds)
+                clear_scoring(url)
+                one_worker_runs.append(job(BENCH))
+                print(f"run {run + 1}: {judgments} judgments, in-process {seconds:.2f} s, "
+                      f"1 worker {one_worker_runs[-1]:.2f} s", flush=True)  # fmt: skip
+        clear_scoring(url)
+        with celery_workers(url, spec, 2, args.chunk) as job:
+            job(WARM_UP)
+            clear_scoring(url)
+            two_workers = job(BENCH)
+        print(f"2 workers: {two_workers:.2f} s", flush=True)
     finally:
-        drop_databases(admin, created)
+        drop_databases(admin, [url])
         admin.dispose()
 
-    base = runs["in-process"]
-    overhead = {
-        f"{w} worker(s)": round(1000 * (runs[f"celery, {w} worker(s)"] - base / w) / judgments, 3)
-        for w in (1, 2)
-    }
+    def overhead_ms(queued: float, base: float, workers: int) -> float:
+        return 1000 * (queued - base / workers) / judgments
+
+    pairs = list(zip(one_worker_runs, in_process_runs, strict=True))
+    last = in_process_runs[-1]
     result = {
         "judgments": judgments,
         "latency_per_request_s": args.latency,
         "chunk_judgments": args.chunk,
-        "seconds": {k: round(v, 3) for k, v in runs.items()},
-        "ratios": {k: round(v / base, 3) for k, v in runs.items() if k != "in-process"},
-        "queue_overhead_ms_per_judgment": overhead,
+        "runs": args.runs,
+        "seconds": {
+            "in-process": spread(in_process_runs),
+            "celery, 1 worker": spread(one_worker_runs),
+        },
+        "two_workers": {  # one run, against the last in-process run
+            "seconds": round(two_workers, 3),
+            "ratio": round(two_workers / last, 3),
+            "overhead_ms_per_judgment": round(overhead_ms(two_workers, last, 2), 3),
+        },
+        "headlines": {
+            "queue_ratio": headline(
+                [queued / base for queued, base in pairs],
+                compares=f"wall time of {judgments} fixed-latency judgments as a score job on "
+                "1 Celery worker / in-process",
+                at_most=1.25,
+            ),
+            "overhead_ms": headline(
+                [overhead_ms(queued, base, 1) for queued, base in pairs],
+                compares="time the queue (Celery, Redis, PostgreSQL) adds per judgment, 1 worker",
+                unit="ms",
+                at_most=2,
+            ),
+        },
     }
     print(json.dumps(result, indent=2))
     save("queue", result)

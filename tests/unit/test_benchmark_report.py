@@ -117,13 +117,22 @@ def test_a_missed_target_is_reported_as_missed(tmp_path: Path) -> None:
             "judgments": 1600,
             "latency_per_request_s": 0.002,
             "chunk_judgments": 256,
-            "seconds": {"in-process": 4.0, "celery, 1 worker(s)": 6.0},
-            "ratios": {"celery, 1 worker(s)": 1.5},
-            "queue_overhead_ms_per_judgment": {"1 worker(s)": 1.25},
+            "runs": 3,
+            "seconds": {
+                "in-process": spread([4.0, 4.2, 3.9]),
+                "celery, 1 worker": spread([6.0, 6.1, 5.8]),
+            },
+            "two_workers": {"seconds": 3.1, "ratio": 0.78, "overhead_ms_per_judgment": 0.6},
+            "headlines": {
+                "queue_ratio": headline([1.5, 1.45, 1.49], "queue / in-process", at_most=1.25),
+                "overhead_ms": headline([1.25, 1.2, 1.19], "per judgment", unit="ms", at_most=2),
+            },
         },
     )
-    assert "1.5x (target <= 1.25x: missed)" in text
-    assert "1.25 ms (met: target < 2 ms)" in text
+    assert "| Celery + Redis + PostgreSQL, 1 worker | 6 [5.8-6.1] | 1.49x [1.45x-1.5x] |" in text
+    assert ", 2 workers (one run) | 3.1 | 0.78x | 0.6 ms |" in text
+    assert "- queue / in-process: 1.49x [1.45x-1.5x] over 3 runs (target <= 1.25x: missed)" in text
+    assert "- per judgment: 1.2 ms [1.19 ms-1.25 ms] over 3 runs (target <= 2 ms: met)" in text
 
 
 def test_repeated_rows_show_their_spread_and_the_reuse_ratios_their_runs(
@@ -178,26 +187,29 @@ def test_the_platform_share_of_in_process_scoring_is_reported(tmp_path: Path) ->
         "overhead",
         {
             "command": "python -m benchmarks.bench_overhead",
-            "workload": {"tasks": [51, 52], "report_tokens": 1000},
-            "judgments": 48,
-            "backend_requests": 48,
-            "floor_seconds": [19.0, 18.9],
-            "in_process_seconds": [17.0, 20.0],
-            "in_process_outside_backend_seconds": [0.17, 0.4],
-            "rescore_seconds": 0.035,
-            "rescore_cached": 48,
+            "workload": {"tasks": [51], "report_tokens": 1000},
+            "runs": 3,
+            "judgments": 25,
+            "backend_requests": 25,
+            "floor_seconds": spread([9.5, 9.4, 10.1]),
+            "in_process_seconds": spread([9.6, 9.3, 10.0]),
+            "in_process_outside_backend_seconds": spread([0.06, 0.07, 0.05]),
+            "rescore_seconds": spread([0.021, 0.02, 0.025], digits=4),
+            "rescore_cached": 25,
             "rescore_backend_requests": 0,
-            "celery_seconds": 22.7,
-            "ratios": {
-                "in-process / floor": 0.899,
-                "scoring / re-scoring": 485.7,
-                "celery / floor": 1.201,
+            "celery_seconds": spread([11.2, 11.0, 11.9]),
+            "headlines": {
+                "celery": headline([1.18, 1.17, 1.18], "Celery / floor", at_most=1.25),
+                "own_share": headline([0.62, 0.75, 0.5], "own share", unit="%", digits=2),
+                "own_ms": headline([2.4, 2.8, 2.0], "own ms per judgment", unit="ms"),
             },
         },
     )
-    assert "| of which outside the backend's calls (s) | [0.17, 0.4] |" in text
-    assert "- through Celery / floor: 1.201x (target <= 1.25x: met)" in text
-    assert "outside the backend's calls): at most 2.0% of a run" in text
+    assert "| of which outside the backend's calls (s) | 0.06 [0.05-0.07] |" in text
+    assert "| 0.021 [0.02-0.025] (25 from the cache, 0 backend requests) |" in text
+    assert "- Celery / floor: 1.18x [1.17x-1.18x] over 3 runs (target <= 1.25x: met)" in text
+    assert "- own share: 0.62 % [0.5 %-0.75 %] over 3 runs" in text
+    assert "- own ms per judgment: 2.4 ms [2 ms-2.8 ms] over 3 runs" in text
 
 
 def test_api_load_shows_before_and_after_with_their_spread(tmp_path: Path) -> None:
