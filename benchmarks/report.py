@@ -104,8 +104,9 @@ def judging(result: dict[str, Any]) -> list[str]:
         }
         return rate_rows(cells, [backend])
 
+    reports = f"report{'s' if len(w['tasks']) > 1 else ''} {w['tasks']}"
     lines = [
-        f"Workload: DeepResearch Bench report(s) {w['tasks']} cut to {w['report_tokens']} "
+        f"Workload: DeepResearch Bench {reports} cut to {w['report_tokens']} "
         f"tokens, {w['judgments']} criteria, with prefix reuse and without it (the first "
         f"{w['baseline_criteria_per_response']} criteria of each), {runs} runs each, "
         "alternated after the same warm-up on another report; repeated rows give the median "
