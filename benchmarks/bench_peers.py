@@ -239,7 +239,7 @@ def main() -> None:
     parser.add_argument(
         "--verifiers-tokens-per-criterion",
         type=int,
-        default=128,
+        default=96,
         help="the verifiers judge's reply budget, per criterion in the call",
     )
     parser.add_argument("--verifiers-python", type=Path, default=VERIFIERS_PYTHON)

@@ -170,22 +170,28 @@ def overhead(result: dict[str, Any]) -> list[str]:
 
 def peers(result: dict[str, Any]) -> list[str]:
     w = result["workload"]
+    rows = [
+        row
+        for number, repeat in enumerate(result["repeats"], 1)
+        for row in rate_rows(repeat["graders"], [f"{number}: report {repeat['task']}"])
+    ]
     lines = [
-        f"Workload: DeepResearch Bench reports {w['tasks']} cut to {w['report_tokens']} tokens, "
-        f"{w['judgments']} criteria, {w['concurrency']} concurrent calls; HealthBench-style "
-        f"replies up to {w['grader_max_tokens']} tokens, verifiers replies up to "
-        f"{w['verifiers_tokens_per_criterion']} tokens per criterion in the call.",
+        f"Workload: every grader warmed up on DeepResearch Bench report {w['warm_up_task']} "
+        f"(not measured), then one repeat per report {w['tasks']}, the graders' order rotated; "
+        f"reports cut to {w['report_tokens']} tokens, their first {w['criteria_per_report']} "
+        f"criteria, {w['concurrency']} concurrent calls. HealthBench's grader: temperature "
+        f"{w['grader_temperature']:g}, replies up to {w['grader_max_tokens']} tokens, "
+        f"{w['grader_attempts']} attempt(s) per criterion; verifiers (first repeat only): replies "
+        f"up to {w['verifiers_tokens_per_criterion']} tokens per criterion in the call.",
         "",
-        *table(["grader", *RATE_HEADER], rate_rows(result["graders"], [])),
+        *table(["repeat", "grader", *RATE_HEADER], rows, labels=2),
         "",
     ]
-    for name, value in result["ratios"].items():
-        if value is None:
+    for name, runs in result["ratios"].items():
+        if any(run is None for run in runs):
             lines.append(f"- {name}: the peer gave no valid verdict (no finite ratio)")
-        elif name.endswith("valid_verdicts_per_s"):
-            lines.append(f"- {name}: {target(value, at_least=3)}")
         else:
-            lines.append(f"- {name}: {value:g}x")
+            lines.append(f"- {name}, per repeat: {', '.join(f'{run:g}x' for run in runs)}")
     return lines
 
 
