@@ -39,7 +39,6 @@ scans the plans use.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import time
@@ -55,12 +54,12 @@ from sqlalchemy import JSON, Connection, Engine, create_engine, delete, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from benchmarks.bench_ui import Recorder, explain
+from benchmarks.bench_ui import Recorder, create_database, explain, sha
 from benchmarks.results import headline, save, spread
 from rubricsvc.api import create_app
 from rubricsvc.apikeys import create_key
 from rubricsvc.config import ApiSettings, BrokerSettings, DatabaseSettings, JobSettings, Settings
-from rubricsvc.db import make_engine, session_scope, upgrade
+from rubricsvc.db import make_engine, session_scope
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.backends import backend_from_spec
 from rubricsvc.judging.config import JudgeSpec
@@ -107,21 +106,7 @@ OPERATIONS = {
 }
 
 
-def sha(value: str) -> str:
-    return hashlib.sha256(value.encode()).hexdigest()
-
-
 # --- the database --------------------------------------------------------------------------
-
-
-def create_database(admin: Engine) -> str:
-    """A new PostgreSQL database migrated with Alembic; its URL."""
-    name = f"bench_scale_{uuid.uuid4().hex[:10]}"
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(admin.url).set(database=name).render_as_string(hide_password=False)
-    upgrade(url)
-    return url
 
 
 def drop_database(admin: Engine, url: str) -> None:
@@ -565,7 +550,7 @@ class Store:
 def open_store(admin: Engine, label: str) -> Iterator[Store]:
     """A new database with the workload stored and scored; dropped on the way out."""
     started = time.perf_counter()
-    url = create_database(admin)
+    url = create_database(admin, prefix="bench_scale")
     engine = make_engine(url)
     try:
         workload = add_workload(engine)

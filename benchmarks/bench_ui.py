@@ -114,9 +114,9 @@ def sha(value: str) -> str:
 # --- databases -----------------------------------------------------------------------------
 
 
-def create_database(admin: Engine) -> str:
+def create_database(admin: Engine, prefix: str = "rubricsvc_bench_ui") -> str:
     """A new PostgreSQL database migrated with Alembic; its URL."""
-    name = f"rubricsvc_bench_ui_{uuid.uuid4().hex[:10]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     url = make_url(admin.url).set(database=name).render_as_string(hide_password=False)
