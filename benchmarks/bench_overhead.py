@@ -15,8 +15,9 @@ Run: ``python -m benchmarks.bench_overhead [--tasks 1] [--report-tokens 1000] [-
   submission to the job's end (``--skip-celery`` leaves it out).
 
 After a warm-up (``score()`` once, and a score job on another report), ``--runs`` rounds
-follow, each on a fresh copy of the database: ``score()``, re-scoring, the floor and the
-job, in turn. Every ratio is taken within a round, and each figure is the median of the
+follow, each on a fresh copy of the database: ``score()`` with re-scoring, and the floor,
+in an order swapped every other round (so that neither always follows the previous round's
+job), then the job. Every ratio is taken within a round, and each figure is the median of the
 rounds with the smallest and largest. One backend instance serves every in-process run:
 model loading is outside every figure.
 """
@@ -167,6 +168,15 @@ def one_worker(tasks: Sequence[Task], warm_up: Task) -> Iterator[Callable[[Selec
         admin.dispose()
 
 
+def floor_seconds(backend: JudgeBackend, requests: Sequence[ChoiceRequest]) -> float:
+    """The recorded requests sent straight to the backend in one batch: the floor."""
+    started = time.perf_counter()
+    answers = backend.choice_probs(requests)
+    seconds = time.perf_counter() - started
+    assert not any(isinstance(a, BackendError) for a in answers)
+    return seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=1, help="DeepResearch Bench reports")
@@ -209,7 +219,9 @@ def main() -> None:
         requests = list(recorder.choice_requests)
         if job is not None:
             job(warm_up_job)
-        for copy in copies[1:]:  # in turn, so no path is favoured by the order
+        for index, copy in enumerate(copies[1:]):
+            if index % 2:  # every other round the floor goes first: no path is favoured
+                floor_runs.append(floor_seconds(backend, requests))
             recorder.seconds = 0.0
             seconds, report = score_once(copy, recorder)
             assert report.judgments == judgments and report.failed == 0, report
@@ -217,10 +229,8 @@ def main() -> None:
             outside_backend.append(seconds - recorder.seconds)
             rescore, cached = score_once(copy, recorder)
             rescore_runs.append(rescore)
-            started = time.perf_counter()
-            answers = backend.choice_probs(requests)
-            floor_runs.append(time.perf_counter() - started)
-            assert not any(isinstance(a, BackendError) for a in answers)
+            if not index % 2:
+                floor_runs.append(floor_seconds(backend, requests))
             if job is not None:
                 celery_runs.append(job(bench))
             through_celery = f", through Celery {celery_runs[-1]:.2f} s" if celery_runs else ""

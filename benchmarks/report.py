@@ -160,9 +160,10 @@ def overhead(result: dict[str, Any]) -> list[str]:
         f"Workload: DeepResearch Bench {reports} cut to {w['report_tokens']} tokens, "
         f"{result['judgments']} criterion-prob judgments ({result['backend_requests']} backend "
         "requests), transformers backend with prefix reuse. After a warm-up, "
-        f"{result['runs']} rounds, each on a fresh copy of the database: `score()`, re-scoring, "
-        f"the floor{' and the score job on one Celery worker' if celery else ''}, in turn. Each "
-        "figure is the median [min-max] of the rounds; each ratio below is taken within a round.",
+        f"{result['runs']} rounds, each on a fresh copy of the database: `score()` with "
+        "re-scoring, and the floor, in an order swapped every other round"
+        f"{', then the score job on one Celery worker' if celery else ''}. Each figure is the "
+        "median [min-max] of the rounds; each ratio below is taken within a round.",
         "",
         *table(["figure", "value"], rows),
     ]
