@@ -17,7 +17,8 @@ the run there, as the command line does on Ctrl-C). Chunks are sized so that one
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import ChainMap
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -199,8 +200,9 @@ def score(
             cached.update(settled)
             fresh_rulings = {key: _ruling(judgment) for key, judgment in fresh.items()}
             rulings.update({key: fresh_rulings[key] for key in settled})
-            # Fresh failures too, so the breakdown can show their errors.
-            judged = fresh_rulings | rulings
+            # Fresh failures too, so the breakdown can show their errors; a settled ruling
+            # wins. A view, not a copy: copying every ruling per chunk grew with the run again.
+            judged = ChainMap(rulings, fresh_rulings)
             scored = [
                 _score_unit(mode, unit, judge_row.id, aggregation, options, judged)
                 for unit in chunk
@@ -514,7 +516,7 @@ def _score_unit(
     judge_id: int,
     aggregation: str,
     options: ScoreOptions,
-    rulings: dict[str, Ruling],
+    rulings: Mapping[str, Ruling],
 ) -> tuple[ScoredCompletion, dict[str, Any]]:
     """The completion's score, and its row for the scores table."""
     assess = AssessOptions(
