@@ -321,12 +321,7 @@ def ui(result: dict[str, Any]) -> list[str]:
         "",
     ]
     for label, statements in result.get("explain_large", {}).items():
-        used = sorted({name for s in statements for name in s["indexes"]})
-        scans = sorted({name for s in statements for name in s["seq_scans"]})
-        lines.append(
-            f"- {label}, plans on the large database: indexes {', '.join(used) or 'none'}; "
-            f"sequential scans of {', '.join(scans) or 'nothing'}"
-        )
+        lines.append(plans_line(f"{label}, plans on the large database", statements))
     return lines
 
 
@@ -372,14 +367,18 @@ def scale(result: dict[str, Any]) -> list[str]:
         "",
     ]
     for name, label in operations.items():
-        statements = result["explain_largest"][name]
-        used = sorted({index for s in statements for index in s["indexes"]})
-        scans = sorted({table for s in statements for table in s["seq_scans"]})
-        lines.append(
-            f"- {label}, plans at {largest}: indexes {', '.join(used) or 'none'}; "
-            f"sequential scans of {', '.join(scans) or 'nothing'}"
-        )
+        lines.append(plans_line(f"{label}, plans at {largest}", result["explain_largest"][name]))
     return lines
+
+
+def plans_line(what: str, statements: list[dict[str, Any]]) -> str:
+    """The indexes and sequential scans that a page's or an operation's plans use."""
+    used = sorted({index for s in statements for index in s["indexes"]})
+    scans = sorted({table for s in statements for table in s["seq_scans"]})
+    return (
+        f"- {what}: indexes {', '.join(used) or 'none'}; "
+        f"sequential scans of {', '.join(scans) or 'nothing'}"
+    )
 
 
 RENDERERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
