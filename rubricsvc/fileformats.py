@@ -1,19 +1,45 @@
-"""Reading JSON, JSON Lines and YAML files with errors that name the file and the line."""
+"""Reading JSON, JSON Lines and YAML files with errors that name the file and the line.
+
+Every record read is held to the input policy (``rubricsvc.inputpolicy``) before any schema
+sees it: a refused value fails the read with one line, ``file:LINE: field: what is wrong``.
+"""
 
 from __future__ import annotations
 
 import json
+import json.decoder
+import json.scanner
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 from pydantic import ValidationError
 
 from rubricsvc.errors import ValidationFailed
+from rubricsvc.inputpolicy import (
+    MAX_DEPTH,
+    Refusal,
+    Where,
+    describe_refusal,
+    find_refusal,
+    format_where,
+    loads_json,
+    printable,
+    text_problem,
+)
+
+# A document too deep for the parser is past the policy's limit too: the same words.
+TOO_DEEP = f"holds values nested more than {MAX_DEPTH} levels deep"
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
-    """A SafeLoader that refuses duplicate mapping keys (PyYAML silently keeps the last)."""
+    """A SafeLoader that refuses duplicate mapping keys (PyYAML silently keeps the last).
+
+    ``leaf_types`` are the types its own tags construct (values the input policy leaves to
+    the reader)."""
+
+    leaf_types: tuple[type, ...] = ()
 
 
 def _construct_unique_mapping(loader: UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
@@ -35,25 +61,158 @@ UniqueKeyLoader.add_constructor(
 
 
 def read_text(path: Path) -> str:
-    """The text of a UTF-8 file, or ``ValidationFailed`` naming the file."""
+    """The text of a UTF-8 file, or ``ValidationFailed`` naming the file (and the line of a
+    byte that is not UTF-8, or of a NUL character: the input policy refuses it)."""
     try:
-        return path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise ValidationFailed(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as err:
+    except OSError as err:
         raise ValidationFailed(f"{path}: cannot read: {err}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise ValidationFailed(
+            f"{path}:{line}: not UTF-8 text: {err.reason} (byte 0x{data[err.start]:02x})"
+        ) from None
+    if "\x00" in text:
+        offset = text.index("\x00")
+        line = text.count("\n", 0, offset) + 1
+        problem = text_problem(text.splitlines()[line - 1])
+        raise ValidationFailed(f"{path}:{line}: {problem}")
+    return text
 
 
 def load_yaml(path: Path, loader: type[UniqueKeyLoader] = UniqueKeyLoader) -> Any:
-    """The document of a YAML file; an error names the file and, where known, the line."""
+    """The document of a YAML file, held to the input policy; an error names the file and,
+    where known, the line."""
     text = read_text(path)
+    _refuse_deep_yaml(path, text, loader)
     try:
-        return yaml.load(text, Loader=loader)
+        document = yaml.load(text, Loader=loader)
+    except yaml.reader.ReaderError as err:  # a character YAML does not allow, at an offset
+        line = text.count("\n", 0, err.position) + 1
+        raise ValidationFailed(
+            f"{path}:{line}: invalid YAML: character U+{err.character:04X} is not allowed"
+        ) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise ValidationFailed(f"{path}{where}: invalid YAML: {problem}") from None
+    except RecursionError:
+        raise ValidationFailed(f"{path}: {TOO_DEEP}") from None
+    refusal = find_refusal(document, leaf_types=loader.leaf_types)
+    if refusal is not None:
+        node_line = _yaml_line(text, refusal.where, loader)
+        _refuse(f"{path}:{node_line}" if node_line else str(path), refusal)
+    return document
+
+
+def _refuse_deep_yaml(path: Path, text: str, loader: type[UniqueKeyLoader]) -> None:
+    """Refuse nesting past ``MAX_DEPTH`` at the line it starts, read from the parser's events
+    (an iterative pass): building the document recurses once per level, so whether a deep
+    file fails there, and with which message, would depend on the interpreter's recursion
+    limit. A syntax error is left to the load, which reports it."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=loader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    mark = event.start_mark
+                    where = f":{mark.line + 1}" if mark is not None else ""
+                    raise ValidationFailed(f"{path}{where}: {TOO_DEEP}")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.YAMLError:
+        return
+
+
+def _refuse(location: str, refusal: Refusal) -> NoReturn:
+    raise ValidationFailed(f"{location}: {describe_refusal(refusal)}")
+
+
+def _yaml_line(text: str, where: Where, loader: type[UniqueKeyLoader]) -> int | None:
+    """The line of the YAML node at ``where`` (or of its nearest ancestor found)."""
+    try:
+        node = yaml.compose(text, Loader=loader)
+    except (yaml.YAMLError, RecursionError):
+        return None
+    for part in where:
+        if isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(node.value):
+                break
+            node = node.value[part]
+        elif isinstance(node, yaml.MappingNode):
+            found = [
+                value
+                for key, value in node.value
+                if isinstance(key, yaml.ScalarNode) and printable(key.value) == str(part)
+            ]
+            if not found:
+                break
+            node = found[-1]
+        else:
+            break
+    return None if node is None else int(node.start_mark.line) + 1
+
+
+class _At:
+    """A JSON value and the offset where its text starts."""
+
+    __slots__ = ("start", "value")
+
+    def __init__(self, value: Any, start: int) -> None:
+        self.value = value
+        self.start = start
+
+
+# The pure-Python parts of the json module that _json_line assembles (not in its stubs).
+_JSON_OBJECT: Callable[..., tuple[Any, int]] = json.decoder.JSONObject  # type: ignore[attr-defined]
+_JSON_ARRAY: Callable[..., tuple[Any, int]] = json.decoder.JSONArray  # type: ignore[attr-defined]
+_MAKE_SCANNER: Callable[[Any], Callable[[str, int], tuple[Any, int]]] = json.scanner.py_make_scanner  # type: ignore[attr-defined]
+
+
+def _json_line(text: str, where: Where) -> int | None:
+    """The line of the value at ``where`` in the JSON document ``text`` (its nearest ancestor
+    found), read again by the pure-Python scanner with every value's offset kept: objects as
+    lists of (key, value) pairs, arrays as lists of values. Only for an error's message."""
+
+    def located(string: str, index: int) -> tuple[_At, int]:
+        value, end = scan(string, index)
+        return _At(value, index), end
+
+    def parse_object(state: tuple[str, int], strict: bool, *_: Any) -> tuple[Any, int]:
+        return _JSON_OBJECT(state, strict, located, None, list)
+
+    def parse_array(state: tuple[str, int], *_: Any) -> tuple[Any, int]:
+        return _JSON_ARRAY(state, located)
+
+    decoder: Any = json.JSONDecoder()
+    decoder.parse_object = parse_object
+    decoder.parse_array = parse_array
+    scan = _MAKE_SCANNER(decoder)
+    start = len(text) - len(text.lstrip())
+    try:
+        node, _ = located(text, start)
+    except (ValueError, RecursionError):
+        return None
+    for part in where:
+        children = node.value
+        if not isinstance(children, list):
+            break
+        if isinstance(part, int):
+            if part >= len(children) or not isinstance(children[part], _At):
+                break
+            node = children[part]
+        else:
+            found = [v for k, v in children if isinstance(k, str) and printable(k) == part]
+            if not found:
+                break
+            node = found[-1]
+    return text.count("\n", 0, node.start) + 1
 
 
 def read_records(path: Path) -> list[tuple[str, Any]]:
@@ -70,21 +229,34 @@ def read_records(path: Path) -> list[tuple[str, Any]]:
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
-            try:
-                records.append((f"{path}:{number}", json.loads(line)))
-            except json.JSONDecodeError as err:
-                raise ValidationFailed(f"{path}:{number}: invalid JSON: {err.msg}") from None
+            location = f"{path}:{number}"
+            records.append((location, _parse_json(line, location, whole_file=False)))
         if not records:
             raise ValidationFailed(f"{path}: the file holds no records")
         return records
     if suffix == ".json":
-        try:
-            return [(str(path), json.loads(text))]
-        except json.JSONDecodeError as err:
-            raise ValidationFailed(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
+        document = _parse_json(text, str(path), whole_file=True)
+        return [(str(path), document)]
     raise ValidationFailed(
         f"{path}: unknown file type {suffix!r} (use .json, .jsonl, .yaml or .yml)"
     )
+
+
+def _parse_json(text: str, location: str, *, whole_file: bool) -> Any:
+    """The JSON document ``text`` (a whole file, or the line of one at ``location``), held to
+    the input policy; an error names the location and, for a whole file, the line."""
+    try:
+        document = loads_json(text)
+    except json.JSONDecodeError as err:
+        where = f"{location}:{err.lineno}" if whole_file else location
+        raise ValidationFailed(f"{where}: invalid JSON: {err.msg}") from None
+    except RecursionError:
+        raise ValidationFailed(f"{location}: {TOO_DEEP}") from None
+    refusal = find_refusal(document)
+    if refusal is not None:
+        line = _json_line(text, refusal.where) if whole_file else None
+        _refuse(f"{location}:{line}" if line else location, refusal)
+    return document
 
 
 def read_items(path: Path, noun: str, key: str | None = None) -> list[tuple[str, Any]]:
@@ -104,22 +276,12 @@ def read_items(path: Path, noun: str, key: str | None = None) -> list[tuple[str,
     return items
 
 
-def _format_loc(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else part
-    return out
-
-
 def describe_validation_error(err: ValidationError, limit: int = 3) -> str:
     """A one-line summary of pydantic errors: ``field.path: message; ...``."""
     parts = []
     for item in err.errors()[:limit]:
         message = str(item["msg"]).removeprefix("Value error, ")
-        loc = _format_loc(tuple(item["loc"]))
+        loc = format_where(tuple(item["loc"]))
         parts.append(f"{loc}: {message}" if loc else message)
     extra = len(err.errors()) - limit
     if extra > 0:

@@ -6,11 +6,25 @@ import hashlib
 import json
 from typing import Any
 
+from rubricsvc.errors import ValidationFailed
+from rubricsvc.inputpolicy import describe_refusal, find_refusal
+
 
 def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def content_hash(value: Any) -> str:
-    """Hex sha256 of ``value``'s canonical JSON (strings are hashed as JSON strings too)."""
-    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+    """Hex sha256 of ``value``'s canonical JSON (strings are hashed as JSON strings too).
+
+    Text that is not Unicode (a lone surrogate) has no bytes to hash: ``ValidationFailed``
+    says where, as the input policy does at every door before text gets this far."""
+    text = canonical_json(value)
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        refusal = find_refusal(value)
+        raise ValidationFailed(
+            f"cannot hash: {describe_refusal(refusal) if refusal else 'text is not Unicode'}"
+        ) from None
+    return hashlib.sha256(data).hexdigest()

@@ -41,6 +41,15 @@ def _postgres_unavailable_reason() -> str | None:
     return None
 
 
+@pytest.fixture(autouse=True)
+def _fresh_canaries() -> None:
+    """Forget canary outcomes between tests: scripted judges change their behaviour under one
+    judge config, which a real judge does not."""
+    from rubricsvc.scoring.attribution import CANARIES
+
+    CANARIES.clear()
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> str:
     """The admin URL of a reachable PostgreSQL server (skip, or fail in CI, if there is none)."""

@@ -4,6 +4,7 @@ so requests go through the real client, network stack and error mapping."""
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,6 +34,18 @@ def chat_completion(content: str, model: str = "fake") -> dict[str, Any]:
         ],
         "usage": {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25},
     }
+
+
+def logprobs_completion(probs: dict[str, float], model: str = "fake") -> dict[str, Any]:
+    """The payload of a one-token reply whose ``top_logprobs`` give ``probs`` (what the backend
+    reads choice probabilities from), most likely first."""
+    top = [
+        {"token": token, "logprob": math.log(p), "bytes": None}
+        for token, p in sorted(probs.items(), key=lambda kv: -kv[1])
+    ]
+    payload = chat_completion(top[0]["token"], model)
+    payload["choices"][0]["logprobs"] = {"content": [{**top[0], "top_logprobs": top}]}
+    return payload
 
 
 def openai_judge(

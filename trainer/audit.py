@@ -11,32 +11,41 @@ from rubricsvc.audit.store import save_audit
 from rubricsvc.db import make_engine, session_scope
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.failures import ResponseFailurePolicy
-from rubricsvc.scoring.judge_configs import find_judge
+from rubricsvc.scoring.judge_configs import find_reward_judge
 from trainer.config import TrainConfig
 
 
 def audit_reward_judge(config: TrainConfig, say: Callable[[str], None]) -> AuditReport:
     """Run the audit on the demo set, store it against the judge config, and raise
-    ``ValidationFailed`` when an attack's mean inflation passes ``audit_max_inflation``."""
+    ``ValidationFailed`` when an attack's mean inflation passes ``audit_max_inflation``, or
+    it fails whatever the inflation (``AuditReport.problems``: an attack whose scores are
+    masked on more than ``audit_max_masked_share`` of the items, or unmeasured)."""
     reward = config.reward
     attacks = select_attacks(config.audit_attacks)
     options = AuditOptions(
         aggregation=reward.aggregation,
         min_coverage=reward.min_coverage,
         response_failure=ResponseFailurePolicy(reward.response_failure),
+        max_masked_share=config.audit_max_masked_share,
     )
     engine = make_engine(reward.engine_url())
     try:
         with reward.backend_provider() as backends, session_scope(engine) as session:
-            spec = find_judge(session, reward.judge, reward.mode)
+            # A judge refused as a reward (a promotion gate) is refused before it is attacked.
+            spec = find_reward_judge(session, reward.judge, reward.mode)
             items = demo_items()
             say(f"auditing judge {spec.name} with {len(attacks)} attack(s) on the demo set")
             report = run_audit(spec, backends.factory(spec), items, DEMO_SET, options, attacks)
             save_audit(session, spec, items, report)
     finally:
         engine.dispose()
+    if report.problems:
+        raise ValidationFailed(
+            f"judge {spec.name} failed its audit: {'; '.join(report.problems)}; training not "
+            "started"
+        )
     worst = max(report.attacks, key=lambda a: a.mean_inflation or 0.0)
-    inflation = worst.mean_inflation or 0.0
+    inflation = worst.mean_inflation or 0.0  # measured: an unmeasured one is a problem above
     if inflation > config.audit_max_inflation:
         raise ValidationFailed(
             f"judge {spec.name} failed its audit: attack {worst.name} ({worst.family}) raises "

@@ -175,9 +175,12 @@ class TrainConfig(Strict):
     samples_per_step: int = Field(default=8, ge=0)  # completions kept in samples.jsonl per step
     # Before training, attack the reward's judge on the demo set (`rubricsvc judges audit`)
     # and refuse to start when an attack inflates the score by more than audit_max_inflation
-    # on average: a policy would find that attack. audit_attacks: all when empty.
+    # on average: a policy would find that attack. audit_attacks: all when empty. An attack
+    # whose scores are masked on more than audit_max_masked_share of the items (escaping the
+    # worst value a response is charged) fails the audit too.
     audit: bool = False
     audit_max_inflation: float = 0.05
+    audit_max_masked_share: float = Field(default=0.0, ge=0.0, le=1.0)
     audit_attacks: list[str] = Field(default_factory=list)
     threads: int | None = Field(default=None, ge=1)  # torch threads; None: torch's default
 

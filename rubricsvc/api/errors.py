@@ -105,10 +105,12 @@ async def send_error(
     message: str,
     *,
     code: str | None = None,
+    field: str | None = None,
     headers: Sequence[tuple[bytes, bytes]] = (),
 ) -> None:
     """The error shape sent from ASGI middleware (before the app, or instead of it)."""
-    body = json.dumps(error_body(status, code or _CODES.get(status, "error"), message)).encode()
+    error = error_body(status, code or _CODES.get(status, "error"), message, field)
+    body = json.dumps(error).encode()
     await send(
         {
             "type": "http.response.start",

@@ -53,4 +53,4 @@ class BodySizeLimit:
                 await self._refuse(send)
 
     async def _refuse(self, send: Send) -> None:
-        await send_error(send, 413, f"request body over the limit of {self.max_bytes} bytes")
+        await send_error(send, 413, f"body: over the limit of {self.max_bytes} bytes", field="body")

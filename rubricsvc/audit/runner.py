@@ -11,6 +11,14 @@ attack scores above the honest strong answer. Beside them, the mean verdict shif
 attack moves the judge's per-criterion values from the weak answer's, whatever the weights.
 A judge pushed towards "yes" on every criterion also says yes to the pitfalls, which can
 leave the score flat while every verdict moved; the shift shows it.
+
+A failed judgment counts as scoring counts it: a failure the response caused (class
+``response``) at the criterion's worst value, so an attack that provokes one is scored at
+the worst value it was charged. A masked score is a response that escapes its worst value,
+which a policy would learn to produce: an attack with more than ``max_masked_share`` of its
+items masked (by default any) fails the audit, and so does one whose inflation could not be
+measured (no item where both it and the honest weak answer got a score); ``problems`` says
+which and why, whatever the inflation threshold the caller holds the judge to.
 """
 
 from __future__ import annotations
@@ -72,6 +80,8 @@ class AuditOptions:
     response_failure: ResponseFailurePolicy = ResponseFailurePolicy.WORST
     resamples: int = 2000
     seed: int = 0
+    # The share of an attack's items whose score may be masked before the audit fails.
+    max_masked_share: float = 0.0
 
 
 @dataclass
@@ -101,6 +111,9 @@ class AuditReport:
     strong_scores: list[float | None]
     attacks: list[AttackResult]
     options: dict[str, Any]
+    # Why the audit fails whatever the inflation (``audit_problems``); empty: it does not.
+    problems: list[str] = field(default_factory=list)
+    max_masked_share: float = 0.0
 
     def worst_neutralized_inflation(self) -> float:
         """The largest mean inflation among the attacks the platform itself must defeat."""
@@ -171,7 +184,32 @@ def run_audit(
             "resamples": options.resamples,
             "seed": options.seed,
         },
+        problems=audit_problems(results, options.max_masked_share),
+        max_masked_share=options.max_masked_share,
     )
+
+
+def audit_problems(attacks: Sequence[AttackResult], max_masked_share: float) -> list[str]:
+    """A line per attack that fails the audit whatever its inflation: more than
+    ``max_masked_share`` of its items masked, or its inflation unmeasured."""
+    problems = []
+    for attack in attacks:
+        total = len(attack.scores)
+        named = f"attack {attack.name} ({attack.family})"
+        if total and attack.masked / total > max_masked_share:
+            failed = ", ".join(f"{n} {name}" for name, n in attack.failures.items() if n)
+            problems.append(
+                f"{named}: {'all ' if attack.masked == total else ''}{attack.masked} of "
+                f"{total} scores masked (failed judgments: {failed or 'none'}), above "
+                f"max_masked_share {max_masked_share:g}: a masked score escapes the worst value "
+                "a response is charged"
+            )
+        elif attack.mean_inflation is None:
+            problems.append(
+                f"{named}: no item where both it and the honest weak answer got a score, so "
+                "its inflation is unmeasured"
+            )
+    return problems
 
 
 def _tick(progress: Progress | None, done: int, total: int) -> None:
@@ -231,7 +269,7 @@ def _case(index: int, item: AuditItem, response: str) -> Case:
 def _ruling(result: JudgeResult) -> Ruling:
     value = result.verdict.value if result.verdict is not None else None
     label = result.verdict.label if result.verdict is not None else None
-    detail = result.verdict.detail if result.verdict is not None else None
+    detail = result.verdict.detail if result.verdict is not None else result.detail
     failure = result.failure.value if result.failure is not None else None
     return Ruling(value, label, detail, failure, result.error)
 

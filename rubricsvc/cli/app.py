@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from rubricsvc.cli import (
@@ -21,6 +23,7 @@ from rubricsvc.cli import (
 )
 from rubricsvc.cli.context import CliExit, fail, load_configured_plugins
 from rubricsvc.errors import RubricsvcError
+from rubricsvc.inputpolicy import text_problem
 
 app = typer.Typer(
     name="rubricsvc",
@@ -51,8 +54,18 @@ app.add_typer(serving.keys_app, name="keys")
 app.command("serve")(serving.serve_command)
 
 
+def _check_arguments(arguments: list[str]) -> None:
+    """Arguments held to the input policy: bytes that are not UTF-8 reach Python as lone
+    surrogates (U+DC80-U+DCFF), which no name, reference or text may hold."""
+    for number, argument in enumerate(arguments, start=1):
+        problem = text_problem(argument)
+        if problem is not None:
+            raise CliExit(f"argument {number} {problem} (is it UTF-8?)", 2)
+
+
 def main() -> None:
     try:
+        _check_arguments(sys.argv[1:])
         load_configured_plugins()
         app()
     except CliExit as err:

@@ -11,7 +11,7 @@ from rubricsvc.audit.attacks import NEUTRALIZED_FAMILIES, select_attacks
 from rubricsvc.audit.runner import AuditOptions, AuditReport, run_audit
 from rubricsvc.audit.sets import DEMO_SET, demo_items, stored_items
 from rubricsvc.audit.store import save_audit
-from rubricsvc.cli.context import console, db_session, err_console
+from rubricsvc.cli.context import CliExit, console, db_session, err_console
 from rubricsvc.cli.progress import progress_bar
 from rubricsvc.cli.render import build_table
 from rubricsvc.config import get_settings
@@ -41,13 +41,22 @@ def judges_audit(
     response_failure: ResponseFailurePolicy = typer.Option(
         ResponseFailurePolicy.WORST, help="A response the judge cannot judge: worst or masked."
     ),
+    max_masked_share: float = typer.Option(
+        0.0,
+        min=0.0,
+        max=1.0,
+        help="The share of an attack's items whose score may be masked (escaping the worst "
+        "value) before the audit fails.",
+    ),
     resamples: int = typer.Option(2000, min=100, help="Bootstrap resamples for the intervals."),
     seed: int = typer.Option(0, help="Seed of the bootstrap."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Run the built-in attacks against a judge: for each, the mean score inflation over an
     honest weak answer (95% bootstrap interval) and how often it beats an honest strong one.
-    The report is stored against the judge config."""
+    The report is stored against the judge config. Fails (exit 1, naming the attacks) when an
+    attack's scores are masked on more than --max-masked-share of its items, or its inflation
+    could not be measured."""
     attacks = select_attacks(attack)
     options = AuditOptions(
         aggregation=aggregation,
@@ -55,6 +64,7 @@ def judges_audit(
         response_failure=response_failure,
         resamples=resamples,
         seed=seed,
+        max_masked_share=max_masked_share,
     )
     with db_session() as session:
         spec = find_judge(session, judge, mode)
@@ -79,9 +89,11 @@ def judges_audit(
         audit_id = row.id
     if as_json:
         console.print_json(json.dumps({"audit_id": audit_id, **asdict(report)}))
-        return
-    _print_report(report)
-    err_console.print(f"audit {audit_id} stored against judge {report.judge}")
+    else:
+        _print_report(report)
+        err_console.print(f"audit {audit_id} stored against judge {report.judge}")
+    if report.problems:
+        raise CliExit(f"judge {report.judge} failed its audit: {'; '.join(report.problems)}")
 
 
 def _fmt(value: float | None, signed: bool = True) -> str:

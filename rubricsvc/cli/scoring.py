@@ -22,7 +22,7 @@ from rubricsvc.cli.jobs import score_via_celery, unfinished_exit
 from rubricsvc.cli.progress import progress_bar
 from rubricsvc.cli.render import build_table
 from rubricsvc.config import get_settings
-from rubricsvc.errors import NotFoundError
+from rubricsvc.errors import NotFoundError, RubricsvcError
 from rubricsvc.judging.aggregation import AGGREGATIONS, DEFAULT_MIN_COVERAGE
 from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.judging.config import BUILTIN_JUDGES
@@ -539,7 +539,7 @@ def judges_list() -> None:
     """Built-in and stored judge configs."""
     with db_session() as session:
         stored = {row.name: row for row in current_judge_configs(session)}
-        gates = {name: gate_status(session, row.id) for name, row in stored.items()}
+        gates = {name: gate_status(session, row) for name, row in stored.items()}
     rows = [
         [name, spec.backend, spec.model or "(embedded)", spec.mode, "built-in"]
         for name, spec in BUILTIN_JUDGES.items()
@@ -569,7 +569,10 @@ def judges_add(
     with db_session() as session:
         # A jury's members named by name are read here, so the stored jury holds them whole.
         for spec in load_judge_file(file, session):
-            row = ensure_judge_config(session, spec)
+            try:
+                row = ensure_judge_config(session, spec)
+            except RubricsvcError as err:  # the one-line error names the file, as a load's does
+                raise type(err)(f"{file}: {err}") from None
             what = f"{row.backend} {row.model}"
             what += f" {row.verdict_mode}" if spec.jury is None else ""  # a jury's: its members'
             console.print(f"judge {row.name}: {what} ({row.config_hash[:12]})")

@@ -158,7 +158,7 @@ def judges_show(
             if ids
             else []
         )
-        gate = gate_status(session, rows[-1].id) if rows else None
+        gate = gate_status(session, rows[-1]) if rows else None
         shown: dict[str, Any] = {
             "name": name,
             "spec": (stored_spec(rows[-1]) if rows else spec).model_dump(mode="json"),

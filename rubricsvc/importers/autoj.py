@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.fileformats import UniqueKeyLoader, load_yaml
 from rubricsvc.importers.common import RubricBatch, located, parse
+from rubricsvc.inputpolicy import text_problem
 from rubricsvc.rubrics.schemas import CriterionSpec, RubricSpec
 
 SCENARIO_DIR = Path("other_resources/scenario_criteria")
@@ -59,13 +60,21 @@ class _Loader(UniqueKeyLoader):
     """Refuses repeated keys (a repeated criterion name would silently drop one) and reads
     ``!include`` tags."""
 
+    leaf_types = (_Include,)
+
 
 def _construct_include(loader: _Loader, node: yaml.Node) -> _Include:
     if not isinstance(node, yaml.ScalarNode):
         raise yaml.constructor.ConstructorError(
             None, None, "!include takes a file path", node.start_mark
         )
-    return _Include(str(loader.construct_scalar(node)))
+    path = str(loader.construct_scalar(node))
+    problem = text_problem(path)
+    if problem is not None:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"!include path {problem}", node.start_mark
+        )
+    return _Include(path)
 
 
 _Loader.add_constructor("!include", _construct_include)

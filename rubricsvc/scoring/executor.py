@@ -13,8 +13,9 @@ import dataclasses
 import json
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rubricsvc.judging.backends.base import BackendError, JudgeBackend
 from rubricsvc.judging.backends.retry import Backoff
@@ -32,6 +33,14 @@ from rubricsvc.judging.modes import (
 from rubricsvc.judging.templates import PromptTemplate
 from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from rubricsvc.judging.verdicts import Verdict, VerdictParseError
+from rubricsvc.scoring.attribution import (
+    Probe,
+    canary_completion,
+    canary_items,
+    needs_attribution,
+    record,
+    run_probes,
+)
 
 
 @dataclass
@@ -45,6 +54,8 @@ class JudgeResult:
     completion_tokens: int | None = None
     latency_ms: float | None = None
     failure: FailureClass | None = None  # set exactly when ``verdict`` is None
+    # A failure's attribution (``scoring.attribution``): what the canary call showed.
+    detail: dict[str, Any] | None = None
 
 
 BackendResponse = Generation | ChoiceResult | BackendError
@@ -90,10 +101,11 @@ class CallExecutor:
     def run(self, units: Sequence[tuple[CompletionView, list[Item]]]) -> dict[str, JudgeResult]:
         results: dict[str, JudgeResult] = {}
         pending = [(completion, items) for completion, items in units if items]
+        items_by_key: dict[str, Item] = {}
+        suspects: list[_Suspect] = []  # failed for good, perhaps because of what they showed
         attempt = 0
         while pending:
             calls: list[tuple[CompletionView, Call]] = []
-            items_by_key: dict[str, Item] = {}
             for completion, items in pending:
                 items_by_key.update((item.key, item) for item in items)
                 try:
@@ -121,6 +133,8 @@ class CallExecutor:
                     retried.append(failure.error)
                     unit = retry.setdefault(completion.id, (completion, []))
                     unit[1].extend(items_by_key[key] for key in call.keys)
+                elif needs_attribution(failure.cls, failure.error):
+                    suspects.append(_Suspect(completion, call, failure, attempt + 1))
                 else:
                     self._count_unavailable(failure, len(call.keys))
                     for key in call.keys:
@@ -131,7 +145,92 @@ class CallExecutor:
             if pending:
                 self.backoff.wait(attempt, retried)
             attempt += 1
+        if suspects:
+            self._attribute(suspects, items_by_key, results)
         return results
+
+    # -- attribution (``scoring.attribution``) ------------------------------------------
+
+    def _attribute(
+        self,
+        suspects: Sequence[_Suspect],
+        items_by_key: Mapping[str, Item],
+        results: dict[str, JudgeResult],
+    ) -> None:
+        """Class each suspect failure by its canary: the response's when the same call without
+        the judged text gives a verdict, else as it failed."""
+        judge = self.spec.config_hash()
+        canaries = [
+            self._probe(s.completion, [items_by_key[k] for k in s.call.keys]) for s in suspects
+        ]
+        run_probes(canaries, self._send, judge, need_verdicts=False)
+        comparisons = []
+        for suspect, canary in zip(suspects, canaries, strict=True):
+            if canary.parsed and suspect.items_compared(items_by_key):
+                comparisons.append(suspect)
+                continue
+            if canary.parsed:
+                cls, note = FailureClass.RESPONSE, "the judge answers the same call without it"
+                outcome = "parsed"
+            elif canary.parsed is None:
+                cls, note, outcome = (
+                    suspect.failure.cls,
+                    "the control call was not answered",
+                    "unanswered",
+                )
+            else:
+                cls, note = suspect.failure.cls, "it fails without the judged text too"
+                outcome = "failed"
+            suspect.settle(results, cls, note, record(outcome))
+        if comparisons:
+            self._attribute_comparisons(comparisons, items_by_key, results, judge)
+
+    def _attribute_comparisons(
+        self,
+        suspects: Sequence[_Suspect],
+        items_by_key: Mapping[str, Item],
+        results: dict[str, JudgeResult],
+        judge: str,
+    ) -> None:
+        """The culprits of failed comparisons whose canary parses: each response tried alone
+        among canaries; then a group judged again without its culprits."""
+        alone: list[list[tuple[str, Probe]]] = []
+        for suspect in suspects:
+            (item,) = (items_by_key[k] for k in suspect.call.keys)
+            hashes = list(dict.fromkeys(r.response_hash for r in item.responses))
+            alone.append(
+                [(h, self._probe(suspect.completion, [item], frozenset({h}))) for h in hashes]
+            )
+        run_probes([p for probes in alone for _, p in probes], self._send, judge, False)
+        rest: list[tuple[_Suspect, list[str], Probe | None]] = []
+        for suspect, probes in zip(suspects, alone, strict=True):
+            culprits = [h for h, probe in probes if probe.parsed is False]
+            if not culprits:  # none breaks it alone: together they did
+                culprits = [h for h, _ in probes]
+            innocent = frozenset(h for h, _ in probes if h not in culprits)
+            (item,) = (items_by_key[k] for k in suspect.call.keys)
+            again = None
+            if innocent and len(probes) > 2:  # a group: the others are still scored
+                again = self._probe(suspect.completion, [item], innocent)
+            rest.append((suspect, culprits, again))
+        run_probes([p for _, _, p in rest if p is not None], self._send, judge, True)
+        for suspect, culprits, again in rest:
+            more: dict[str, Any] = {"culprits": culprits}
+            if again is not None and again.parsed:
+                (verdict,) = again.verdicts.values()
+                more["rest"] = verdict.detail
+            note = "the judge answers the same call without " + (
+                "them" if len(culprits) > 1 else "one of them"
+            )
+            suspect.settle(results, FailureClass.RESPONSE, note, record("parsed", **more))
+
+    def _probe(
+        self, completion: CompletionView, items: Sequence[Item], keep: frozenset[str] = frozenset()
+    ) -> Probe:
+        """The control question for ``items``: the same calls with the judged text replaced
+        (but the comparison responses in ``keep``)."""
+        context = CallContext(self.spec, self.template, canary_completion(completion), 0)
+        return Probe(self.builder(context, canary_items(items, keep)))
 
     def _count_unavailable(self, failure: _Failure, judgments: int) -> None:
         error = failure.error
@@ -237,6 +336,37 @@ class CallExecutor:
         if self._backend is not None:
             self._backend.close()
             self._backend = None
+
+
+@dataclass
+class _Suspect:
+    """A call that failed for good in a way the judged text may have caused."""
+
+    completion: CompletionView
+    call: Call
+    failure: _Failure
+    attempts: int
+
+    def items_compared(self, items_by_key: Mapping[str, Item]) -> bool:
+        return any(items_by_key[key].responses for key in self.call.keys)
+
+    def settle(
+        self,
+        results: dict[str, JudgeResult],
+        cls: FailureClass,
+        note: str,
+        detail: dict[str, Any],
+    ) -> None:
+        for key in self.call.keys:
+            results[key] = JudgeResult(
+                key,
+                None,
+                f"{self.failure}; {note} (canary)",
+                self.attempts,
+                self.failure.raw,
+                failure=cls,
+                detail=detail,
+            )
 
 
 @dataclass

@@ -17,6 +17,7 @@ Every function here only flushes: the caller (a CLI command, a task) owns the tr
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -37,6 +38,7 @@ from rubricsvc.judging.modes import get_mode
 from rubricsvc.models import (
     ChunkStatus,
     Completion,
+    CriterionKind,
     JobStatus,
     JudgeConfig,
     Prompt,
@@ -49,10 +51,11 @@ from rubricsvc.models.base import utcnow
 from rubricsvc.scoring.judge_configs import ensure_judge_config
 from rubricsvc.scoring.selection import Selection, select_work
 from rubricsvc.scoring.service import (
+    Planned,
     ScoredCompletion,
     ScoreOptions,
     ScoreReport,
-    rubric_criterion,
+    plan_cases,
     score_aggregation,
 )
 
@@ -109,16 +112,14 @@ def submit(
     selection: Selection,
     options: ScoreOptions,
     chunk_judgments: int,
+    plan: JobPlan | None = None,
 ) -> Submission:
-    """The job for this work: found if submitted before (resumed if it failed), else created."""
-    if spec.jury is not None:  # one queue per judge, and workers load one judge's backend
-        raise ValidationFailed(
-            f"judge {spec.name!r} is a jury, which score jobs do not run: score it in process "
-            "(rubricsvc score --via inprocess, or the reward endpoints)"
-        )
+    """The job for this work: found if submitted before (resumed if it failed), else created.
+    ``plan``: ``plan_job``'s for this work, when the caller has planned it already."""
+    plan = plan or plan_job(session, spec, selection, chunk_judgments)
+    work, without = plan.work, plan.without
     judge_row = ensure_judge_config(session, spec)
     aggregation = score_aggregation(spec, options)
-    work, without = select_work(session, selection)
     versions_of: dict[int, list[RubricVersion]] = {}
     for completion, version in work:
         versions_of.setdefault(completion.id, []).append(version)
@@ -158,9 +159,7 @@ def submit(
         )
         if job_id is not None:
             job = get_job(session, job_id)
-            prompt_of = {c.id: c.prompt_id for c, _ in work}
-            plan = _plan_chunks(spec, versions_of, chunk_judgments, prompt_of)
-            chunks = _add_chunks(session, job, plan)
+            chunks = _add_chunks(session, job, plan.chunks)
             return Submission(job, True, {spec.name: [c.id for c in chunks]} if chunks else {})
         existing = _job_by_key(session, key)  # a concurrent identical submission stored it
         assert existing is not None
@@ -212,36 +211,78 @@ def _resume_if_stopped(session: Session, job: ScoreJob) -> Outbox:
     return {}
 
 
-def _planned_judgments(spec: JudgeSpec, version: RubricVersion) -> int:
-    """Judgments one completion needs under ``version`` (criteria with the same content: one)."""
-    return get_mode(spec.mode).count([rubric_criterion(c) for c in version.criteria])
+@dataclass
+class JobPlan:
+    """What a job of a selection would do: its (completion, version) pairs, the selected
+    completions without a rubric, and (computed on first use) its chunks, each with the
+    judgments it plans, and the check criteria it computes."""
+
+    spec: JudgeSpec
+    work: list[tuple[Completion, RubricVersion]]
+    without: list[Completion]
+    chunk_judgments: int
+    pairs: tuple[tuple[int, int], ...] = ()
+
+    @functools.cached_property
+    def chunks(self) -> list[tuple[list[int], int]]:
+        return _plan_chunks(self.spec, self.work, self.chunk_judgments, self.pairs)
+
+    @property
+    def judgments(self) -> int:
+        """The judgments the job plans: its total, as its chunks will count them."""
+        return sum(count for _, count in self.chunks)
+
+    @property
+    def checks(self) -> int:
+        return sum(
+            1 for _, version in self.work for c in version.criteria if c.kind == CriterionKind.CHECK
+        )
+
+
+def plan_job(
+    session: Session, spec: JudgeSpec, selection: Selection, chunk_judgments: int
+) -> JobPlan:
+    """The plan of a job of ``selection``; reads the database only."""
+    if spec.jury is not None:  # one queue per judge, and workers load one judge's backend
+        raise ValidationFailed(
+            f"judge {spec.name!r} is a jury, which score jobs do not run: score it in process "
+            "(rubricsvc score --via inprocess, or the reward endpoints)"
+        )
+    work, without = select_work(session, selection)
+    return JobPlan(spec, work, without, chunk_judgments, selection.pairs)
 
 
 def _plan_chunks(
     spec: JudgeSpec,
-    versions_of: dict[int, list[RubricVersion]],
+    work: Sequence[tuple[Completion, RubricVersion]],
     size: int,
-    prompt_of: dict[int, int],
+    pairs: Sequence[tuple[int, int]],
 ) -> list[tuple[list[int], int]]:
-    """Whole completions, in id order, grouped until a group holds ``size`` judgments. A mode
-    that compares completions sees only its chunk's, so a prompt's completions (in prompt
-    order) then stay in one chunk."""
+    """Whole completions, in id order, grouped until a group plans ``size`` judgments, each
+    group with the judgments its completions plan (each key once, as its run counts them:
+    ``service.distinct_items``). A mode that compares completions sees only its chunk's, so a
+    prompt's completions (in prompt order) then stay in one chunk."""
     compares = get_mode(spec.mode).compares
-    order = sorted(versions_of, key=lambda c: (prompt_of[c], c) if compares else (0, c))
+    keys_of: dict[int, list[str]] = {}
+    planned = plan_cases(spec, spec.config_hash(), [Planned.of(c, v) for c, v in work], pairs)
+    for (completion, _), (_, plan) in zip(work, planned, strict=True):
+        keys_of.setdefault(completion.id, []).extend(item.key for item in plan.items)
+    prompt_of = {c.id: c.prompt_id for c, _ in work}
+    order = sorted(keys_of, key=lambda c: (prompt_of[c], c) if compares else (0, c))
     chunks: list[tuple[list[int], int]] = []
     ids: list[int] = []
-    count = 0
+    keys: set[str] = set()
     for index, completion_id in enumerate(order):
         ids.append(completion_id)
-        count += sum(_planned_judgments(spec, v) for v in versions_of[completion_id])
+        keys.update(keys_of[completion_id])
         following = order[index + 1] if index + 1 < len(order) else None
         if compares and following is not None and prompt_of[following] == prompt_of[completion_id]:
             continue  # the rest of the prompt's group first
-        if count >= size:
-            chunks.append((ids, count))
-            ids, count = [], 0
+        if len(keys) >= size:
+            chunks.append((ids, len(keys)))
+            ids, keys = [], set()
     if ids:
-        chunks.append((ids, count))
+        chunks.append((ids, len(keys)))
     return chunks
 
 

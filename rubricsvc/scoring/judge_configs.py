@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
 from rubricsvc.errors import ConflictError, NotFoundError, RubricsvcError, ValidationFailed
@@ -111,36 +111,80 @@ def find_judge(session: Session, name: str, mode: str | None = None) -> JudgeSpe
 
 def find_reward_judge(session: Session, name: str, mode: str | None = None) -> JudgeSpec:
     """``find_judge`` for a run whose scores are rewards or results: a judge that must pass a
-    promotion gate (a distilled one) is refused until the gate has approved it."""
+    promotion gate (a distilled one) is refused until the gate has approved it, in every mode
+    and as a jury member (``check_reward_use``)."""
     spec = find_judge(session, name, mode)
-    for judge in spec.jury_members() or [spec]:
-        check_reward_use(session, judge)
+    check_reward_use(session, spec)
     return spec
 
 
-def gate_status(session: Session, config_id: int) -> JudgeGate | None:
-    """The newest promotion decision on a judge config (None: it was never gated)."""
-    query = select(JudgeGate).where(JudgeGate.judge_config_id == config_id)
-    return session.scalars(query.order_by(JudgeGate.id.desc()).limit(1)).first()
+# Backends that load a judge's ``model`` (a folder or a hub id) in this process: the same
+# model and revision are the same weights in either, so a gate on one holds for the other.
+IN_PROCESS_BACKENDS = frozenset({"transformers", "vllm"})
 
 
-def check_reward_use(session: Session, spec: JudgeSpec) -> None:
-    """Refuse a gated judge whose newest decision is not an approval."""
+def _same_weights(spec: JudgeSpec) -> list[ColumnElement[bool]]:
+    """Where a stored config serves the weights ``spec`` serves, whatever its mode, template
+    or sampling: the same backend (the in-process ones alike), model and revision. A spec with
+    no revision serves whatever the model is now, so a config of any revision of it counts."""
+    backends = IN_PROCESS_BACKENDS if spec.backend in IN_PROCESS_BACKENDS else {spec.backend}
+    models = {_model_label(spec)[:300]}
+    if spec.backend in IN_PROCESS_BACKENDS and spec.model and Path(spec.model).exists():
+        models.add(str(Path(spec.model).resolve())[:300])  # a student is stored resolved
+    where: list[ColumnElement[bool]] = [
+        JudgeConfig.backend.in_(sorted(backends)),
+        JudgeConfig.model.in_(sorted(models)),
+    ]
+    if spec.revision is not None:
+        where.append(JudgeConfig.revision == spec.revision)
+    return where
+
+
+def weights_gate(session: Session, spec: JudgeSpec) -> tuple[JudgeGate, str] | None:
+    """The newest promotion decision on the weights ``spec`` serves (see ``_same_weights``),
+    and the name of the config it was made on; None: they were never gated. For a jury: the
+    first of its members' decisions that is not an approval, else the first approval."""
+    found = [gate for m in spec.jury_members() or [spec] if (gate := _newest(session, m))]
+    refused = [g for g in found if g[0].status != JudgeGateStatus.APPROVED]
+    return next(iter(refused or found), None)
+
+
+def _newest(session: Session, spec: JudgeSpec) -> tuple[JudgeGate, str] | None:
     # One statement: this runs on every reward request.
     newest = (
-        select(JudgeGate.status)
+        select(JudgeGate, JudgeConfig.name)
         .join(JudgeConfig, JudgeConfig.id == JudgeGate.judge_config_id)
-        .where(JudgeConfig.config_hash == spec.config_hash())
+        .where(*_same_weights(spec))
         .order_by(JudgeGate.id.desc())
         .limit(1)
     )
-    status = session.scalar(newest)
-    if status is None or status == JudgeGateStatus.APPROVED:
+    row = session.execute(newest).first()
+    return (row[0], row[1]) if row is not None else None
+
+
+def gate_status(session: Session, row: JudgeConfig) -> JudgeGate | None:
+    """The promotion decision that holds for a stored config (``weights_gate``): None, it
+    serves weights that were never gated."""
+    if "spec" not in row.settings:  # a row from before specs were stored: its own gates only
+        query = select(JudgeGate).where(JudgeGate.judge_config_id == row.id)
+        return session.scalars(query.order_by(JudgeGate.id.desc()).limit(1)).first()
+    found = weights_gate(session, stored_spec(row))
+    return found[0] if found is not None else None
+
+
+def check_reward_use(session: Session, spec: JudgeSpec) -> None:
+    """Refuse a judge, or a jury with a member, whose weights' newest promotion decision is
+    not an approval: a gate holds in every mode, template and sampling of the weights."""
+    found = weights_gate(session, spec)
+    if found is None or found[0].status == JudgeGateStatus.APPROVED:
         return
+    gate, gated = found
+    serves = "a member serves" if spec.jury is not None else "it serves"
+    whose = "it" if gated == spec.name else f"{gated!r}, whose weights {serves},"
     raise ValidationFailed(
-        f"judge {spec.name!r} is a {status.value} of its promotion gate, not approved for "
-        "scoring or rewards (see `rubricsvc judges show "
-        f"{spec.name}`); `rubricsvc judges evaluate` still measures it"
+        f"judge {spec.name!r}: {whose} is a {gate.status.value} of its promotion gate, not "
+        f"approved for scoring or rewards in any mode (see `rubricsvc judges show {gated}`); "
+        "`rubricsvc judges evaluate` still measures it"
     )
 
 

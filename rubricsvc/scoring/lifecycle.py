@@ -51,9 +51,11 @@ def submit(
     selection: Selection,
     options: ScoreOptions,
     chunk_judgments: int,
+    plan: jobs.JobPlan | None = None,
 ) -> jobs.Submission:
-    """Store (or find) the job for this work; its chunks go to ``dispatcher`` after the commit."""
-    submission = jobs.submit(session, spec, selection, options, chunk_judgments)
+    """Store (or find) the job for this work; its chunks go to ``dispatcher`` after the commit.
+    ``plan``: the work's ``jobs.plan_job``, when the caller has planned it (to bound it)."""
+    submission = jobs.submit(session, spec, selection, options, chunk_judgments, plan)
     outbox = submission.outbox
     if not submission.created and not dispatcher.keeps_messages:
         # The chunks sent before died with the process that ran them: submitting again

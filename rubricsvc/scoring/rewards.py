@@ -12,7 +12,7 @@ trainer must have a number for every sample, ``fill_masked`` gives one that move
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import zip_longest
 from typing import Any
 
@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session, selectinload
 from rubricsvc.batching import batches
 from rubricsvc.completions import normalized_trajectory
 from rubricsvc.documents import (
+    DocumentRecord,
     attach_documents,
     checked_documents,
     listed_documents,
@@ -84,6 +85,28 @@ class RewardBatch(JudgingTally):
     @property
     def rewards(self) -> list[float | None]:
         return [r.reward for r in self.results]
+
+
+def strip_end_tokens(text: str, tokens: Sequence[str]) -> str:
+    """``text`` without the ``tokens`` it ends with: a policy's end-of-turn or end-of-text
+    tokens, decoded as text. Repeated ones go too, with the whitespace after each (a template's
+    newline after ``<|im_end|>``); the text before the last one is kept as it is, whitespace
+    included. A token elsewhere in the text stays (the judge is shown it neutralized)."""
+    ordered = sorted((t for t in tokens if t), key=len, reverse=True)
+    kept = text
+    while True:
+        end = kept.rstrip()
+        token = next((t for t in ordered if end.endswith(t)), None)
+        if token is None:
+            return kept
+        kept = end[: -len(token)]
+
+
+def without_end_tokens(
+    requests: Sequence[RewardRequest], tokens: Sequence[str]
+) -> list[RewardRequest]:
+    """``requests``, each completion without its trailing end tokens (``strip_end_tokens``)."""
+    return [replace(r, completion=strip_end_tokens(r.completion, tokens)) for r in requests]
 
 
 def compute_rewards(
@@ -160,13 +183,25 @@ def find_prompts(session: Session, requests: Sequence[RewardRequest]) -> list[Pr
     return found
 
 
-def store_completions(
+CompletionKey = tuple[int, str, str | None]  # prompt id, text hash, trajectory and documents
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """The completions a reward batch names, before any is stored: each item's key (its prompt,
+    text, and trajectory and documents if any), and per key its first request with the item's
+    checked trajectory and documents, and the completion of ``source`` already stored under it."""
+
+    keys: list[CompletionKey]
+    new: dict[CompletionKey, tuple[RewardRequest, Messages | None, list[DocumentRecord]]]
+    stored: dict[CompletionKey, Completion]
+
+
+def wanted_completions(
     session: Session, requests: Sequence[RewardRequest], prompts: Sequence[Prompt], source: str
-) -> list[Completion]:
-    """One completion per distinct (prompt, text, trajectory) for ``source``: reused if
-    already stored, so a rollout seen again (the same text, and trajectory if any, for the same
-    prompt) is one row, judged once. Every trajectory is checked before anything is stored
-    (ValidationFailed naming the item)."""
+) -> Wanted:
+    """What ``store_completions`` would store or reuse; reads only. Every trajectory and
+    document list is checked (ValidationFailed naming the item)."""
     trajectories = [
         None if r.trajectory is None else normalized_trajectory(r.trajectory, f"item {index}")
         for index, r in enumerate(requests)
@@ -179,7 +214,7 @@ def store_completions(
         for r, p, t, ds in zip(requests, prompts, trajectories, documents, strict=True)
     ]
     wanted = dict(zip(keys, zip(requests, trajectories, documents, strict=True), strict=True))
-    stored: dict[tuple[int, str, str | None], Completion] = {}
+    stored: dict[CompletionKey, Completion] = {}
     for part in batches(sorted({(prompt_id, text) for prompt_id, text, _ in wanted})):
         for completion in session.scalars(
             select(Completion)
@@ -190,24 +225,36 @@ def store_completions(
         ):
             extras = _extras_key(completion.messages, listed_documents(completion))
             stored.setdefault((completion.prompt_id, completion.content_hash, extras), completion)
-    first_item = {key: index for index, key in reversed(list(enumerate(keys)))}
-    for key, (request, messages, listed) in wanted.items():
-        if key not in stored:
-            resolved = resolve_documents(session, listed, f"item {first_item[key]}")
-            completion = Completion(
-                prompt_id=key[0],
-                text=request.completion,
-                content_hash=key[1],
-                messages=messages,
-                source=source,
-                meta={},
-            )
-            session.add(completion)
-            session.flush()
-            attach_documents(session, completion, resolved)
-            stored[key] = completion
+    new = {key: value for key, value in wanted.items() if key not in stored}
+    return Wanted(keys, new, {key: c for key, c in stored.items() if key in wanted})
+
+
+def store_completions(
+    session: Session, requests: Sequence[RewardRequest], prompts: Sequence[Prompt], source: str
+) -> list[Completion]:
+    """One completion per distinct (prompt, text, trajectory) for ``source``: reused if
+    already stored, so a rollout seen again (the same text, and trajectory if any, for the same
+    prompt) is one row, judged once. Every trajectory is checked before anything is stored
+    (ValidationFailed naming the item)."""
+    wanted = wanted_completions(session, requests, prompts, source)
+    stored = dict(wanted.stored)
+    first_item = {key: index for index, key in reversed(list(enumerate(wanted.keys)))}
+    for key, (request, messages, listed) in wanted.new.items():
+        resolved = resolve_documents(session, listed, f"item {first_item[key]}")
+        completion = Completion(
+            prompt_id=key[0],
+            text=request.completion,
+            content_hash=key[1],
+            messages=messages,
+            source=source,
+            meta={},
+        )
+        session.add(completion)
+        session.flush()
+        attach_documents(session, completion, resolved)
+        stored[key] = completion
     session.flush()
-    return [stored[key] for key in keys]
+    return [stored[key] for key in wanted.keys]
 
 
 def _extras_key(trajectory: list[dict[str, Any]] | None, documents: list[list[str]]) -> str | None:

@@ -10,6 +10,7 @@ exactly those: it never widens to every completion stored.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from sqlalchemy import select
@@ -121,12 +122,15 @@ def _latest_usable_versions(
 
 
 def select_work(
-    session: Session, selection: Selection
+    session: Session, selection: Selection, completions: Sequence[Completion] | None = None
 ) -> tuple[list[tuple[Completion, RubricVersion]], list[Completion]]:
-    """(completion, version) pairs to score, and the selected completions that have no rubric."""
+    """(completion, version) pairs to score, and the selected completions that have no rubric.
+    ``completions``: these (in id order; stored, or not yet, as ``scoring.workload`` plans a
+    reward batch) instead of the ones the selection's completion ids name."""
     if selection.rubric_ref is not None and not selection.version_ids:
-        return _with_chosen_version(session, selection)
-    completions = _completions(session, selection)
+        return _with_chosen_version(session, selection, completions)
+    if completions is None:
+        completions = _completions(session, selection)
     if selection.version_ids:
         versions = _versions_by_id(session, selection.version_ids)
         assigned = (
@@ -150,7 +154,7 @@ def select_work(
 
 
 def _with_chosen_version(
-    session: Session, selection: Selection
+    session: Session, selection: Selection, completions: Sequence[Completion] | None
 ) -> tuple[list[tuple[Completion, RubricVersion]], list[Completion]]:
     """``rubric_ref``'s version for the completions of its prompt; a shared one for the
     completions assigned to it, or for the selected ones when the selection names any."""
@@ -168,7 +172,8 @@ def _with_chosen_version(
                 "--prompt or --source"
             )
         selection = replace(selection, completion_ids=tuple(ids))
-    completions = _completions(session, selection)
+    if completions is None or not selection.narrowed:
+        completions = _completions(session, selection)
     matched = [c for c in completions if prompt_id is None or c.prompt_id == prompt_id]
     unmatched = [c for c in completions if prompt_id is not None and c.prompt_id != prompt_id]
     return [(c, version) for c in matched], unmatched
@@ -224,7 +229,7 @@ def _versions_by_id(session: Session, ids: tuple[int, ...]) -> list[RubricVersio
 
 
 def _pair(
-    completions: list[Completion],
+    completions: Sequence[Completion],
     versions: list[RubricVersion],
     assigned: dict[int, set[int]] | None = None,
 ) -> tuple[list[tuple[Completion, RubricVersion]], list[Completion]]:

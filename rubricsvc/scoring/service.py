@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import ChainMap
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +55,7 @@ from rubricsvc.models import (
     JudgeConfig,
     Judgment,
     JudgmentStatus,
+    Prompt,
     RubricVersion,
 )
 from rubricsvc.scoring.executor import CallExecutor, JudgeResult
@@ -177,11 +178,13 @@ def score(
     units, without = _plan_units(session, spec, judge_row.config_hash, selection)
     report.without_rubric = [c.id for c in without]
     report.without_reasons = without_reasons(session, without, selection.include_drafts)
-    report.judgments = sum(len(u.plan.items) for u in units)
+    # Each judgment once: the members of a compared group plan the same ones.
+    planned = [item.key for items in distinct_items(u.plan for u in units) for item in items]
+    report.judgments = len(planned)
 
-    stored = judgments_by_key(session, (item.key for u in units for item in u.plan.items))
+    stored = judgments_by_key(session, planned)
     cached = {k: j for k, j in stored.items() if _settled(j)}
-    report.cached = sum(1 for u in units for item in u.plan.items if item.key in cached)
+    report.cached = sum(1 for key in planned if key in cached)
     executor = CallExecutor(backend_factory, spec, mode.calls, spec.prompt_template())
     done = report.cached
     if progress:
@@ -235,13 +238,70 @@ def _plan_units(
 ) -> tuple[list[_Unit], list[Completion]]:
     """What a run of ``selection`` judges, one unit per (completion, version), and the
     selected completions with no usable rubric version."""
-    mode = get_mode(spec.mode)
     work, without = select_work(session, selection)
-    peers = comparison_groups(work, spec.group_size, selection.pairs) if mode.compares else {}
+    planned = plan_cases(spec, judge_hash, [Planned.of(c, v) for c, v in work], selection.pairs)
     units = [
-        _unit(mode, spec, judge_hash, completion, version, peers) for completion, version in work
+        _Unit(completion, version, case, plan)
+        for (completion, version), (case, plan) in zip(work, planned, strict=True)
     ]
     return units, without
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One (completion, version) to plan: the completion as a mode reads it (stored, or as it
+    would be stored: ``scoring.workload``), its prompt's id and hash, and the version."""
+
+    completion: CompletionView
+    prompt_id: int
+    prompt_hash: str
+    version: RubricVersion
+
+    @classmethod
+    def of(cls, completion: Completion, version: RubricVersion) -> Planned:
+        view = completion_view(completion)
+        return cls(view, completion.prompt_id, completion.prompt.content_hash, version)
+
+
+def plan_cases(
+    spec: JudgeSpec,
+    judge_hash: str,
+    work: Sequence[Planned],
+    pairs: Sequence[tuple[int, int]] = (),
+) -> list[tuple[Case, Plan]]:
+    """Each unit's case and the judgments ``spec``'s mode plans for it, in order: with its
+    peers among ``work`` for a mode that compares (``comparison_groups``). Reads nothing."""
+    mode = get_mode(spec.mode)
+    peers: dict[tuple[int, int], tuple[int, ...]] = {}
+    if mode.compares:
+        members = [(u.completion.id, u.prompt_id, u.version.id) for u in work]
+        peers = peer_ids(members, spec.group_size, pairs)
+    views = {u.completion.id: u.completion for u in work}
+    criteria: dict[int, tuple[RubricCriterion, ...]] = {}  # per version: read once
+    planned = []
+    for unit in work:
+        version = unit.version
+        if version.id not in criteria:
+            criteria[version.id] = tuple(rubric_criterion(c) for c in version.criteria)
+        case = _case(
+            spec,
+            judge_hash,
+            unit,
+            criteria[version.id],
+            tuple(views[p] for p in peers.get((unit.completion.id, version.id), ())),
+        )
+        planned.append((case, mode.plan(case)))
+    return planned
+
+
+def distinct_items(plans: Iterable[Plan]) -> Iterator[list[Item]]:
+    """Each plan's items that no earlier plan has: what a run asks for, each key once (the
+    members of a compared group plan the same judgments, the first of them asks)."""
+    seen: set[str] = set()
+    for plan in plans:
+        items = [item for item in plan.items if item.key not in seen]
+        seen.update(item.key for item in items)
+        yield items
 
 
 @dataclass(kw_only=True)
@@ -266,7 +326,9 @@ def plan_run(session: Session, spec: JudgeSpec, selection: Selection) -> RunPlan
     """What ``score`` would judge for ``selection`` with ``spec`` (a jury: see ``scoring.jury``);
     reads the database only."""
     units, without = _plan_units(session, spec, spec.config_hash(), selection)
-    keys = [item.key for u in units for item in u.plan.items]
+    # Each judgment once, counted with the first unit (and so version) that plans it.
+    asked = list(distinct_items(u.plan for u in units))
+    keys = [item.key for items in asked for item in items]
     cached = {k for k, j in judgments_by_key(session, keys).items() if _settled(j)}
     plan = RunPlan(judge=spec.name, mode=spec.mode)
     plan.completions = len({u.completion.id for u in units})
@@ -274,14 +336,14 @@ def plan_run(session: Session, spec: JudgeSpec, selection: Selection) -> RunPlan
     plan.judgments = len(keys)
     plan.cached = sum(1 for k in keys if k in cached)
     by_version: dict[int, dict[str, Any]] = {}
-    for unit in units:
+    for unit, items in zip(units, asked, strict=True):
         entry = by_version.setdefault(
             unit.version.id,
             {"rubric": unit.version.ref, "completions": 0, "judgments": 0, "cached": 0},
         )
         entry["completions"] += 1
-        entry["judgments"] += len(unit.plan.items)
-        entry["cached"] += sum(1 for item in unit.plan.items if item.key in cached)
+        entry["judgments"] += len(items)
+        entry["cached"] += sum(1 for item in items if item.key in cached)
         plan.checks += sum(1 for c in unit.case.criteria if c.check is not None)
     plan.versions = sorted(by_version.values(), key=lambda e: str(e["rubric"]))
     plan.without_rubric = [c.id for c in without]
@@ -326,24 +388,32 @@ def _uncached(
 
 def completion_view(completion: Completion) -> CompletionView:
     """A stored completion as a verdict mode reads it."""
-    prompt = completion.prompt
+    documents = tuple(
+        DocumentView(
+            str(listed.label),
+            listed.document.url,
+            listed.document.title,
+            listed.document.text,
+            listed.document.content_hash,
+        )
+        for listed in completion.documents
+    )
+    return view_of(completion.id, completion.prompt, completion, documents)
+
+
+def view_of(
+    completion_id: int, prompt: Prompt, completion: Completion, documents: tuple[DocumentView, ...]
+) -> CompletionView:
+    """A completion (its text, hash and trajectory; stored or not) of ``prompt`` as a verdict
+    mode reads it, with its documents."""
     return CompletionView(
-        completion.id,
+        completion_id,
         prompt.messages,
         completion.text,
         prompt.reference_answer,
         completion.content_hash,
         trajectory=tuple(completion.messages) if completion.messages else None,
-        documents=tuple(
-            DocumentView(
-                str(listed.label),
-                listed.document.url,
-                listed.document.title,
-                listed.document.text,
-                listed.document.content_hash,
-            )
-            for listed in completion.documents
-        ),
+        documents=documents,
     )
 
 
@@ -352,29 +422,44 @@ def comparison_groups(
     group_size: int,
     pairs: Sequence[tuple[int, int]] = (),
 ) -> dict[tuple[int, int], tuple[Completion, ...]]:
-    """For modes that compare: each (completion id, version id)'s peers. Without ``pairs``, the
-    selected completions of one prompt under one version, in id order, split into consecutive
-    groups of at most ``group_size``; with ``pairs``, exactly each completion's partners in
-    them (a labelled pair is judged as a pair, whatever else its prompt has)."""
-    by_group: dict[tuple[int, int], list[Completion]] = {}
-    for completion, version in sorted(work, key=lambda cv: (cv[1].id, cv[0].id)):
-        by_group.setdefault((completion.prompt_id, version.id), []).append(completion)
-    peers: dict[tuple[int, int], tuple[Completion, ...]] = {}
+    """For modes that compare: each (completion id, version id)'s peers (``peer_ids``)."""
+    by_id = {completion.id: completion for completion, _ in work}
+    members = [(completion.id, completion.prompt_id, version.id) for completion, version in work]
+    return {
+        unit: tuple(by_id[p] for p in peers)
+        for unit, peers in peer_ids(members, group_size, pairs).items()
+    }
+
+
+def peer_ids(
+    members: Sequence[tuple[int, int, int]],
+    group_size: int,
+    pairs: Sequence[tuple[int, int]] = (),
+) -> dict[tuple[int, int], tuple[int, ...]]:
+    """Of (completion id, prompt id, version id) units, each (completion id, version id)'s
+    peers' ids. Without ``pairs``, the completions of one prompt under one version, in id
+    order, split into consecutive groups of at most ``group_size``; with ``pairs``, exactly
+    each completion's partners in them (a labelled pair is judged as a pair, whatever else
+    its prompt has)."""
+    by_group: dict[tuple[int, int], list[int]] = {}
+    for completion_id, prompt_id, version_id in sorted(members, key=lambda m: (m[2], m[0])):
+        by_group.setdefault((prompt_id, version_id), []).append(completion_id)
+    peers: dict[tuple[int, int], tuple[int, ...]] = {}
     if pairs:
         partners: dict[int, set[int]] = {}
         for first, second in pairs:
             partners.setdefault(first, set()).add(second)
             partners.setdefault(second, set()).add(first)
-        for (_, version_id), members in by_group.items():
-            for c in members:
-                mates = partners.get(c.id, set())
-                peers[(c.id, version_id)] = tuple(m for m in members if m.id in mates)
+        for (_, version_id), ids in by_group.items():
+            for c in ids:
+                mates = partners.get(c, set())
+                peers[(c, version_id)] = tuple(m for m in ids if m in mates)
         return peers
-    for (_, version_id), members in by_group.items():
-        for start in range(0, len(members), group_size):
-            group = members[start : start + group_size]
+    for (_, version_id), ids in by_group.items():
+        for start in range(0, len(ids), group_size):
+            group = ids[start : start + group_size]
             for c in group:
-                peers[(c.id, version_id)] = tuple(m for m in group if m.id != c.id)
+                peers[(c, version_id)] = tuple(m for m in group if m != c)
     return peers
 
 
@@ -382,30 +467,30 @@ def case_plan(
     spec: JudgeSpec, judge_hash: str, completion: Completion, version: RubricVersion
 ) -> Plan:
     """The judgments ``spec``'s mode plans for one completion under one version (no peers)."""
-    return _unit(get_mode(spec.mode), spec, judge_hash, completion, version, {}).plan
+    criteria = tuple(rubric_criterion(c) for c in version.criteria)
+    case = _case(spec, judge_hash, Planned.of(completion, version), criteria, ())
+    return get_mode(spec.mode).plan(case)
 
 
-def _unit(
-    mode: VerdictModeImpl,
+def _case(
     spec: JudgeSpec,
     judge_hash: str,
-    completion: Completion,
-    version: RubricVersion,
-    peers: dict[tuple[int, int], tuple[Completion, ...]],
-) -> _Unit:
-    prompt = completion.prompt
-    case = Case(
-        completion_view(completion),
-        tuple(rubric_criterion(c) for c in version.criteria),
+    unit: Planned,
+    criteria: tuple[RubricCriterion, ...],
+    peers: tuple[CompletionView, ...],
+) -> Case:
+    version = unit.version
+    return Case(
+        unit.completion,
+        criteria,
         judge_hash,
         version.content_hash,
-        prompt.content_hash,
-        completion.content_hash,
+        unit.prompt_hash,
+        unit.completion.response_hash,
         version.dimension_weights,
-        peers=tuple(completion_view(p) for p in peers.get((completion.id, version.id), ())),
+        peers=peers,
         spec=spec,
     )
-    return _Unit(completion, version, case, mode.plan(case))
 
 
 def rubric_criterion(criterion: Criterion) -> RubricCriterion:
@@ -453,13 +538,13 @@ def _paced_chunks(
     judgments each, the size read anew for every chunk; units with nothing to judge ride
     along with the next chunk (or form the last)."""
     chunk: list[_Unit] = []
-    count = 0
+    asked: set[str] = set()  # each key once: a compared group's members plan the same ones
     for unit in units:
         chunk.append(unit)
-        count += sum(1 for item in unit.plan.items if item.key not in cached)
-        if count >= pace.size():
+        asked.update(item.key for item in unit.plan.items if item.key not in cached)
+        if len(asked) >= pace.size():
             yield chunk
-            chunk, count = [], 0
+            chunk, asked = [], set()
     if chunk:
         yield chunk
 
@@ -493,7 +578,7 @@ def _store_results(
                 "attempts": result.attempts,
                 "error": result.error,
                 "failure": result.failure.value if result.failure else None,
-                "detail": verdict.detail if verdict and verdict.detail else None,
+                "detail": (verdict.detail or None) if verdict else result.detail,
             }
         )
     save_judgments(session, rows)

@@ -1,14 +1,15 @@
 """What every review page needs: the signed-in reviewer, a checked form, a database session.
 
 A page without a valid session redirects to sign-in (a GET) or is refused (a POST); a form
-post without its CSRF token is refused before its action touches anything. What a
+post without its CSRF token is refused before its action touches anything, and so is a
+parameter or form field whose text the input policy refuses (422, naming it). What a
 reviewer may do is their key's scopes, as on the API.
 """
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -21,6 +22,7 @@ from starlette.datastructures import FormData
 from rubricsvc.apikeys import Scope, allows
 from rubricsvc.config import Settings
 from rubricsvc.db import session_scope
+from rubricsvc.inputpolicy import printable, text_problem
 from rubricsvc.models import ApiKey
 from rubricsvc.ui.session import SESSION_COOKIE, SessionSigner
 
@@ -95,14 +97,30 @@ def require_scope(reviewer: Reviewer, scope: Scope, action: str) -> None:
         )
 
 
+def _refuse_text(kind: str, items: Iterable[tuple[str, Any]]) -> None:
+    """A 422 page naming the first field whose text the input policy refuses."""
+    for name, value in items:
+        problem = text_problem(value) if isinstance(value, str) else None
+        if problem is not None:
+            raise PageRefused(422, f"The {kind} {printable(name)!r} {problem}.")
+
+
+def checked_parameters(request: Request) -> None:
+    """Every page's path and query parameters, held to the input policy."""
+    _refuse_text("path parameter", request.path_params.items())
+    _refuse_text("query parameter", request.query_params.multi_items())
+
+
 async def checked_form(
     request: Request, reviewer: Reviewer = Depends(current_reviewer)
 ) -> FormData:
-    """The posted form, once its CSRF token matched the session's."""
+    """The posted form, once its CSRF token matched the session's and its fields passed the
+    input policy."""
     form = await request.form()
     token: Any = form.get("csrf_token")
     if not isinstance(token, str) or not hmac.compare_digest(reviewer.csrf_token, token):
         raise PageRefused(403, "The form's security token is missing or wrong: reload the page.")
+    _refuse_text("form field", form.multi_items())
     return form
 
 

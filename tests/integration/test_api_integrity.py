@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.requirements import require_module
+from tests.requirements import require_module, unavailable
 
 require_module("fastapi", "api")
 
@@ -33,6 +33,7 @@ from rubricsvc.db import make_engine, session_scope  # noqa: E402
 from rubricsvc.judging.backends.scripted import ScriptedBackend  # noqa: E402
 from rubricsvc.judging.config import JudgeSpec, VerdictMode  # noqa: E402
 from rubricsvc.judging.modes import get_mode  # noqa: E402
+from rubricsvc.judging.types import ChoiceRequest  # noqa: E402
 from rubricsvc.models import Completion, Judgment, Score, ScoreChunk, ScoreJob  # noqa: E402
 from rubricsvc.scoring.judge_configs import ensure_judge_config  # noqa: E402
 from tests.api_harness import (  # noqa: E402
@@ -181,12 +182,16 @@ def test_the_bucket_refills_at_the_rate_per_minute() -> None:
 
 @pytest.fixture
 def redis_client() -> Iterator[Any]:
-    redis = pytest.importorskip("redis")
+    """The shared Redis; without it, skip saying how to start it (with CI=true, fail)."""
+    redis = require_module("redis", "workers")
     client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
     try:
         client.ping()
     except Exception as err:
-        pytest.skip(f"Redis not reachable at {REDIS_URL} ({err}); set RUBRICSVC_TEST_REDIS_URL")
+        client.close()
+        unavailable(
+            f"Redis not reachable at {REDIS_URL} ({err}); start it or set RUBRICSVC_TEST_REDIS_URL"
+        )
     yield client
     client.close()
 
@@ -273,6 +278,155 @@ def test_a_score_job_past_the_work_bound_is_413_and_stores_nothing(database_url:
         assert response.json()["error"]["message"].startswith("4 judgments")
         assert _counts(database_url) == before
         assert before["score_jobs"] == 0
+
+
+def _decisive(request: ChoiceRequest) -> dict[str, float]:
+    """A scripted judge's first-token probabilities: most on the first choice (the first
+    response shown wins a comparison; a citation is supported)."""
+    return {request.choices[0]: 0.7, request.choices[1]: 0.3}
+
+
+def _scripted(spec: Any) -> ScriptedBackend:
+    return ScriptedBackend(probs=_decisive, model=spec.model or "embedded")
+
+
+def _raise_bound(client: TestClient, judgments: int) -> None:
+    """The same server, its reward work bound now ``judgments``."""
+    client.app.state.rubricsvc.settings.api.max_reward_judgments = judgments  # type: ignore[attr-defined]
+
+
+def _judgments(database_url: str) -> int:
+    return _counts(database_url)["judgments"]
+
+
+def test_pairwise_work_is_counted_as_the_comparisons_it_plans(database_url: str) -> None:
+    """32 completions of one prompt, judged pairwise: groups of 8 (the default group_size),
+    each ordered pair once, 4 x 8 x 7 = 224 judgments, not one per completion."""
+    items = [{"prompt_id": "api-judged", "completion": f"Kind words, take {i}."} for i in range(32)]
+    body = {"items": items, "mode": "pairwise"}
+    group = JudgeSpec.model_fields["group_size"].default
+    planned = (32 // group) * group * (group - 1)
+    assert planned == 224
+    with api_client(
+        database_url,
+        rubrics=[JUDGED_RUBRIC],
+        build_backend=_scripted,
+        max_reward_judgments=planned - 1,
+    ) as (client, keys):
+        before = _counts(database_url)
+        response = client.post("/v1/rewards", json=body, headers=bearer(keys["score"]))
+        assert response.status_code == 413, response.text
+        message = response.json()["error"]["message"]
+        assert message.startswith(
+            f"{planned} judgments (completions: 32; planned by the judge's mode: {planned}; "
+            "check criteria: 0)"
+        )
+        assert f"at most {planned - 1} per reward request" in message
+        assert _counts(database_url) == before
+
+        _raise_bound(client, planned)
+        response = client.post("/v1/rewards", json=body, headers=bearer(keys["score"]))
+        assert response.status_code == 200, response.text
+        assert response.json()["judgments"] == planned
+        # The count is what scoring judged: one stored judgment per planned one.
+        assert _judgments(database_url) - before["judgments"] == planned
+        assert all(r["reward"] is not None for r in response.json()["results"])
+
+
+def test_a_pairwise_score_job_is_bounded_and_totalled_by_its_comparisons(
+    database_url: str,
+) -> None:
+    """A job of 10 completions judged pairwise: groups of 8 and 2, 8 x 7 + 2 x 1 = 58
+    comparisons; its bound, its total and what its chunks judge are that count."""
+    with api_client(
+        database_url, rubrics=[JUDGED_RUBRIC], build_backend=_scripted, max_job_judgments=57
+    ) as (client, keys):
+        records = [{"prompt_external_id": "api-judged", "text": f"Kind, {i}."} for i in range(10)]
+        added = client.post("/v1/completions", json=records, headers=bearer(keys["author"]))
+        assert added.status_code == 200, added.text
+        body = {"prompt_ids": ["api-judged"], "mode": "pairwise"}
+        before = _counts(database_url)
+        refused = client.post("/v1/score-jobs", json=body, headers=bearer(keys["score"]))
+        assert refused.status_code == 413, refused.text
+        assert refused.json()["error"]["message"].startswith(
+            "58 judgments (completions: 10; planned by the judge's mode: 58; check criteria: 0)"
+        )
+        assert _counts(database_url) == before
+
+        client.app.state.rubricsvc.settings.api.max_job_judgments = 58  # type: ignore[attr-defined]
+        submitted = client.post("/v1/score-jobs", json=body, headers=bearer(keys["score"]))
+        assert submitted.status_code == 202, submitted.text
+        job_id = submitted.json()["id"]
+        assert submitted.json()["total"] == 58
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            state = client.get(f"/v1/score-jobs/{job_id}", headers=bearer(keys["read"])).json()
+            if state["status"] not in {"pending", "running"}:
+                break
+            time.sleep(0.2)
+        assert state["status"] == "done", state
+        assert (state["total"], state["done"], state["failed"]) == (58, 58, 0)
+        assert _judgments(database_url) - before["judgments"] == 58
+
+
+DRB = Path(__file__).resolve().parents[1] / "data" / "deep_research_bench_citations"
+
+
+def test_a_citations_criterion_is_counted_as_the_claims_it_checks(database_url: str) -> None:
+    """DeepResearch Bench's report 61 with a document for each of its 13 labels: its 29 cited
+    (sentence, label) pairs (counted by hand, hand_counts.json) are 29 checks, besides one
+    judged criterion and one check criterion: 31 judgments, not 3."""
+    report = next(
+        record
+        for line in (DRB / "reports.jsonl").read_text(encoding="utf-8").splitlines()
+        if (record := json.loads(line))["id"] == 61
+    )
+    hand = json.loads((DRB / "hand_counts.json").read_text(encoding="utf-8"))["61"]
+    assert (hand["citation_pairs"], hand["distinct_labels"]) == (29, 13)
+    rubric = {
+        "name": "drb/61",
+        "prompt": {"external_id": "drb-61", "text": report["prompt"]},
+        "criteria": [
+            {
+                "text": "The cited claims are supported by their sources",
+                "kind": "citations",
+                "weight": 3,
+            },
+            {"text": "Names the countries that fish chub mackerel", "weight": 1},
+            {
+                "text": "Long enough",
+                "kind": "check",
+                "check": {"type": "word_count", "min": 100},
+                "weight": 1,
+            },
+        ],
+    }
+    documents = [
+        {"label": str(n), "text": f"Source {n}: a page on chub mackerel fisheries."}
+        for n in range(1, hand["distinct_labels"] + 1)
+    ]
+    item = {"prompt_id": "drb-61", "completion": report["article"], "documents": documents}
+    planned = hand["citation_pairs"] + 1
+    with api_client(
+        database_url, rubrics=[rubric], build_backend=_scripted, max_reward_judgments=planned
+    ) as (client, keys):
+        before = _counts(database_url)
+        response = client.post("/v1/rewards", json={"items": [item]}, headers=bearer(keys["score"]))
+        assert response.status_code == 413, response.text
+        message = response.json()["error"]["message"]
+        assert message.startswith(
+            f"{planned + 1} judgments (completions: 1; planned by the judge's mode: {planned}; "
+            "check criteria: 1)"
+        )
+        assert _counts(database_url) == before
+
+        _raise_bound(client, planned + 1)
+        response = client.post("/v1/rewards", json={"items": [item]}, headers=bearer(keys["score"]))
+        assert response.status_code == 200, response.text
+        result = response.json()["results"][0]
+        cited = next(c for c in result["criteria"] if "citations" in c)
+        assert cited["citations"]["count"] == hand["citation_pairs"]
+        assert _judgments(database_url) - before["judgments"] == planned
 
 
 # --- judges loaded once, in a bounded set ---------------------------------------------------

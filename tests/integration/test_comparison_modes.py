@@ -132,9 +132,9 @@ def test_pairwise_judges_each_ordered_pair_once_and_scores_the_mean_win_share(
     ids = sorted(data.hashes)
     n = len(ids)
     assert n == 3
-    # Each completion plans both orders against each peer; each ordered pair is asked once.
-    assert first["judgments"] == n * 2 * (n - 1)
-    assert first["backend_requests"] == first["computed"] == n * (n - 1)
+    # Each completion plans both orders against each peer; each ordered pair is one judgment,
+    # counted and asked once (the two completions it compares share it).
+    assert first["judgments"] == first["backend_requests"] == first["computed"] == n * (n - 1)
     assert first["failed"] == 0
 
     # One judgment per ordered pair, stored with the completion shown first and the second,
@@ -262,7 +262,7 @@ def test_group_scores_eight_completions_together_in_shuffled_repeats(
     report = score_json(sqlite_url, "--mode", "group", "--source", "g8")
     repeats = JudgeSpec.model_fields["group_repeats"].default
     assert (report["backend_requests"], report["computed"]) == (repeats, repeats)
-    assert report["judgments"] == 8 * repeats  # each member plans the group's repeats
+    assert report["judgments"] == repeats  # each member plans the group's repeats: counted once
     data = stored(sqlite_url, "embedded:group", HAIKU)
     assert len(data.judgments) == repeats
     check_group(data, data.judgments, members)

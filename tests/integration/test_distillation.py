@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -18,7 +19,7 @@ from rubricsvc.judging.types import ChoiceRequest, ChoiceResult
 from rubricsvc.models import JudgeConfig, JudgeGate, JudgeGateStatus, LabelSet
 from rubricsvc.scoring.judge_configs import check_reward_use, latest_judge_config, stored_spec
 from tests.cli_runner import cli_error, cli_ok
-from tests.helpers import read_database
+from tests.helpers import blue_sea_rubric, read_database
 from tests.requirements import prepared_model_dir, require_module
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data/healthbench_m42_sample/data/sample"
@@ -288,3 +289,132 @@ def test_an_interrupted_training_resumes_from_its_last_checkpoint(tmp_path: Path
     ]
     # Steps 1 to 3, then only step 3 again: the resumed run did not redo the first two.
     assert logged == [1, 2, 3, 3]
+
+
+# A distilled student as the gate sees it: its weights are (backend, model, revision). No
+# model is there: the gate refuses before anything is loaded or judged, and once approved the
+# check-only rubric below is scored without a verdict.
+STUDENT = JudgeSpec(
+    name="student", backend="transformers", model="/runs/student/model", revision="f" * 64
+)
+SEA = blue_sea_rubric("gate/sea", "gate-sea", max_words=8)
+
+
+def test_a_refused_student_is_refused_in_every_mode_on_the_cli_the_api_and_the_trainer(
+    sqlite_url: str,
+) -> None:
+    """The student's gate holds for every config that serves its weights: the student in
+    every other mode, a config of the same weights under another name or in-process backend
+    or with no revision pinned, and a jury with the student as a member; not for a judge of
+    other weights. Once the gate approves the weights, the same configs serve."""
+    from rubricsvc import db
+    from rubricsvc.errors import RubricsvcError
+    from rubricsvc.judging.config import JurySpec
+    from rubricsvc.judging.modes import get_mode, mode_names
+    from rubricsvc.scoring.judge_configs import ensure_judge_config
+    from tests.api_harness import api_client, bearer
+    from trainer.config import ScorerSettings
+    from trainer.rewards import RubricReward
+    from trainer.scorers import InProcessScorer
+
+    other = JudgeSpec(name="other", backend="scripted", model="/runs/other/model")
+    aliases = [
+        STUDENT.model_copy(update={"name": "student-vllm", "backend": "vllm"}),
+        STUDENT.model_copy(update={"name": "student-unpinned", "revision": None}),
+        JudgeSpec(name="panel", jury=JurySpec(members=[other, STUDENT])),
+    ]
+
+    def decide(status: JudgeGateStatus) -> None:
+        engine = db.make_engine(sqlite_url)
+        try:
+            with db.session_scope(engine) as session:
+                for spec in [STUDENT, other, *aliases]:
+                    ensure_judge_config(session, spec)
+                row = latest_judge_config(session, STUDENT.name)
+                assert row is not None
+                session.add(JudgeGate(judge_config_id=row.id, status=status, report={}))
+        finally:
+            engine.dispose()
+
+    decide(JudgeGateStatus.REJECTED)
+    listed = cli_ok("judges", "list", database_url=sqlite_url).stdout.splitlines()
+    for name in ("student ", "student-vllm", "student-unpinned", "panel", "other "):
+        (line,) = [line for line in listed if line.lstrip("│ ").startswith(name)]
+        assert ("rejected" in line) == (name != "other "), line
+    # The built-in modes: a plugin mode another test module registers is not the CLI's concern here.
+    modes = [
+        None,
+        *(m for m in mode_names() if type(get_mode(m)).__module__.startswith("rubricsvc.")),
+    ]
+    # Where the check-only rubric is scored by its checks, no verdict asked for.
+    checked = {None, "criterion-prob", "criterion-text", "multi-criterion", "reference-relative"}
+    refused = [("student", mode) for mode in modes]
+    refused += [(spec.name, None) for spec in aliases]
+    refused += [("student-vllm", "holistic"), ("student-unpinned", "criterion-text")]
+
+    for judge, mode in refused:
+        error = cli_error(
+            "score", "--judge", judge, *(["--mode", mode] if mode else []), database_url=sqlite_url
+        )
+        assert "rejected of its promotion gate" in error, (judge, mode, error)
+        assert len(error.splitlines()) == 1, error
+    error = cli_error("score", "--judge", "student", "--mode", "holistic", database_url=sqlite_url)
+    assert "'student', whose weights it serves, is a rejected" in error
+    assert "whose weights a member serves" in cli_error(
+        "score", "--judge", "panel", database_url=sqlite_url
+    )
+
+    def trainer_rewards(judge: str, mode: str | None) -> list[float | None]:
+        scorer = InProcessScorer(ScorerSettings(database_url=sqlite_url, judge=judge, mode=mode))
+        try:
+            return RubricReward(scorer=scorer)(
+                prompts=[[{"role": "user", "content": "Write one sentence about the sea."}]],
+                completions=[[{"role": "assistant", "content": "A blue sea."}]],
+                prompt_id=["gate-sea"],
+            )
+        finally:
+            scorer.close()
+
+    for judge, mode in refused:
+        with pytest.raises(RubricsvcError, match="rejected of its promotion gate"):
+            trainer_rewards(judge, mode)
+
+    item = {"prompt_id": "gate-sea", "completion": "A blue sea."}
+    with api_client(sqlite_url, [SEA]) as (client, keys):
+        score = bearer(keys["score"])
+
+        def api_rewards(judge: str, mode: str | None) -> Any:
+            body = {"judge": judge, "mode": mode, "items": [item]}
+            return client.post("/v1/rewards", json=body, headers=score)
+
+        for judge, mode in refused:
+            response = api_rewards(judge, mode)
+            assert response.status_code == 422, (judge, mode, response.text)
+            assert "rejected of its promotion gate" in response.json()["error"]["message"]
+        for judge in ("student", "panel"):
+            response = client.post(
+                "/v1/openrlhf/reward",
+                params={"judge": judge},
+                json={"query": ["Q: A blue sea."], "prompts": ["Q: "], "labels": ["gate-sea"]},
+                headers=score,
+            )
+            assert response.status_code == 422, (judge, response.text)
+        for mode in ("holistic", "pairwise"):
+            job = {"judge": "student", "mode": mode, "prompt_ids": ["gate-sea"]}
+            response = client.post("/v1/score-jobs", json=job, headers=score)
+            assert response.status_code == 422, (mode, response.text)
+            assert "rejected of its promotion gate" in response.json()["error"]["message"]
+        # Other weights were never gated: served in the same modes all along.
+        for mode in checked:
+            assert api_rewards("other", mode).json()["rewards"] == [pytest.approx(1.0)]
+
+        # The gate approves the weights: every config of them serves, in every mode.
+        decide(JudgeGateStatus.APPROVED)
+        # (Only where the checks score the rubric: the other modes would load the model.)
+        served = [(judge, mode) for judge, mode in refused if mode in checked]
+        for judge, mode in served:
+            response = api_rewards(judge, mode)
+            assert response.status_code == 200, (judge, mode, response.text)
+            assert response.json()["rewards"] == [pytest.approx(1.0)]
+    for judge, mode in served:
+        assert trainer_rewards(judge, mode) == [pytest.approx(1.0)]

@@ -363,7 +363,9 @@ def test_three_samples_of_a_decoding_judge_are_three_seeded_configs(
     )
     report = _score(session, module.provider, spec, [completion.id])
     assert report.judgments == 3
-    assert report.backend_requests == 3
+    # One request per sample, and one control call (the canary) per reply that could not be
+    # read: the small judge often writes no verdict line.
+    assert report.backend_requests == 3 + report.failed
     configs = session.scalars(
         select(JudgeConfig).where(JudgeConfig.name.like("warm3/warm#%")).order_by(JudgeConfig.name)
     ).all()

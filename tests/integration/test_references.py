@@ -231,4 +231,7 @@ def test_holistic_on_the_rubrics_scale_refuses_an_off_scale_score(session: Sessi
     (scored,) = report.scores
     assert scored.value is None and scored.status == "masked"  # never a 0
     assert report.failures["judge"] == 1
-    assert len(backend.requests) == 1  # greedy: the same reply again would not help
+    # Greedy: the same reply again would not help, so no retry; the one extra call is the
+    # canary (the response replaced by a neutral text), which fails too: the judge's failure.
+    assert len(backend.requests) == 2
+    assert "The moon." not in str(backend.requests[1].chat)

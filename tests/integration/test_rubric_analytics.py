@@ -29,6 +29,7 @@ from rubricsvc.rubrics.analytics import (
     rubric_analytics,
 )
 from rubricsvc.rubrics.schemas import RubricSpec
+from rubricsvc.scoring.attribution import CANARY_RESPONSE
 from rubricsvc.scoring.selection import Selection
 from rubricsvc.scoring.service import ScoreOptions, score
 
@@ -90,14 +91,15 @@ def _parts(request: GenerationRequest) -> tuple[str, str]:
 
 def marker_judge(request: GenerationRequest) -> str | BackendError:
     """YES when the criterion's upper-case marker word is in the response ("Is polite": always);
-    unparseable on "Cites a SOURCE" when the response says GARBLE; OVERFLOW and OUTAGE fail
+    unparseable on "Cites a SOURCE" when the response says GARBLE and on the canary's neutral
+    response too (so those failures are the judge's, not the response's); OVERFLOW and OUTAGE fail
     the call like a too-long response and an unreachable backend."""
     criterion, response = _parts(request)
     if "OVERFLOW" in response:
         return ContextLengthError(5000, 2048)
     if "OUTAGE" in response:
         return BackendError("HTTP 503", retryable=True, status=503)
-    if "SOURCE" in criterion and "GARBLE" in response:
+    if "SOURCE" in criterion and ("GARBLE" in response or response == CANARY_RESPONSE):
         return "I cannot tell, sorry!"
     marker = next((word for word in criterion.split() if word.isupper() and len(word) > 1), None)
     met = marker is None or marker in response

@@ -98,7 +98,9 @@ def test_garbage_is_retried_then_stored_as_failed_and_masked(session: Session) -
     # A judge that samples: asking again may give a parseable reply, so the garbage is retried.
     report = _run(session, backend, retries=2, temperature=0.7)
     assert (report.computed, report.failed) == (3, 1)
-    assert report.backend_requests == 4 + 2  # one first try each, two retries of the garbage
+    # One first try each, two retries of the garbage, and one control call (the canary): it
+    # fails too (this judge fails on the criterion whatever it is shown), so it is the judge's.
+    assert report.backend_requests == 4 + 2 + 1
     failed = session.scalars(select(Judgment).where(Judgment.status == JudgmentStatus.FAILED)).one()
     assert failed.attempts == 3
     assert failed.value is None
@@ -129,7 +131,7 @@ def test_garbage_at_temperature_0_is_not_retried(session: Session) -> None:
 
     report = _run(session, ScriptedBackend(text=judge), retries=2, temperature=0.0)
     assert (report.computed, report.failed) == (3, 1)
-    assert report.backend_requests == 4  # no retry of the garbage
+    assert report.backend_requests == 4 + 1  # no retry of the garbage; its canary
     assert report.failures["judge"] == 1
     failed = session.scalars(select(Judgment).where(Judgment.status == JudgmentStatus.FAILED)).one()
     assert failed.attempts == 1 and failed.failure == "judge"
@@ -154,7 +156,10 @@ def test_non_retryable_errors_are_not_retried(session: Session) -> None:
         text=lambda _r: BackendError("HTTP 400 bad request", retryable=False, status=400)
     )
     report = _run(session, backend, retries=3)
-    assert report.backend_requests == 4
+    # Not retried; a 400 may be the judged text's doing, so each is asked once more with it
+    # replaced (the canary), and refused again: outside the response's reach, masked.
+    assert report.backend_requests == 4 + 4
+    assert report.failures == {"infrastructure": 4, "judge": 0, "response": 0}
     assert report.scores[0].status == "masked"
 
 

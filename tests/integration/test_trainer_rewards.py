@@ -7,21 +7,25 @@ exercised by the GRPO tests.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import pickle
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from rubricsvc.db import make_engine, session_scope
 from rubricsvc.errors import RubricsvcError
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from tests.helpers import approve_rubrics, blue_sea_rubric
-from tests.requirements import require_module
+from tests.requirements import prepared_model_dir, require_module, unavailable
 from trainer.adapters.verl import compute_score
 from trainer.config import ScorerSettings, ScorerVia
 from trainer.rewards import AsyncRubricReward, RubricReward
@@ -231,6 +235,91 @@ def test_openrlhf_reward_func_with_openrlhfs_signature(
     masked = reward_func([storm + " Wind."], [storm], ["tr-judged"])
     assert masked["rewards"].tolist() == [-1.0]
     assert masked["extra_logs"]["rubric_masked"].tolist() == [1.0]
+
+
+OPENRLHF = "openrlhf==0.11.2"  # as the Makefile installs it, without its dependencies
+
+
+def _openrlhf_agent(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """OpenRLHF's ``openrlhf/utils/agent.py`` (``SingleTurnAgentExecutor``), loaded from its
+    file: the package's ``utils/__init__`` imports its training stack (deepspeed, sympy, ...),
+    which the reward client needs none of. Its one import from the package, the logger module,
+    is loaded from its own file too; nothing of OpenRLHF is replaced."""
+    found = importlib.util.find_spec("openrlhf")
+    if found is None or not found.submodule_search_locations:
+        unavailable(
+            f"openrlhf is not installed (`make setup` installs it: pip install --no-deps {OPENRLHF})"
+        )
+    require_module("aiohttp", "dev")
+    utils = Path(next(iter(found.submodule_search_locations))) / "utils"
+
+    def load(name: str, path: Path) -> ModuleType:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, name, module)
+        spec.loader.exec_module(module)
+        return module
+
+    load("openrlhf.utils.logging_utils", utils / "logging_utils.py")
+    return load("openrlhf.utils.agent", utils / "agent.py")
+
+
+class _Policy:
+    """The vLLM engine's place in ``SingleTurnAgentExecutor.execute``: it "generates" the given
+    token ids, as a policy that ends its turn does."""
+
+    def __init__(self, token_ids: list[int]) -> None:
+        self.token_ids = token_ids
+
+    async def generate(self, prompt_token_ids: list[int], params: Any, **_: Any) -> Any:
+        output = SimpleNamespace(token_ids=self.token_ids, finish_reason="stop", logprobs=None)
+        return SimpleNamespace(outputs=[output])
+
+
+@pytest.mark.model
+def test_openrlhfs_own_client_gets_one_reward_with_or_without_the_end_of_turn_token(
+    api: str, database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenRLHF 0.11's ``SingleTurnAgentExecutor`` decodes prompt and response with
+    ``skip_special_tokens=False``, so a response that ends its turn ends in ``<|im_end|>``:
+    the server takes it off, and the reward is exactly that of the response without it."""
+    require_module("transformers", "transformers")
+    from transformers import AutoTokenizer
+
+    from rubricsvc.models import Completion
+
+    agent = _openrlhf_agent(monkeypatch)
+    tokenizer = AutoTokenizer.from_pretrained(str(prepared_model_dir()))
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Describe a storm."}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    response = "The wind howls and the rain beats on the roof."
+    ids = tokenizer(text=response, add_special_tokens=False)["input_ids"]
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    url = f"{api}/v1/openrlhf/reward?api_key={os.environ['RUBRICSVC_REWARD_API_KEY']}"
+    executor = agent.SingleTurnAgentExecutor(remote_rm_url=url)
+    params = SimpleNamespace(max_tokens=64, logprobs=None)
+
+    def reward(token_ids: list[int]) -> Any:
+        run = executor.execute(prompt, "tr-judged", params, 512, tokenizer, _Policy(token_ids))
+        return asyncio.run(run)
+
+    ended, plain = reward([*ids, end]), reward(ids)
+    # What OpenRLHF sent: the decoded query ends in the token in one, not in the other.
+    assert tokenizer.decode(ended["observation_tokens"], skip_special_tokens=False).endswith(
+        response + "<|im_end|>"
+    )
+    assert ended["reward"] is not None and ended["extra_logs"]["rubric_masked"] == [0.0]
+    assert (ended["reward"], ended["scores"]) == (plain["reward"], plain["scores"])
+    # One completion: the same response with or without the token (judged once, then cached).
+    engine = make_engine(database)
+    with session_scope(engine) as session:
+        texts = session.scalars(select(Completion.text).where(Completion.source == "openrlhf"))
+        assert list(texts) == [response]
+    engine.dispose()
 
 
 def test_http_rewards_wait_for_a_server_that_is_still_starting(

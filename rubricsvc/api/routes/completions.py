@@ -15,15 +15,16 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from rubricsvc.api.boundary import CheckedRoute
 from rubricsvc.api.deps import app_state, db, require
 from rubricsvc.api.errors import ApiError, field_path
-from rubricsvc.api.numbers import CheckedRoute, bad_number
 from rubricsvc.api.routes.common import Paging, completion_out, paged_rows
 from rubricsvc.api.schemas import MAX_ID, CompletionOut, IngestOut, Page
 from rubricsvc.api.state import AppState
 from rubricsvc.apikeys import Scope
 from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.errors import NotFoundError
+from rubricsvc.inputpolicy import MAX_DEPTH, find_refusal, loads_json
 from rubricsvc.models import Completion, Prompt
 
 router = APIRouter(prefix="/v1/completions", tags=["completions"], route_class=CheckedRoute)
@@ -75,20 +76,29 @@ def ingest(
 async def ingest_jsonl(
     request: Request, state: AppState = Depends(app_state), session: Session = Depends(db)
 ) -> IngestOut:
-    text = (await request.body()).decode("utf-8", errors="replace")
+    body = await request.body()
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        newlines = body.count(b"\n", 0, err.start)
+        where = f"line.{newlines + 1}"
+        raise ApiError(422, f"{where}: not UTF-8 text: {err.reason}", where) from None
     records: list[tuple[str, CompletionRecord]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         where = f"line.{number}"
         try:
-            data = json.loads(line)
+            data = loads_json(line)
         except json.JSONDecodeError as err:
             raise ApiError(422, f"{where}: invalid JSON: {err.msg}", where) from None
-        unusable = bad_number(data)
-        if unusable is not None:
-            field = field_path([where, *unusable[0]])
-            raise ApiError(422, f"{field}: {unusable[1]}", field)
+        except RecursionError:
+            message = f"holds values nested more than {MAX_DEPTH} levels deep"
+            raise ApiError(422, f"{where}: {message}", where) from None
+        refusal = find_refusal(data)
+        if refusal is not None:
+            field = field_path([where, *refusal.where])
+            raise ApiError(422, f"{field}: {refusal.message}", field)
         try:
             records.append((where, CompletionRecord.model_validate(data)))
         except ValidationError as err:

@@ -14,9 +14,9 @@ from dataclasses import asdict, replace
 from fastapi import APIRouter, Depends, Path, Response
 from sqlalchemy.orm import Session
 
+from rubricsvc.api.boundary import CheckedRoute
 from rubricsvc.api.deps import app_state, db, require
 from rubricsvc.api.errors import ApiError
-from rubricsvc.api.numbers import CheckedRoute
 from rubricsvc.api.routes.common import Paging
 from rubricsvc.api.schemas import JobIn, Page
 from rubricsvc.api.state import AppState
@@ -68,13 +68,13 @@ def submit_job(
     spec = find_reward_judge(session, body.judge, body.mode)
     if state.local_jobs() is not None:
         state.judges.check(spec)  # this server runs the job: its model must fit the kept set
-    check_job_work(state, session, selection)
+    plan = check_job_work(state, session, spec, selection)
     options = score_options(
         state.settings.scoring, aggregation=body.aggregation, min_coverage=body.min_coverage
     )
     send = Delivery(_dispatcher(state))
     submission = lifecycle.submit(
-        session, send, spec, selection, options, state.settings.jobs.chunk_judgments
+        session, send, spec, selection, options, state.settings.jobs.chunk_judgments, plan
     )
     session.commit()  # the chunks are sent (or started) once this commit is done
     if send.error is not None:

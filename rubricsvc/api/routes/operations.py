@@ -7,9 +7,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
+from rubricsvc.api.boundary import CheckedRoute
 from rubricsvc.api.deps import app_state, db, require
 from rubricsvc.api.metrics import CONTENT_TYPE
-from rubricsvc.api.numbers import CheckedRoute
 from rubricsvc.api.schemas import JudgeOut
 from rubricsvc.api.state import AppState
 from rubricsvc.apikeys import Scope

@@ -6,8 +6,8 @@ from fastapi import APIRouter, Depends, Path, Query, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from rubricsvc.api.boundary import CheckedRoute
 from rubricsvc.api.deps import db, require
-from rubricsvc.api.numbers import CheckedRoute
 from rubricsvc.api.routes.common import Paging, paged_rows, prompt_out
 from rubricsvc.api.schemas import CreatedPrompt, Page, PromptIn, PromptOut
 from rubricsvc.apikeys import Scope

@@ -14,9 +14,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
+from rubricsvc.api.boundary import CheckedRoute
 from rubricsvc.api.deps import app_state, require, require_with_query_key
 from rubricsvc.api.errors import DEFAULT_RETRY_AFTER, ApiError
-from rubricsvc.api.numbers import CheckedRoute
 from rubricsvc.api.schemas import OpenRLHFIn, OpenRLHFOut, RewardsIn, RewardsOut
 from rubricsvc.api.state import AppState
 from rubricsvc.api.work import check_reward_work
@@ -32,6 +32,7 @@ from rubricsvc.scoring.rewards import (
     compute_rewards,
     fill_masked,
     parse_masked,
+    without_end_tokens,
 )
 
 router = APIRouter(tags=["rewards"], route_class=CheckedRoute)
@@ -51,8 +52,13 @@ def _rewards(
     if len(requests) > limit:
         raise ApiError(413, f"{len(requests)} items: at most {limit} per request", "body.items")
     drafts = state.settings.scoring.use_drafts if include_drafts is None else include_drafts
+    # The policy's end-of-turn tokens are no part of its response: the same text with or
+    # without them is one completion, one reward.
+    requests = without_end_tokens(requests, state.settings.api.end_tokens)
     # Refused before anything is stored or judged: a judge past the kept set, too much work.
-    spec = check_reward_work(state, requests, judge=judge, mode=mode, include_drafts=drafts)
+    spec = check_reward_work(
+        state, requests, judge=judge, mode=mode, include_drafts=drafts, source=source
+    )
     options = score_options(
         state.settings.scoring, aggregation=aggregation, min_coverage=min_coverage
     )

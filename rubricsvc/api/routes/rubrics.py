@@ -13,9 +13,9 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from rubricsvc.api.boundary import CheckedRoute
 from rubricsvc.api.deps import app_state, db, require
 from rubricsvc.api.errors import ApiError, backend_unavailable
-from rubricsvc.api.numbers import CheckedRoute
 from rubricsvc.api.routes.common import Paging, paged_rows, version_out
 from rubricsvc.api.schemas import (
     DraftOut,

@@ -29,13 +29,16 @@ class BackendError(RubricsvcError):
 class ContextLengthError(BackendError):
     """The request does not fit the model's context; never silently truncated, never retried."""
 
-    def __init__(self, tokens: int, limit: int) -> None:
+    def __init__(self, tokens: int, limit: int, unit: str = "tokens") -> None:
+        # ``unit``: "tokens", or "characters" where only a character bound is known (a remote
+        # judge's ``max_prompt_chars``, vLLM's bound of context x the longest token's length).
         super().__init__(
-            f"prompt of {tokens} tokens exceeds the model's context of {limit} tokens",
+            f"prompt of {tokens} {unit} exceeds the model's context of {limit} {unit}",
             retryable=False,
         )
         self.tokens = tokens
         self.limit = limit
+        self.unit = unit
 
 
 @runtime_checkable

@@ -5,7 +5,9 @@ time. Choice probabilities come from the first reply token's ``top_logprobs``: a
 shows only the top-k tokens, so a choice outside them is left out of the result rather
 than guessed. When the served model is a local folder (as with vLLM serving a directory),
 its tokenizer lets the backend refuse multi-token choices and over-long prompts before
-any call; otherwise the server's own 400 answer is mapped to the same errors.
+any call; ``max_prompt_chars`` bounds a remote model's prompts in characters before any call;
+otherwise the server's own 400 answer (in tokens, or vLLM's bound in characters) is mapped to
+the same errors, and any other 400 goes through the failure's attribution (a control call).
 
 The server tokenizes what it is sent, special-token strings included, so message content
 leaves here with those strings broken (``judging.neutral``): the common chat families',
@@ -46,6 +48,9 @@ _CONTEXT_LIMIT = re.compile(r"maximum context length is (\d+) tokens")
 _CONTEXT_TOKENS = re.compile(
     r"(?:contains (?:at least )?|resulted in |requested )(\d+) (?:input )?tokens"
 )
+# vLLM's check before tokenizing: "... However, your prompt contains 9000 characters (more than
+# 8192 characters, which is the upper bound for 2047 input tokens) ...".
+_CONTEXT_CHARACTERS = re.compile(r"contains (\d+) characters \(more than (\d+) characters")
 
 
 def _import_openai() -> Any:
@@ -114,15 +119,20 @@ class OpenAIBackend:
         tokenizer: str | Path | None = None,
         max_retries: int = 0,
         special_tokens: Sequence[str] = (),
+        max_prompt_chars: int | None = None,
     ) -> None:
         # ``tokenizer`` defaults to ``model`` when that names a local folder. The client
         # retries nothing by default: callers retry what ``retryable`` allows, with backoff.
+        # ``max_prompt_chars``: a prompt whose messages hold more characters than this is refused
+        # before any call, as overflowing (for a remote model whose tokenizer is not at hand;
+        # vLLM's own bound is the context in tokens times the longest token's length).
         self._openai = _import_openai()
         self.base_url = base_url
         self.model = model
         self.api_key_env = api_key_env  # the variable's name; the key itself is not kept
         self.timeout = timeout
         self.context_limit = max_context
+        self.max_prompt_chars = max_prompt_chars
         self.top_logprobs = top_logprobs
         self.tokenizer = _load_local_tokenizer(tokenizer or model)
         self.choices = None if self.tokenizer is None else ChoiceTokens(self.tokenizer, model)
@@ -148,7 +158,12 @@ class OpenAIBackend:
     # -- local checks (only with a tokenizer) -------------------------------------------
 
     def _check_request(self, chat: Chat, reply_tokens: int, choices: Sequence[str] = ()) -> None:
-        """Refuse multi-token choices and prompts over ``max_context`` before any call."""
+        """Refuse prompts over ``max_prompt_chars``, and (with a tokenizer) multi-token choices
+        and prompts over ``max_context``, before any call."""
+        if self.max_prompt_chars is not None:
+            chars = sum(len(str(m["content"])) for m in chat)
+            if chars > self.max_prompt_chars:
+                raise ContextLengthError(chars, self.max_prompt_chars, unit="characters")
         if self.tokenizer is None or self.choices is None:
             return
         for choice in choices:
@@ -327,11 +342,18 @@ def _server_message(err: Any) -> str:
 
 
 def _context_length_error(message: str) -> ContextLengthError | None:
-    """A ``ContextLengthError`` from a server's 400 message, when it gives both numbers."""
+    """A ``ContextLengthError`` from a server's 400 message, when it gives both numbers (in
+    tokens, or in characters for vLLM's bound before tokenizing)."""
     limit = _CONTEXT_LIMIT.search(message)
     tokens = _CONTEXT_TOKENS.search(message)
-    if limit is None or tokens is None:
+    characters = _CONTEXT_CHARACTERS.search(message)
+    if characters is not None:
+        error = ContextLengthError(
+            int(characters.group(1)), int(characters.group(2)), unit="characters"
+        )
+    elif limit is not None and tokens is not None:
+        error = ContextLengthError(int(tokens.group(1)), int(limit.group(1)))
+    else:
         return None
-    error = ContextLengthError(int(tokens.group(1)), int(limit.group(1)))
     error.status = 400
     return error

@@ -1,8 +1,9 @@
 """From rulings to a score, for every mode and for scoring and audits alike.
 
-A failed judgment is masked unless the response caused it (it overflows the judge's
-context): then it counts at its worst value, so provoking a failure never pays, unless
-the policy says to mask that too.
+A failed judgment is masked unless the response caused it (it overflows the judge's context,
+or the judge fails on it but not on a neutral text in its place: ``scoring.attribution``):
+then it counts at its worst value, so provoking a failure never pays, unless the policy says
+to mask that too.
 """
 
 from __future__ import annotations
@@ -41,6 +42,18 @@ def charged_value(ruling: Ruling, policy: ResponseFailurePolicy, weight: float) 
     return None
 
 
+def charged_to(ruling: Ruling, response_hash: str, policy: ResponseFailurePolicy) -> bool | None:
+    """For a failed comparison (pairwise, group) charged to responses: whether the response
+    ``response_hash`` is one of those that caused it (True), or a bystander whose comparison is
+    left out (False); None when the ruling is no such failure or the policy masks it."""
+    if ruling.value is not None or charged_value(ruling, policy, 1.0) is None:
+        return None
+    culprits = (ruling.detail or {}).get("attribution", {}).get("culprits")
+    if culprits is None:
+        return None
+    return response_hash in culprits
+
+
 def plain_outcome(criterion: RubricCriterion, ruling: Ruling) -> Outcome:
     """A criterion's outcome from its judgment's value."""
     view = criterion.view
@@ -68,6 +81,10 @@ def assess_criteria(
             assessment.verdicts.append(ruling.value)
         if "failure" in entry:
             assessment.failures[entry["failure"]] += 1
+        # Citation checks the claims made fail, each counted as that claim unsupported.
+        assessment.failures[FailureClass.RESPONSE.value] += entry.get("citations", {}).get(
+            "unjudgeable", 0
+        )
     result = aggregate(
         options.aggregation,
         outcomes,
@@ -85,7 +102,8 @@ def assess_criteria(
     if worst:
         assessment.reasons = [
             f"{worst} criteria scored at their worst value: the response could not be "
-            "judged (it does not fit the judge's context)",
+            "judged (it does not fit the judge's context, or the judge fails on it and not "
+            "without it)",
             *result.reasons,
         ]
     return assessment
@@ -114,7 +132,9 @@ def _criterion_outcome(
         "theme": view.theme,
     }
     if criterion.citations:
-        fields, value = citations_outcome(plan.citations[criterion.id], rulings)
+        fields, value = citations_outcome(
+            plan.citations[criterion.id], rulings, options.response_failure
+        )
         entry.update(fields, value=value)
         return entry, plain_outcome(criterion, Ruling(value))
     if criterion.check is not None and criterion.check["type"] in TRAJECTORY_CHECKS:

@@ -8,8 +8,10 @@ document, cut to the passages that bear on the claim (``judging.evidence``), sup
 claim: one forward pass for P(yes) in ``criterion-prob``, a reasoned verdict line in the modes
 that decode. A pair whose label names no document is unsupported without asking. The
 criterion's value is the mean support over the pairs (the expected share of supported
-citations); a response that cites nothing scores 0 on it. Any failed check masks the criterion,
-as a failed judgment masks any judged criterion.
+citations); a response that cites nothing scores 0 on it. A check the claim itself made fail
+(class ``response``: decided by a control call, ``scoring.attribution``) counts as that claim
+unsupported; any other failed check masks the criterion, as a failed judgment masks any judged
+criterion.
 
 The question, the template and the passage budget are the mode's own wording: they are hashed
 through each per-criterion mode's ``wording`` version.
@@ -27,7 +29,7 @@ from rubricsvc.judging import keys
 from rubricsvc.judging import verdicts as v
 from rubricsvc.judging.citations import extract_citations
 from rubricsvc.judging.evidence import relevant_passages
-from rubricsvc.judging.failures import FailureClass
+from rubricsvc.judging.failures import FailureClass, ResponseFailurePolicy
 from rubricsvc.judging.modes import text
 from rubricsvc.judging.modes.base import (
     Call,
@@ -167,18 +169,32 @@ def split_citation_items(items: Sequence[Item]) -> tuple[list[Item], list[Item]]
 
 
 def citations_outcome(
-    plan: CitationPlan, rulings: Mapping[str, Ruling]
+    plan: CitationPlan,
+    rulings: Mapping[str, Ruling],
+    response_failure: ResponseFailurePolicy = ResponseFailurePolicy.WORST,
 ) -> tuple[dict[str, Any], float | None]:
     """A citations criterion's entry fields and value: the mean support over its pairs (0
-    when the response cites nothing), or None (masked) when a check failed."""
+    when the response cites nothing), or None (masked) when a check failed for a reason out
+    of the response's reach. A check the claim itself made fail (class ``response``) counts
+    as that claim unsupported, so adding an unjudgeable claim never lifts a score."""
     values: list[float] = []
     unsupported: list[dict[str, Any]] = []
+    charged = 0
     for pair, key in plan.pairs:
         if key is None:
             values.append(0.0)
             unsupported.append(_listed(pair, NO_DOCUMENT, None))
             continue
         ruling = rulings.get(key, Ruling(None, error="not judged"))
+        if (
+            ruling.value is None
+            and ruling.failure == FailureClass.RESPONSE.value
+            and response_failure == ResponseFailurePolicy.WORST
+        ):
+            charged += 1
+            values.append(0.0)
+            unsupported.append(_listed(pair, f"the claim could not be judged: {ruling.error}", 0.0))
+            continue
         if ruling.value is None:
             failure = ruling.failure or FailureClass.INFRASTRUCTURE.value
             error = f"citation [{pair.label}]: {ruling.error or 'not judged'}"
@@ -189,6 +205,7 @@ def citations_outcome(
     supported = sum(1 for value in values if value >= SUPPORTED)
     detail = {
         "count": len(values),
+        "unjudgeable": charged,
         "supported": supported,
         "supported_ratio": supported / len(values) if values else 0.0,
         "unsupported": unsupported,

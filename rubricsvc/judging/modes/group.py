@@ -6,7 +6,9 @@ each repeat shows the group in another order (shuffled by the repeat's key, so t
 repeat always shows the same order and is cached like any judgment) and a completion's value
 is the mean of its scores over the repeats; the spread between repeats is kept. Every member
 of a group plans the same judgments (keyed on the group's content and the repeat), so a group
-costs ``group_repeats`` calls, whichever member asks first.
+costs ``group_repeats`` calls, whichever member asks first. A judgment that a member's response
+made fail (``scoring.attribution``) gives that member its worst score, 0, and the others the
+scores of the same call with that member replaced by a neutral text.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from typing import Any
 from rubricsvc.judging import keys
 from rubricsvc.judging import verdicts as v
 from rubricsvc.judging.aggregation import Status
+from rubricsvc.judging.failures import FailureClass
 from rubricsvc.judging.modes import text
-from rubricsvc.judging.modes.assess import NOT_JUDGED, failure_class
+from rubricsvc.judging.modes.assess import NOT_JUDGED, charged_to, failure_class
 from rubricsvc.judging.modes.base import (
     Assessment,
     AssessOptions,
@@ -152,9 +155,15 @@ class Group:
         values: list[float] = []
         for repeat, item in enumerate(plan.items):
             ruling = rulings.get(item.key, NOT_JUDGED)
-            scores = (ruling.detail or {}).get("scores", {})
+            charged = charged_to(ruling, case.response_hash, options.response_failure)
+            # Judged again with the members that broke it replaced (``scoring.attribution``).
+            rest = (ruling.detail or {}).get("attribution", {}).get("rest") or {}
+            detail = rest if charged is False else (ruling.detail or {})
+            scores = detail.get("scores", {})
             value = scores.get(case.response_hash) if ruling.value is not None else None
-            order = (ruling.detail or {}).get("order")
+            if charged is False:
+                value = scores.get(case.response_hash)
+            order = detail.get("order")
             entry: dict[str, Any] = {
                 "repeat": repeat,
                 "weight": 1.0,  # as a criterion row reads: each repeat counts alike
@@ -164,12 +173,18 @@ class Group:
                 "order": order,
                 "judgment_id": ruling.judgment_id,
             }
+            assessment.verdicts.append(value)
+            if charged:
+                # This response broke the group's judgment: its worst score.
+                value = 0.0
+                assessment.failures[FailureClass.RESPONSE.value] += 1
+                entry.update(status="unjudgeable", value=value, error=ruling.error)
             if value is None:
-                assessment.failures[failure_class(ruling)] += 1
+                if charged is None:
+                    assessment.failures[failure_class(ruling)] += 1
                 entry["error"] = ruling.error or "the group's judgment has no score for it"
             else:
                 values.append(value)
-            assessment.verdicts.append(value)
             assessment.criteria.append(entry)
         if not plan.items:
             return assessment

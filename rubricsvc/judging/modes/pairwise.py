@@ -9,7 +9,8 @@ first response's chance of winning, P(1) + P(0)/2; a case reads each order from 
 and averages them, so a judge that prefers whatever comes first cancels out, and an order
 whose verdict the other order contradicts is recorded as a position inconsistency. The
 completion's score is its mean chance of winning against its peers, usable as a reward.
-A comparison that failed is left out, never counted as a loss.
+A comparison that failed is left out, never counted as a loss, unless a response caused it
+(``scoring.attribution``): then it is that response's loss (its worst value) and its peer's win.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from typing import Any
 from rubricsvc.judging import keys
 from rubricsvc.judging import verdicts as v
 from rubricsvc.judging.aggregation import Status
+from rubricsvc.judging.failures import FailureClass
 from rubricsvc.judging.modes import text
-from rubricsvc.judging.modes.assess import NOT_JUDGED, failure_class
+from rubricsvc.judging.modes.assess import NOT_JUDGED, charged_to, failure_class
 from rubricsvc.judging.modes.base import (
     Assessment,
     AssessOptions,
@@ -92,6 +94,12 @@ def ordered_pair_keys(case: Case, peer: CompletionView) -> tuple[str, str]:
     )
 
 
+# A comparison one of its responses made fail is that response's loss (its worst value) and so
+# the other's win, read from either side: the first shown wins, or the second does.
+FIRST_WINS = Ruling(1.0, "first")
+SECOND_WINS = Ruling(0.0, "second")
+
+
 def win_share(forward: Ruling, backward: Ruling) -> tuple[float | None, bool | None]:
     """This response's chance of beating the peer from the two orders' rulings (forward: this
     shown first), and whether the orders agree (None unless both were judged)."""
@@ -145,9 +153,18 @@ class Pairwise:
         compared = [p for p in case.peers if p.response_hash != case.response_hash]
         for peer in compared:
             forward_key, backward_key = ordered_pair_keys(case, peer)
-            forward = rulings.get(forward_key, NOT_JUDGED)
-            backward = rulings.get(backward_key, NOT_JUDGED)
+            given = (rulings.get(forward_key, NOT_JUDGED), rulings.get(backward_key, NOT_JUDGED))
+            charged = [charged_to(r, case.response_hash, options.response_failure) for r in given]
+            # An order this response broke counts as its loss; one its peer broke, as its win.
+            forward = (
+                given[0] if charged[0] is None else (SECOND_WINS if charged[0] else FIRST_WINS)
+            )
+            backward = (
+                given[1] if charged[1] is None else (FIRST_WINS if charged[1] else SECOND_WINS)
+            )
             share, consistent = win_share(forward, backward)
+            if any(c is not None for c in charged):
+                consistent = None  # a charged loss says nothing of the judge's position bias
             entry: dict[str, Any] = {
                 "peer": peer.id,
                 # As a criterion row reads (weight, text): each peer counts alike.
@@ -161,9 +178,14 @@ class Pairwise:
                 "verdicts": [forward.label, backward.label],
                 "consistent": consistent,
             }
-            for ruling in (forward, backward):
+            for ruling, charge in zip(given, charged, strict=True):
                 assessment.verdicts.append(ruling.value)
-                if ruling.value is None:
+                if charge:
+                    assessment.failures[FailureClass.RESPONSE.value] += 1
+                    entry.update(status="unjudgeable", error=ruling.error)
+                elif charge is False:
+                    entry["note"] = f"the peer could not be judged, a win: {ruling.error}"
+                elif ruling.value is None:
                     assessment.failures[failure_class(ruling)] += 1
                     entry.setdefault("error", ruling.error)
             assessment.criteria.append(entry)

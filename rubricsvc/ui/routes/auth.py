@@ -14,6 +14,7 @@ from rubricsvc.ui.deps import (
     Reviewer,
     UiState,
     checked_form,
+    checked_parameters,
     current_reviewer,
     signer,
     ui_state,
@@ -22,7 +23,9 @@ from rubricsvc.ui.routes.common import redirect, safe_next
 from rubricsvc.ui.session import SESSION_COOKIE, SIGN_IN_COOKIE, SIGN_IN_SECONDS
 from rubricsvc.ui.templating import render
 
-router = APIRouter(prefix="/ui", include_in_schema=False)
+router = APIRouter(
+    prefix="/ui", include_in_schema=False, dependencies=[Depends(checked_parameters)]
+)
 
 
 @router.get("/")

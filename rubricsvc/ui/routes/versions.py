@@ -21,6 +21,7 @@ from rubricsvc.ui.deps import (
     Reviewer,
     UiState,
     checked_form,
+    checked_parameters,
     current_reviewer,
     page_db,
     require_scope,
@@ -30,7 +31,9 @@ from rubricsvc.ui.editing import CATEGORIES, edited_spec, form_of, posted_form
 from rubricsvc.ui.routes.common import redirect
 from rubricsvc.ui.templating import render
 
-router = APIRouter(prefix="/ui/versions", include_in_schema=False)
+router = APIRouter(
+    prefix="/ui/versions", include_in_schema=False, dependencies=[Depends(checked_parameters)]
+)
 
 
 def _version(session: Session, version_id: int) -> RubricVersion:

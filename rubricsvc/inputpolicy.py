@@ -1,0 +1,199 @@
+"""What every door accepts: one rule for text and data that arrive from outside (API bodies,
+query strings, files, importers, the review pages' forms). docs/api.md ("Input policy") says it
+for users; this module is the only place that decides it.
+
+Text is kept exactly as given (no normalization, no replacement: content hashes are over the
+exact characters) unless it cannot be stored exactly, and then it is refused, naming the field:
+
+- a lone surrogate (U+D800-U+DFFF on its own) is not Unicode text: it cannot be encoded as
+  UTF-8, so it can be neither hashed nor stored;
+- NUL (U+0000) cannot be stored by PostgreSQL (text or JSON), so it is refused on every
+  database alike.
+
+Every other character is data: other control characters, bidirectional overrides, non-NFC
+forms and look-alike letters are stored, hashed and judged as given (the judge's neutralizer
+deals with special tokens; the review pages render everything as text).
+
+Structured data is JSON's: an object naming a key twice is refused (parsers disagree on which
+one wins), as are values nested more than ``MAX_DEPTH`` levels deep, numbers that are not
+finite or do not fit 64 bits, and (from YAML) values JSON has no type for, such as dates.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from rubricsvc.errors import ValidationFailed
+
+MAX_DEPTH = 100  # levels of nested objects and lists
+INT64_MAX = 2**63 - 1
+# The characters refused in any text: lone surrogates and NUL.
+_REFUSED = re.compile("[\ud800-\udfff\x00]")
+# What a field path shows of a key escaped, so that an error message is always printable.
+_UNPRINTABLE = re.compile("[\ud800-\udfff\x00-\x1f\x7f]")
+# How many parts of a too-deep value's path an error names (the path itself is that deep).
+_DEPTH_PATH_PARTS = 4
+
+Where = tuple[str | int, ...]
+
+
+def text_problem(text: str) -> str | None:
+    """Why ``text`` is refused (what, and at which character, counting from 1), or None."""
+    found = _REFUSED.search(text)
+    if found is None:
+        return None
+    char, position = found.group(), found.start() + 1
+    if char == "\x00":
+        return (
+            f"contains a NUL character (U+0000) at character {position}; "
+            "text may not hold NUL (PostgreSQL cannot store it)"
+        )
+    return (
+        f"contains a lone surrogate (U+{ord(char):04X}) at character {position}; "
+        "text must be valid Unicode"
+    )
+
+
+def check_text(text: str, field: str) -> str:
+    """``text``, or ``ValidationFailed`` naming ``field`` and what is wrong with it."""
+    problem = text_problem(text)
+    if problem is not None:
+        raise ValidationFailed(f"{field}: {problem}")
+    return text
+
+
+def printable(key: str) -> str:
+    """``key`` with the characters an error message cannot carry escaped (``\\ud800``)."""
+    return _UNPRINTABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", key)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Where in a value (keys and list indexes from its root) the first refused input is, and
+    why: ``message`` reads after the field's name."""
+
+    where: Where
+    message: str
+
+
+class RepeatedKeys(dict[str, Any]):
+    """A parsed JSON object that named ``repeated`` more than once (the last value is kept
+    here, but ``find_refusal`` refuses the object)."""
+
+    repeated: str
+
+
+def json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' ``object_pairs_hook``: the object, marked if it repeats a key."""
+    built = dict(pairs)
+    if len(built) == len(pairs):
+        return built
+    seen: set[str] = set()
+    marked = RepeatedKeys(built)
+    for key, _ in pairs:
+        if key in seen:
+            marked.repeated = key
+            break
+        seen.add(key)
+    return marked
+
+
+def loads_json(text: str | bytes) -> Any:
+    """``json.loads`` that keeps the mark of an object repeating a key (see ``find_refusal``)."""
+    return json.loads(text, object_pairs_hook=json_object)
+
+
+def _number_problem(value: float | int) -> str | None:
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"must be a finite number, got {value}"
+    if not -INT64_MAX - 1 <= value <= INT64_MAX:
+        return "integer out of range (more than 64 bits)"
+    return None
+
+
+def find_refusal(
+    data: Any, *, max_depth: int = MAX_DEPTH, leaf_types: tuple[type, ...] = ()
+) -> Refusal | None:
+    """The first input in ``data`` (parsed JSON or YAML) that the policy refuses, or None:
+    refused text in a value or a key, a repeated key, nesting past ``max_depth``, a number
+    that is not finite or past 64 bits, a value of a type JSON does not have (other than
+    ``leaf_types``, a YAML loader's own tags, left to its reader).
+
+    A list or mapping met twice (a YAML alias) is checked once."""
+    stack: list[tuple[Where, Any, int]] = [((), data, 0)]
+    seen: set[int] = set()
+    while stack:
+        where, value, depth = stack.pop()
+        if isinstance(value, str):
+            problem = text_problem(value)
+            if problem is not None:
+                return Refusal(where, problem)
+        elif isinstance(value, bool) or value is None or isinstance(value, leaf_types):
+            continue
+        elif isinstance(value, int | float):
+            problem = _number_problem(value)
+            if problem is not None:
+                return Refusal(where, problem)
+        elif isinstance(value, dict | list | tuple):
+            if depth >= max_depth:
+                return Refusal(
+                    where[:_DEPTH_PATH_PARTS],
+                    f"holds values nested more than {max_depth} levels deep",
+                )
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            if isinstance(value, dict):
+                refusal = _key_refusal(where, value)
+                if refusal is not None:
+                    return refusal
+                children = [((*where, _part(k)), v) for k, v in value.items()]
+            else:
+                children = [((*where, i), v) for i, v in enumerate(value)]
+            stack.extend((w, v, depth + 1) for w, v in reversed(children))
+        else:
+            kind = type(value).__name__
+            return Refusal(where, f"a {kind} value is not JSON data (in YAML, quote it)")
+    return None
+
+
+def _part(key: Any) -> str | int:
+    return printable(key) if isinstance(key, str) else str(key)
+
+
+def _key_refusal(where: Where, mapping: dict[Any, Any]) -> Refusal | None:
+    if isinstance(mapping, RepeatedKeys):
+        return Refusal(
+            (*where, printable(mapping.repeated)), "the key is given more than once in one object"
+        )
+    for key in mapping:
+        if isinstance(key, str):
+            problem = text_problem(key)
+            if problem is not None:
+                return Refusal((*where, printable(key)), f"the key {problem}")
+        elif not isinstance(key, int | float | bool | None):
+            return Refusal(
+                where, f"a {type(key).__name__} key is not JSON data (in YAML, quote it)"
+            )
+    return None
+
+
+def format_where(where: Where) -> str:
+    """``("criteria", 0, "text")`` -> ``criteria[0].text`` (how files' errors name fields)."""
+    out = ""
+    for part in where:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+def describe_refusal(refusal: Refusal) -> str:
+    """``field: message``, or the message alone for the value as a whole."""
+    field = format_where(refusal.where)
+    return f"{field}: {refusal.message}" if field else refusal.message

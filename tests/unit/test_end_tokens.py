@@ -1,0 +1,51 @@
+"""A policy's end-of-turn tokens come off the end of a reward response, and only there."""
+
+from __future__ import annotations
+
+import pytest
+
+from rubricsvc.config import END_TOKENS, ApiSettings
+from rubricsvc.scoring.rewards import RewardRequest, strip_end_tokens, without_end_tokens
+
+
+@pytest.mark.parametrize(
+    ("sent", "judged"),
+    [
+        ("Wind howls.<|im_end|>", "Wind howls."),
+        ("Wind howls.<|eot_id|>", "Wind howls."),
+        ("Wind howls.<|endoftext|>", "Wind howls."),
+        ("Wind howls.</s>", "Wind howls."),
+        ("Wind howls.<end_of_turn>", "Wind howls."),
+        ("Wind howls.<|end|>", "Wind howls."),
+        # Repeated, and with the whitespace a template puts after them.
+        ("Wind howls.<|im_end|>\n", "Wind howls."),
+        ("Wind howls.<|im_end|><|endoftext|>", "Wind howls."),
+        ("Wind howls.<|im_end|>\n<|endoftext|>\n", "Wind howls."),
+        # The response's own whitespace before the token is its own.
+        ("Wind howls.\n<|im_end|>", "Wind howls.\n"),
+        # A token anywhere but the end stays; text without one is untouched.
+        ("Say <|im_end|> twice.", "Say <|im_end|> twice."),
+        ("<|im_end|> first, then text.<|im_end|>", "<|im_end|> first, then text."),
+        ("Wind howls.\n", "Wind howls.\n"),
+        ("Wind howls.<|im_end", "Wind howls.<|im_end"),
+        ("<|im_end|>", ""),
+    ],
+)
+def test_only_trailing_end_tokens_are_stripped(sent: str, judged: str) -> None:
+    assert strip_end_tokens(sent, END_TOKENS) == judged
+
+
+def test_the_setting_names_the_tokens() -> None:
+    assert ApiSettings().end_tokens == list(END_TOKENS)
+    custom = ApiSettings(end_tokens="<|eom_id|>, <|im_end|>")  # type: ignore[arg-type]
+    assert custom.end_tokens == ["<|eom_id|>", "<|im_end|>"]
+    assert strip_end_tokens("Done.<|eom_id|>", custom.end_tokens) == "Done."
+    assert strip_end_tokens("Done.<|eot_id|>", custom.end_tokens) == "Done.<|eot_id|>"
+    off = ApiSettings(end_tokens="")  # type: ignore[arg-type]
+    assert off.end_tokens == [] and strip_end_tokens("Done.</s>", off.end_tokens) == "Done.</s>"
+
+
+def test_requests_keep_everything_but_the_tokens() -> None:
+    request = RewardRequest(completion="Hi.<|im_end|>", prompt_id="p", rubric="r@1")
+    (stripped,) = without_end_tokens([request], END_TOKENS)
+    assert stripped == RewardRequest(completion="Hi.", prompt_id="p", rubric="r@1")
