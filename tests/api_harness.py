@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -74,3 +75,17 @@ def api_client(
 
 def bearer(secret: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {secret}"}
+
+
+def wait_for_job(
+    client: TestClient, job_id: int, headers: dict[str, str], timeout: float = 120
+) -> dict[str, Any]:
+    """The state of score job ``job_id`` once it is neither pending nor running (a job the
+    server runs itself goes on after its 202); fails after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state: dict[str, Any] = client.get(f"/v1/score-jobs/{job_id}", headers=headers).json()
+        if state["status"] not in {"pending", "running"}:
+            return state
+        assert time.monotonic() < deadline, f"score job {job_id} still running: {state}"
+        time.sleep(0.05)

@@ -5,7 +5,6 @@ routes that score answer without loading a model; the model routes have their ow
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +23,7 @@ from rubricsvc.rubrics.service import save_rubric  # noqa: E402
 from rubricsvc.scoring import jobs  # noqa: E402
 from rubricsvc.scoring.selection import Selection  # noqa: E402
 from rubricsvc.scoring.service import ScoreOptions  # noqa: E402
-from tests.api_harness import WORD_RUBRIC, api_client, bearer  # noqa: E402
+from tests.api_harness import WORD_RUBRIC, api_client, bearer, wait_for_job  # noqa: E402
 
 SEA = "api-sea"
 GOOD = "The sea is blue and calm today."
@@ -346,12 +345,7 @@ def test_a_score_job_runs_in_the_server_and_pages_its_results(api: Any) -> None:
     )
     assert submitted.status_code == 202, submitted.text
     job_id = submitted.json()["id"]
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        state = client.get(f"/v1/score-jobs/{job_id}", headers=bearer(keys["read"])).json()
-        if state["status"] not in {"pending", "running"}:
-            break
-        time.sleep(0.2)
+    state = wait_for_job(client, job_id, bearer(keys["read"]))
     assert state["status"] == "done", state
     first = client.get(
         f"/v1/score-jobs/{job_id}/results", params={"limit": 4}, headers=bearer(keys["read"])

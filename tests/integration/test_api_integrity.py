@@ -42,6 +42,7 @@ from tests.api_harness import (  # noqa: E402
     api_client,
     bearer,
     settings_for,
+    wait_for_job,
 )
 from tests.servers import free_port  # noqa: E402
 
@@ -358,12 +359,7 @@ def test_a_pairwise_score_job_is_bounded_and_totalled_by_its_comparisons(
         assert submitted.status_code == 202, submitted.text
         job_id = submitted.json()["id"]
         assert submitted.json()["total"] == 58
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            state = client.get(f"/v1/score-jobs/{job_id}", headers=bearer(keys["read"])).json()
-            if state["status"] not in {"pending", "running"}:
-                break
-            time.sleep(0.2)
+        state = wait_for_job(client, job_id, bearer(keys["read"]))
         assert state["status"] == "done", state
         assert (state["total"], state["done"], state["failed"]) == (58, 58, 0)
         assert _judgments(database_url) - before["judgments"] == 58

@@ -21,7 +21,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,9 +40,13 @@ from rubricsvc.completions import CompletionRecord, add_completions  # noqa: E40
 from rubricsvc.judging.backends.scripted import ScriptedBackend  # noqa: E402
 from rubricsvc.rubrics.schemas import RubricSpec  # noqa: E402
 from rubricsvc.rubrics.service import approve, save_rubric  # noqa: E402
-from tests.api_harness import WORD_RUBRIC, api_client, bearer  # noqa: E402
+from tests.api_harness import WORD_RUBRIC, api_client, bearer, wait_for_job  # noqa: E402
 from tests.cli_runner import run_cli  # noqa: E402
-from tests.integration.test_input_policy import row_counts  # noqa: E402
+from tests.integration.test_input_policy import (  # noqa: E402
+    FULL_REWARD_ITEM,
+    TRAJECTORY,
+    row_counts,
+)
 
 FUZZ_EXAMPLES = 12
 FUZZ = settings(
@@ -232,7 +235,6 @@ def _at_or_none(value: Any, path: tuple[Any, ...]) -> Any:
 
 # -- The API -----------------------------------------------------------------------------------
 
-TRAJECTORY = [{"role": "user", "content": "Write."}, {"role": "assistant", "content": "Blue."}]
 COMPLETION = {
     "prompt_external_id": "api-sea",
     "text": "The sea is blue.",
@@ -271,12 +273,7 @@ ROUTES: dict[str, tuple[str, Any]] = {
         "/v1/rewards",
         {
             "items": [
-                {
-                    "completion": "The sea is blue.",
-                    "prompt": [{"role": "user", "content": "Write one sentence about the sea."}],
-                    "trajectory": TRAJECTORY,
-                    "documents": [{"text": "The sea is blue.", "label": "S1"}],
-                },
+                FULL_REWARD_ITEM,
                 {"completion": "Grey.", "prompt_id": "api-sea", "rubric": "api/blue-sea"},
             ],
             "judge": "embedded",
@@ -337,19 +334,9 @@ def _check_answer(
             assert error["field"].split(".")[0] in ("body", "line", "query", "path"), answer.text
         assert row_counts(database_url) == before, answer.text
     elif "/v1/score-jobs" in str(answer.url):
-        _wait_for_job(client, answer.json()["id"], dict(answer.request.headers))
-
-
-def _wait_for_job(client: TestClient, job_id: int, headers: dict[str, str]) -> None:
-    """A job this server runs writes after it answered: wait, so the next example's counts
-    are its own."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        status = client.get(f"/v1/score-jobs/{job_id}", headers=headers).json()["status"]
-        if status not in ("pending", "running"):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"score job {job_id} still running after 60 s")
+        # A job this server runs writes after it answered: wait, so the next example's
+        # counts are its own.
+        wait_for_job(client, answer.json()["id"], dict(answer.request.headers), timeout=60)
 
 
 @pytest.mark.parametrize("route", list(ROUTES))

@@ -63,22 +63,20 @@ def with_value(body: Any, path: tuple[str | int, ...], value: Any) -> Any:
 
 REWARD = {"items": [{"completion": "The sea is blue.", "prompt_id": "api-sea"}]}
 TRAJECTORY = [{"role": "user", "content": "Write."}, {"role": "assistant", "content": "Blue."}]
+# A reward item with every kind of text a reward request carries: prompt turns, a trajectory,
+# documents.
+FULL_REWARD_ITEM: dict[str, Any] = {
+    "completion": "The sea is blue.",
+    "prompt": [{"role": "user", "content": "Write one sentence about the sea."}],
+    "trajectory": TRAJECTORY,
+    "documents": [{"text": "The sea is blue.", "label": "S1"}],
+}
 # (method, path, a valid body, the text fields to poison: the path in the body)
 BODIES: list[tuple[str, str, Any, list[tuple[str | int, ...]]]] = [
     (
         "POST",
         "/v1/rewards",
-        {
-            "items": [
-                {
-                    "completion": "The sea is blue.",
-                    "prompt": [{"role": "user", "content": "Write one sentence about the sea."}],
-                    "trajectory": TRAJECTORY,
-                    "documents": [{"text": "The sea is blue.", "label": "S1"}],
-                }
-            ],
-            "source": "policy",
-        },
+        {"items": [FULL_REWARD_ITEM], "source": "policy"},
         [
             ("items", 0, "completion"),
             ("items", 0, "prompt", 0, "content"),
