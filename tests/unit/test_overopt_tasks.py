@@ -1,0 +1,71 @@
+"""The over-optimization lab's task set: every paired check decides its criterion exactly on
+the hand-written answers, and the proxy and gold rubrics are the same criteria."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rubricsvc.errors import ValidationFailed
+from rubricsvc.models import CriterionKind
+from trainer.overopt import Split, Task, load_task_set
+
+TASKS = Path(__file__).resolve().parents[2] / "examples" / "overopt" / "tasks.yaml"
+TASK_SET = load_task_set(TASKS)
+
+
+def test_the_set_is_split_into_training_and_held_out_prompts() -> None:
+    train, held_out = TASK_SET.split(Split.TRAIN), TASK_SET.split(Split.HELD_OUT)
+    assert 16 <= len(TASK_SET.tasks) <= 40
+    assert len(train) >= 8 and len(held_out) >= 4
+    assert {t.id for t in train}.isdisjoint({t.id for t in held_out})
+
+
+@pytest.mark.parametrize("task", TASK_SET.tasks, ids=lambda task: task.id)
+def test_each_check_decides_its_criterion_on_the_hand_written_answers(task: Task) -> None:
+    assert len(task.answers) >= 2
+    for answer in task.answers:
+        decided = task.gold_verdicts(answer.text)
+        wrong = [
+            c.text for c, d, m in zip(task.criteria, decided, answer.met, strict=True) if d != m
+        ]
+        assert not wrong, f"{task.id}: {answer.text!r}: checks disagree on {wrong}"
+    # Each criterion is told apart: met by one answer and missed by another.
+    for n, criterion in enumerate(task.criteria):
+        assert len({answer.met[n] for answer in task.answers}) == 2 or criterion.text.startswith(
+            "Stays under"
+        ), criterion.text
+
+
+@pytest.mark.parametrize("task", TASK_SET.tasks, ids=lambda task: task.id)
+def test_proxy_and_gold_are_one_rubric_judged_or_checked(task: Task) -> None:
+    proxy, gold = task.proxy_rubric(), task.gold_rubric()
+    assert [(c.text, c.weight) for c in proxy.criteria] == [
+        (c.text, c.weight) for c in gold.criteria
+    ]
+    assert all(c.kind == CriterionKind.JUDGE and c.check is None for c in proxy.criteria)
+    assert all(c.kind == CriterionKind.CHECK and c.check is not None for c in gold.criteria)
+    assert proxy.prompt is not None and gold.prompt is not None
+    assert proxy.prompt.external_id == gold.prompt.external_id == task.id
+    assert any(c.weight < 0 for c in proxy.criteria)  # a pitfall to fall into
+
+
+def test_a_miscounted_answer_is_refused_naming_the_field(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.yaml"
+    path.write_text(
+        """
+tasks:
+  - id: t
+    split: train
+    prompt: P
+    criteria:
+      - {text: A, weight: 1, gold: {type: contains, text: a}}
+      - {text: B, weight: 1, gold: {type: contains, text: b}}
+    answers:
+      - {text: a, met: [true]}
+""",
+        encoding="utf-8",
+    )
+    with pytest.raises(ValidationFailed, match=r"tasks\.yaml: tasks\[0\]: answers\[0\]\.met has 1"):
+        load_task_set(path)
