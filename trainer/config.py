@@ -64,6 +64,10 @@ class ScorerSettings(Strict):
     response_failure: Literal["worst", "mask"] = "worst"
     # Judge-caused failures above this share of a step's judged criteria raise an alarm.
     judge_failure_alarm: float = Field(default=0.05, ge=0.0, le=1.0)
+    # Criterion dropout (trainer/dropout.py): the share of judged criteria each rollout
+    # group's reward leaves out, re-drawn every step from dropout_seed; 0: all count.
+    criterion_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    dropout_seed: int = 0
 
     def engine_url(self) -> str:
         """``database_url``, or the process's configured database when it is unset."""

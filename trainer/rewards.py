@@ -8,7 +8,9 @@ the completion out of the advantage baseline and gives it no advantage, so it do
 the policy (``masked_reward: drop``, the default; ``mean`` or a number send a value instead).
 A masked score never stops a run. Per-criterion pass rates, the masked share and the failed
 judgments by class go to TRL's ``log_metric`` hook every step; a judge whose own replies fail
-above ``judge_failure_alarm`` is logged as a warning.
+above ``judge_failure_alarm`` is logged as a warning. With ``criterion_dropout``, each
+rollout group is rewarded on a random part of its judged criteria, re-drawn each step
+(``trainer/dropout.py``); the full rubric's score is still what ``rubric/reward`` logs.
 
 Instances are picklable (settings only; the judge loads on first call). ``AsyncRubricReward``
 is the same reward as a coroutine, which TRL runs next to other async rewards.
@@ -26,6 +28,7 @@ from typing import Any
 from rubricsvc.judging.failures import FailureClass, empty_counts
 from rubricsvc.scoring.rewards import RewardRequest, RewardResult, fill_masked
 from trainer.config import ScorerSettings
+from trainer.dropout import apply_dropout
 from trainer.scorers import Scorer, make_scorer
 
 PROMPT_ID_COLUMN = "prompt_id"
@@ -137,6 +140,7 @@ class RubricReward:
         self.scorer = scorer or make_scorer(settings or ScorerSettings())
         self.prompt_id_column = prompt_id_column
         self.last_results: list[RewardResult] = []
+        self._calls = 0  # batches rewarded: the step of a criterion dropout draw outside TRL
 
     def score(
         self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
@@ -158,6 +162,35 @@ class RubricReward:
             )
         return results
 
+    def dropped(
+        self, results: Sequence[RewardResult], prompts: Sequence[Any], **kwargs: Any
+    ) -> list[RewardResult]:
+        """``results`` with each reward over its group's kept criteria under criterion
+        dropout (``criterion_dropout``; unchanged when it is 0). A group is a prompt; the
+        step is TRL's global step (or this reward's call count outside TRL)."""
+        settings = self.scorer.settings
+        self._calls += 1
+        if not settings.criterion_dropout:
+            return list(results)
+        state = kwargs.get("trainer_state")
+        step = int(state.global_step) if state is not None else self._calls - 1
+        ids = kwargs.get(self.prompt_id_column)
+        groups = [str(ids[i] if ids is not None else prompt) for i, prompt in enumerate(prompts)]
+        kept = apply_dropout(
+            results,
+            groups,
+            settings.criterion_dropout,
+            seed=settings.dropout_seed,
+            step=step,
+            aggregation=settings.aggregation,
+            min_coverage=settings.min_coverage,
+        )
+        rewards = [r.reward for r in kept if r.reward is not None]
+        log_metric = kwargs.get("log_metric")
+        if log_metric is not None and rewards:
+            log_metric("rubric/dropout_reward", sum(rewards) / len(rewards))
+        return kept
+
     def rewards(self, results: Sequence[RewardResult]) -> list[float | None]:
         """The rewards TRL gets: None for a masked score, or the configured value."""
         rewards = [r.reward for r in results]
@@ -169,7 +202,8 @@ class RubricReward:
     def __call__(
         self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
     ) -> list[float | None]:
-        return self.rewards(self.score(prompts, completions, **kwargs))
+        results = self.score(prompts, completions, **kwargs)
+        return self.rewards(self.dropped(results, prompts, **kwargs))
 
 
 class AsyncRubricReward(RubricReward):
@@ -181,7 +215,7 @@ class AsyncRubricReward(RubricReward):
         self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
     ) -> list[float | None]:
         results = await asyncio.to_thread(self.score, prompts, completions, **kwargs)
-        return self.rewards(results)
+        return self.rewards(self.dropped(results, prompts, **kwargs))
 
 
 class RandomControlReward:

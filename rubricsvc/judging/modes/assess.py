@@ -131,6 +131,8 @@ def _criterion_outcome(
         "weight": view.weight,
         "theme": view.theme,
     }
+    if criterion.required:  # a gate: what a reward recomputed from this breakdown must keep
+        entry["required"] = True
     if criterion.citations:
         fields, value = citations_outcome(
             plan.citations[criterion.id], rulings, options.response_failure
@@ -163,7 +165,10 @@ def _criterion_outcome(
         entry.update(
             status="ok", value=ruling.value, verdict=ruling.label, judgment_id=ruling.judgment_id
         )
-        return entry, outcome_of(criterion, ruling)
+        outcome = outcome_of(criterion, ruling)
+        if outcome.reference is not None:  # reference-relative: the reference's own value
+            entry["reference"] = outcome.reference
+        return entry, outcome
     entry.update(
         status="failed",
         value=None,
