@@ -228,7 +228,7 @@ class OpenRLHFIn(BaseModel):
     query: list[str] = Field(min_length=1, description="Prompt and response, as the policy saw it.")
     prompts: list[str] = Field(description="The prompt part of each query.")
     labels: list[str | None] | None = Field(
-        default=None, description="Each prompt's external id (OpenRLHF's --label_key column)."
+        default=None, description="Each prompt's external id (OpenRLHF's --data.label_key column)."
     )
 
     @model_validator(mode="after")

@@ -1,8 +1,8 @@
 """OpenRLHF's custom reward function, backed by the rubricsvc API.
 
-OpenRLHF loads a Python file given as ``--remote_rm_url /path/to/openrlhf.py`` and calls its
+OpenRLHF loads a Python file given as ``--reward.remote_url /path/to/openrlhf.py`` and calls its
 ``reward_func(queries, prompts, labels)``: queries are prompt + response strings, prompts the
-prompt strings, labels the ``--label_key`` column (here: each prompt's external id). This
+prompt strings, labels the ``--data.label_key`` column (here: each prompt's external id). This
 file forwards them to the API's ``POST /v1/openrlhf/reward`` and returns what OpenRLHF
 expects: ``{"rewards": tensor, "scores": tensor, "extra_logs": {name: tensor}}``.
 

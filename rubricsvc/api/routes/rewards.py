@@ -155,7 +155,7 @@ def openrlhf_reward(
 ) -> OpenRLHFOut:
     """OpenRLHF's remote reward model contract: ``{"query", "prompts", "labels"}`` in,
     ``{"rewards", "scores", "extra_logs"}`` out. Each query is the prompt followed by the
-    response; each label is the prompt's external id (``--label_key``), else the prompt
+    response; each label is the prompt's external id (``--data.label_key``), else the prompt
     text is looked up by its hash as one user message."""
     try:
         policy = state.settings.scoring.masked_reward if masked is None else parse_masked(masked)
