@@ -49,16 +49,17 @@ class CeleryScorer:
         if self._engine is None:
             self._engine = make_engine(self.settings.engine_url())
         ids = self._store(requests)
+        rubrics = [r.rubric or self.settings.rubric_for(r.prompt_id) for r in requests]
         by_rubric: dict[str | None, list[int]] = {}
-        for request, completion_id in zip(requests, ids, strict=True):
-            by_rubric.setdefault(request.rubric or self.settings.rubric, []).append(completion_id)
+        for rubric, completion_id in zip(rubrics, ids, strict=True):
+            by_rubric.setdefault(rubric, []).append(completion_id)
         scored: dict[tuple[int, str | None], list[Any]] = {}
         for rubric, completion_ids in by_rubric.items():
             for entry in self._run_job(rubric, completion_ids):
                 scored.setdefault((entry.completion_id, rubric), []).append(entry)
         return [
-            reward_result(cid, scored.get((cid, r.rubric or self.settings.rubric), []))
-            for r, cid in zip(requests, ids, strict=True)
+            reward_result(cid, scored.get((cid, rubric), []))
+            for rubric, cid in zip(rubrics, ids, strict=True)
         ]
 
     def _store(self, requests: Sequence[RewardRequest]) -> list[int]:

@@ -41,8 +41,9 @@ class ScorerSettings(Strict):
     aggregation: AggregationName = "rar"
     min_coverage: float = Field(default=DEFAULT_MIN_COVERAGE, ge=0.0, le=1.0)
     include_drafts: bool = False
-    # One rubric version (REF) for every prompt, e.g. a shared scenario rubric; None: each
-    # prompt's latest usable rubric.
+    # One rubric version (REF) for every prompt, e.g. a shared scenario rubric, or a template
+    # naming each prompt's own ("overopt/{prompt_id}/proxy": one of several rubrics of a
+    # prompt); None: each prompt's latest usable rubric.
     rubric: str | None = None
     source: str = "trainer"  # the completions' source, so every reward traces back to its run
     via: ScorerVia = ScorerVia.INPROCESS
@@ -68,6 +69,29 @@ class ScorerSettings(Strict):
     # group's reward leaves out, re-drawn every step from dropout_seed; 0: all count.
     criterion_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     dropout_seed: int = 0
+
+    @model_validator(mode="after")
+    def _rubric_template(self) -> ScorerSettings:
+        if self.rubric is not None:
+            try:
+                self.rubric.format(prompt_id="p")
+            except (KeyError, IndexError, ValueError):
+                raise ValueError(
+                    f"rubric {self.rubric!r}: the only placeholder a rubric may hold is "
+                    "{prompt_id}"
+                ) from None
+        return self
+
+    def rubric_for(self, prompt_id: str | None) -> str | None:
+        """The rubric a request of ``prompt_id`` is scored against (None: its own latest)."""
+        if self.rubric is None or "{prompt_id}" not in self.rubric:
+            return self.rubric
+        if prompt_id is None:
+            raise ValidationFailed(
+                f"rubric {self.rubric!r} names each prompt's rubric by its id: give every "
+                "completion a prompt id (the dataset's prompt_id column)"
+            )
+        return self.rubric.format(prompt_id=prompt_id)
 
     def engine_url(self) -> str:
         """``database_url``, or the process's configured database when it is unset."""

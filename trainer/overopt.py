@@ -68,7 +68,7 @@ class Task(_Strict):
         return self
 
     def rubric_name(self, part: str) -> str:
-        return f"overopt/{self.id}/{part}"
+        return f"{self.id}/{part}"
 
     def proxy_rubric(self) -> RubricSpec:
         """The judged rubric: what the policy's reward judge sees."""
@@ -121,6 +121,22 @@ class TaskSet(_Strict):
         return [task for task in self.tasks if task.split == split]
 
 
+def rubrics_document(task_set: TaskSet) -> dict[str, Any]:
+    """Every task's proxy and gold rubrics as one rubrics file (``rubricsvc rubrics add``)."""
+    rubrics = [
+        rubric.model_dump(mode="json", exclude_defaults=True)
+        for task in task_set.tasks
+        for rubric in (task.proxy_rubric(), task.gold_rubric())
+    ]
+    return {"rubrics": rubrics}
+
+
+RUBRICS_HEADER = (
+    "# Written by `python -m trainer.overopt examples/overopt/tasks.yaml` from tasks.yaml: edit\n"
+    "# that file, then run it again. Each task's proxy rubric (judged) and gold rubric (checked).\n"
+)
+
+
 def load_task_set(path: Path) -> TaskSet:
     """The task set in ``path`` (YAML), or ``ValidationFailed`` naming the file and field."""
     document = load_yaml(path)
@@ -128,3 +144,21 @@ def load_task_set(path: Path) -> TaskSet:
         return TaskSet.model_validate(document)
     except ValidationError as err:
         raise ValidationFailed(f"{path}: {describe_validation_error(err)}") from None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Write ``rubrics.yaml`` beside a task file: ``python -m trainer.overopt TASKS``."""
+    import sys
+
+    import yaml
+
+    args = sys.argv[1:] if argv is None else argv
+    tasks = Path(args[0]) if args else Path("examples/overopt/tasks.yaml")
+    out = tasks.with_name("rubrics.yaml")
+    document = yaml.safe_dump(rubrics_document(load_task_set(tasks)), sort_keys=False, width=100)
+    out.write_text(RUBRICS_HEADER + document, encoding="utf-8")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

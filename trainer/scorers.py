@@ -64,7 +64,7 @@ class InProcessScorer:
             batch = compute_rewards(
                 session,
                 spec,
-                [_with_rubric(r, self.settings.rubric) for r in requests],
+                [_with_rubric(r, self.settings) for r in requests],
                 options,
                 backends.factory,
                 source=self.settings.source,
@@ -94,7 +94,7 @@ class HttpScorer:
             "min_coverage": self.settings.min_coverage,
             "include_drafts": self.settings.include_drafts,
             "source": self.settings.source,
-            "items": [asdict(_with_rubric(r, self.settings.rubric)) for r in requests],
+            "items": [asdict(_with_rubric(r, self.settings)) for r in requests],
         }
         data = post_json(self.settings, "/v1/rewards", body)
         results = data.get("results")
@@ -146,10 +146,12 @@ def post_json(
     return data
 
 
-def _with_rubric(request: RewardRequest, rubric: str | None) -> RewardRequest:
-    if rubric is None or request.rubric is not None:
+def _with_rubric(request: RewardRequest, settings: ScorerSettings) -> RewardRequest:
+    """``request`` against the rubric ``settings`` name for it, unless it names its own."""
+    if request.rubric is not None:
         return request
-    return replace(request, rubric=rubric)
+    rubric = settings.rubric_for(request.prompt_id)
+    return request if rubric is None else replace(request, rubric=rubric)
 
 
 def _result_from_json(item: dict[str, Any]) -> RewardResult:

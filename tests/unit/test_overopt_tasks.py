@@ -6,10 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.models import CriterionKind
-from trainer.overopt import Split, Task, load_task_set
+from trainer.config import ScorerSettings
+from trainer.overopt import Split, Task, load_task_set, rubrics_document
 
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "overopt" / "tasks.yaml"
 TASK_SET = load_task_set(TASKS)
@@ -69,3 +71,22 @@ tasks:
     )
     with pytest.raises(ValidationFailed, match=r"tasks\.yaml: tasks\[0\]: answers\[0\]\.met has 1"):
         load_task_set(path)
+
+
+def test_the_rubrics_file_is_written_from_the_task_set() -> None:
+    """examples/overopt/rubrics.yaml is what `python -m trainer.overopt` writes: regenerate it
+    after editing tasks.yaml."""
+    written = yaml.safe_load((TASKS.parent / "rubrics.yaml").read_text(encoding="utf-8"))
+    assert written == rubrics_document(TASK_SET)
+    names = [r["name"] for r in written["rubrics"]]
+    assert len(names) == len(set(names)) == 2 * len(TASK_SET.tasks)
+
+
+def test_a_rubric_template_names_each_prompts_rubric() -> None:
+    settings = ScorerSettings(rubric="{prompt_id}/gold")
+    assert settings.rubric_for("overopt-sleep") == "overopt-sleep/gold"
+    with pytest.raises(ValidationFailed, match="give every completion a prompt id"):
+        settings.rubric_for(None)
+    assert ScorerSettings(rubric="shared@2").rubric_for(None) == "shared@2"
+    with pytest.raises(ValueError, match="the only placeholder a rubric may hold"):
+        ScorerSettings(rubric="{prompt}/gold")
