@@ -33,6 +33,18 @@ class ScorerVia(enum.StrEnum):
     HTTP = "http"  # the HTTP API's /v1/rewards
 
 
+class LengthPenalty(Strict):
+    """A reward shaped against length: ``per_word`` off the reward for every word past
+    ``max_words``, at most ``max_penalty`` (a masked reward stays masked)."""
+
+    max_words: int = Field(ge=1)
+    per_word: float = Field(gt=0.0)
+    max_penalty: float = Field(default=1.0, gt=0.0)
+
+    def penalty(self, words: int) -> float:
+        return min(self.max_penalty, self.per_word * max(0, words - self.max_words))
+
+
 class ScorerSettings(Strict):
     """How rewards are computed: which judge, against which rubric, through which path."""
 
@@ -69,6 +81,9 @@ class ScorerSettings(Strict):
     # group's reward leaves out, re-drawn every step from dropout_seed; 0: all count.
     criterion_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     dropout_seed: int = 0
+    # A length penalty on the trainer's reward (None: none); the logged rubric/reward is the
+    # judge's score before it, rubric/length_penalty the mean amount taken off.
+    length_penalty: LengthPenalty | None = None
 
     @model_validator(mode="after")
     def _rubric_template(self) -> ScorerSettings:
@@ -177,6 +192,11 @@ class GoldSettings(Strict):
     window: int = Field(default=3, ge=2)  # evaluations the slopes are fitted on
     min_slope: float = Field(default=0.0, ge=0.0)  # per evaluation; both must pass it
     max_new_tokens: int | None = None  # None: grpo.max_completion_length
+    # The training completions are scored by the gold scorer too, every this many steps (0:
+    # never), so proxy (rubric/reward) and gold (gold/train_reward) are logged side by side
+    # on the prompts the policy learns from. Free with a checks-only gold rubric; with a gold
+    # judge it costs one more scoring of each batch.
+    train_every: int = Field(default=1, ge=0)
 
 
 class MonitorSettings(Strict):
@@ -190,6 +210,9 @@ class TrainConfig(Strict):
     """One training run: policy, prompts, reward, GRPO settings, monitors and output."""
 
     name: str = "run"
+    # Runs of one setting under several seeds share a group: `rubricsvc train compare`
+    # averages them and counts the seeds. None: the run is a group of its own (its name).
+    group: str | None = None
     policy: str | None = None  # a model folder; None: the embedded SmolLM2-135M-Instruct
     prompts: list[str] = Field(min_length=1)  # training prompts' external ids
     reward: ScorerSettings = Field(default_factory=ScorerSettings)
@@ -216,9 +239,41 @@ class TrainConfig(Strict):
     def run_dir(self) -> Path:
         return self.output_dir / self.name
 
+    @property
+    def group_name(self) -> str:
+        return self.group or self.name
+
+
+def parse_override(assignment: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` from the command line: a dotted key (``reward.criterion_dropout``) and a
+    YAML value (``0.5``, ``true``, ``[a, b]``, ``"{prompt_id}/gold"``)."""
+    key, sep, text = assignment.partition("=")
+    if not sep or not key.strip():
+        raise ValidationFailed(f"--set {assignment!r}: expected KEY=VALUE, e.g. grpo.seed=1")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text  # not YAML: the text itself
+    return key.strip(), value
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """``data`` with ``value`` at the dotted ``key``, making the mappings on the way."""
+    *parents, leaf = key.split(".")
+    node = data
+    for name in parents:
+        child = node.get(name)
+        if child is None:
+            child = node[name] = {}
+        if not isinstance(child, dict):
+            raise ValidationFailed(f"--set {key}: {name!r} is not a mapping of settings")
+        node = child
+    node[leaf] = value
+
 
 def load_config(path: Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """The config in ``path`` (YAML), with ``overrides`` on top; one-line errors name the field."""
+    """The config in ``path`` (YAML), with ``overrides`` on top (dotted keys reach into
+    sections: ``grpo.seed``); one-line errors name the field."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as err:
@@ -227,7 +282,8 @@ def load_config(path: Path, overrides: dict[str, Any] | None = None) -> TrainCon
         raise ValidationFailed(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise ValidationFailed(f"{path}: expected a mapping of settings")
-    data.update(overrides or {})
+    for key, value in (overrides or {}).items():
+        set_dotted(data, key, value)
     # Relative paths in the file are relative to the file, not to where the command runs.
     if "output_dir" in data and not Path(str(data["output_dir"])).is_absolute():
         data["output_dir"] = str(path.parent / str(data["output_dir"]))

@@ -165,7 +165,15 @@ def train(config: TrainConfig, say: Callable[[str], None] = log.info) -> TrainRe
     # Made once the training prompts are found, so a typo in them leaves no run behind.
     run = RunDirectory(config.run_dir)
     callback = run_callback(config, run)
-    reward = RecordingReward(inner, run, config.samples_per_step, config.monitors.ngram)
+    gold = config.monitors.gold
+    reward = RecordingReward(
+        inner,
+        run,
+        config.samples_per_step,
+        config.monitors.ngram,
+        gold=make_scorer(gold.scorer) if gold and gold.train_every else None,
+        gold_every=gold.train_every if gold else 1,
+    )
     arguments = grpo_arguments(config, run.path / "trl")
     run.write_config(config.model_dump(mode="json"), arguments)
     if audit is not None:

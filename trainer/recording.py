@@ -2,7 +2,9 @@
 
 Around the reward it writes samples.jsonl (prompts, completions, rewards per step) and logs
 length and repetition through TRL's ``log_metric`` hook, so they land in metrics.jsonl with
-the step they belong to.
+the step they belong to. With a gold scorer, the same completions are scored by it too
+(``gold/train_reward``, and each sample's ``gold_reward``): proxy and gold side by side on the
+training prompts, every ``gold_every`` steps.
 """
 
 from __future__ import annotations
@@ -10,8 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from trainer.rewards import RandomControlReward, RubricReward, completion_text
+from rubricsvc.scoring.rewards import RewardResult
+from trainer.monitors import mean_reward
+from trainer.rewards import RandomControlReward, RubricReward, completion_text, reward_requests
 from trainer.rundir import SAMPLES, RunDirectory
+from trainer.scorers import Scorer
 from trainer.textstats import text_stats
 
 
@@ -30,8 +35,12 @@ class RecordingReward:
         run: RunDirectory,
         samples_per_step: int = 8,
         ngram: int = 3,
+        gold: Scorer | None = None,
+        gold_every: int = 1,
     ) -> None:
         self.inner = inner
+        self.gold = gold
+        self.gold_every = gold_every
         self.run = run
         self.samples_per_step = samples_per_step
         self.ngram = ngram
@@ -55,6 +64,11 @@ class RecordingReward:
         step = (state.global_step if state is not None else 0) + 1
         results = self.rubric.last_results
         prompt_ids = kwargs.get(self.rubric.prompt_id_column) or [None] * len(texts)
+        gold = self._gold(step, prompts, completions, kwargs.get(self.rubric.prompt_id_column))
+        if log_metric is not None and gold:
+            gold_mean = mean_reward(gold)
+            if gold_mean is not None:
+                log_metric("gold/train_reward", gold_mean)
         for index in range(min(self.samples_per_step, len(texts))):
             result = results[index] if index < len(results) else None
             self.run.append(
@@ -68,6 +82,15 @@ class RecordingReward:
                     "rubric_reward": result.reward if result else None,
                     "status": result.status if result else None,
                     "rubric": result.rubric if result else None,
+                    **({"gold_reward": gold[index].reward} if gold else {}),
                 },
             )
         return rewards
+
+    def _gold(
+        self, step: int, prompts: Sequence[Any], completions: Sequence[Any], ids: Any
+    ) -> list[RewardResult]:
+        """The gold scorer's results for this step's completions (none on other steps)."""
+        if self.gold is None or not self.gold_every or step % self.gold_every:
+            return []
+        return self.gold.score(reward_requests(prompts, completions, ids))

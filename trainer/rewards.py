@@ -123,6 +123,9 @@ def log_rubric_metrics(results: Sequence[RewardResult], log_metric: LogMetric) -
         log_metric(f"rubric/failures/{name}", float(count))
     for text, rate in criterion_pass_rates(results).items():
         log_metric(metric_name(text), rate)
+    spreads = [1.0 - r.confidence for r in results if r.confidence is not None]
+    if spreads:  # a jury's: how far apart its members' scores were, on average
+        log_metric("rubric/jury_spread", sum(spreads) / len(spreads))
 
 
 class RubricReward:
@@ -191,9 +194,24 @@ class RubricReward:
             log_metric("rubric/dropout_reward", sum(rewards) / len(rewards))
         return kept
 
-    def rewards(self, results: Sequence[RewardResult]) -> list[float | None]:
-        """The rewards TRL gets: None for a masked score, or the configured value."""
+    def rewards(
+        self,
+        results: Sequence[RewardResult],
+        completions: Sequence[Any] = (),
+        log_metric: LogMetric | None = None,
+    ) -> list[float | None]:
+        """The rewards TRL gets: each result's reward less its completion's length penalty
+        (``length_penalty``, when set); None for a masked score, or the configured value."""
         rewards = [r.reward for r in results]
+        shaping = self.scorer.settings.length_penalty
+        if shaping is not None and completions:
+            penalties = [shaping.penalty(len(completion_text(c).split())) for c in completions]
+            rewards = [
+                None if reward is None else reward - penalty
+                for reward, penalty in zip(rewards, penalties, strict=True)
+            ]
+            if log_metric is not None:
+                log_metric("rubric/length_penalty", sum(penalties) / len(penalties))
         masked = self.scorer.settings.masked_reward
         if masked == "drop":
             return rewards
@@ -203,7 +221,8 @@ class RubricReward:
         self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
     ) -> list[float | None]:
         results = self.score(prompts, completions, **kwargs)
-        return self.rewards(self.dropped(results, prompts, **kwargs))
+        kept = self.dropped(results, prompts, **kwargs)
+        return self.rewards(kept, completions, kwargs.get("log_metric"))
 
 
 class AsyncRubricReward(RubricReward):
@@ -215,7 +234,8 @@ class AsyncRubricReward(RubricReward):
         self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
     ) -> list[float | None]:
         results = await asyncio.to_thread(self.score, prompts, completions, **kwargs)
-        return self.rewards(self.dropped(results, prompts, **kwargs))
+        kept = self.dropped(results, prompts, **kwargs)
+        return self.rewards(kept, completions, kwargs.get("log_metric"))
 
 
 class RandomControlReward:

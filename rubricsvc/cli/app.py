@@ -49,7 +49,7 @@ app.add_typer(importing.import_app, name="import")
 app.add_typer(labels.labels_app, name="labels")
 app.add_typer(jobs.jobs_app, name="jobs")
 app.command("worker")(jobs.worker_command)
-app.command("train")(train.train_command)
+app.add_typer(train.train_app, name="train")
 app.add_typer(serving.keys_app, name="keys")
 app.command("serve")(serving.serve_command)
 

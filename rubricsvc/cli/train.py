@@ -1,15 +1,49 @@
-"""``rubricsvc train CONFIG``: GRPO on TRL with rubric rewards (the trainer package)."""
+"""``rubricsvc train``: GRPO on TRL with rubric rewards (the trainer package), and the run
+reports: ``train CONFIG`` (short for ``train run CONFIG``), ``train report RUN`` and
+``train compare RUN...``."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
+from typer._click.core import Context  # the click typer bundles, which its groups take
+from typer.core import TyperGroup
 
 from rubricsvc.cli.context import CliExit, console, engine, require_migrated
 from rubricsvc.errors import missing_extra
 
 
+class RunByDefault(TyperGroup):
+    """``rubricsvc train CONFIG ...`` runs ``train run CONFIG ...``: a first argument that
+    names no sub-command is a config file."""
+
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = ["run", *args]
+        return list(super().parse_args(ctx, args))
+
+
+train_app = typer.Typer(
+    cls=RunByDefault,
+    help="Train a policy with GRPO against rubric rewards, and report on runs. "
+    "`rubricsvc train CONFIG` is `rubricsvc train run CONFIG`.",
+    no_args_is_help=True,
+)
+
+
+def _trainer_modules() -> Any:
+    try:
+        from trainer import config, grpo, report
+    except ImportError as err:
+        raise missing_extra(
+            err, "training needs the trainer extra", "trainer,transformers"
+        ) from None
+    return config, grpo, report
+
+
+@train_app.command("run")
 def train_command(
     config_file: Path = typer.Argument(
         ..., help="The training config (YAML), see docs/trainer.md."
@@ -22,31 +56,56 @@ def train_command(
         help="Train on uniform random rewards (a control run), or on the rubric rewards.",
         show_default=False,
     ),
+    assignments: list[str] = typer.Option(
+        [],
+        "--set",
+        help="Override a setting: KEY=VALUE, a dotted key and a YAML value "
+        "(--set reward.criterion_dropout=0.5 --set grpo.seed=1). Repeatable.",
+    ),
 ) -> None:
     """Train a policy with GRPO against rubric rewards; the run directory keeps everything."""
-    try:
-        from trainer.config import load_config
-        from trainer.grpo import train
-    except ImportError as err:
-        raise missing_extra(
-            err, "training needs the trainer extra", "trainer,transformers"
-        ) from None
-    overrides: dict[str, object] = {}
+    trainer_config, grpo, report = _trainer_modules()
+    overrides: dict[str, object] = dict(trainer_config.parse_override(a) for a in assignments)
     if name is not None:
         overrides["name"] = name
     if random_rewards is not None:
         overrides["random_rewards"] = random_rewards
-    config = load_config(config_file, overrides)
     if max_steps is not None:
-        config = config.model_copy(
-            update={"grpo": config.grpo.model_copy(update={"max_steps": max_steps})}
-        )
+        overrides["grpo.max_steps"] = max_steps
+    config = trainer_config.load_config(config_file, overrides)
     if config.reward.database_url is None:
         require_migrated(engine())
     if config.run_dir.exists() and any(config.run_dir.iterdir()):
         raise CliExit(f"run directory {config.run_dir} is not empty: choose another --name")
     console.print(f"run directory: {config.run_dir}")
-    result = train(config, say=console.print)
+    result = grpo.train(config, say=console.print)
+    curves, document = report.write_run_report(result.run_dir)
     console.print(
-        f"{result.steps} step(s) done; config, metrics, samples and plots in {result.run_dir}"
+        f"{result.steps} step(s) done; config, metrics, samples and plots in {result.run_dir} "
+        f"(proxy vs gold: {curves.name}, {document.name})"
     )
+
+
+@train_app.command("report")
+def report_command(
+    run_dir: Path = typer.Argument(..., help="A run directory (OUTPUT_DIR/NAME)."),
+) -> None:
+    """Write a run's curves.png and report.md again from what it logged."""
+    _, _, report = _trainer_modules()
+    curves, document = report.write_run_report(run_dir)
+    console.print(f"wrote {curves} and {document}")
+
+
+@train_app.command("compare")
+def compare_command(
+    run_dirs: list[Path] = typer.Argument(..., help="Run directories; seeds of a group together."),
+    output: Path = typer.Option(
+        Path("compare"), "--output", "-o", help="Where curves.png and compare.md are written."
+    ),
+) -> None:
+    """Draw several runs' proxy and gold on one picture (a row per group) with a table of
+    the held-out scores at the start, at the proxy's peak and at the end."""
+    _, _, report = _trainer_modules()
+    curves, document, text = report.compare_runs(run_dirs, output)
+    console.print(text, markup=False, highlight=False)
+    console.print(f"wrote {curves} and {document}")

@@ -66,7 +66,9 @@ def test_rubricsvc_train_runs_grpo_and_the_policy_changes(sqlite_url: str, tmp_p
         },
         "monitors": {
             "gold": {
-                "scorer": {"judge": "embedded", "rubric": "grpo/held-out"},
+                # Each prompt's own rubric: grpo/held-out for the held-out prompt and, for the
+                # training completions scored every step, the training rubric itself.
+                "scorer": {"judge": "embedded"},
                 "prompts": ["grpo-team"],
                 "every": 5,
             }
@@ -90,6 +92,11 @@ def test_rubricsvc_train_runs_grpo_and_the_policy_changes(sqlite_url: str, tmp_p
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2, 3, 4, 5]
     assert all("rubric/reward" in m and "text/words" in m for m in metrics)
+    # Gold scores the training completions every step too (monitors.gold.train_every: 1): the
+    # same judge and rubric as the reward here, so the very completions get the same mean.
+    assert [m["gold/train_reward"] for m in metrics] == pytest.approx(
+        [m["rubric/reward"] for m in metrics], abs=1e-9
+    )
     assert any("criteria/The reply is a friendly greeting" in m for m in metrics)
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
     assert {s["step"] for s in samples} == {1, 2, 3, 4, 5}
@@ -98,6 +105,9 @@ def test_rubricsvc_train_runs_grpo_and_the_policy_changes(sqlite_url: str, tmp_p
     assert [g["step"] for g in gold] == [0, 5]
     plots = {p.name for p in (run / "plots").glob("*.png")}
     assert {"reward.png", "length.png", "criteria.png", "gold.png"} <= plots
+    report = (run / "report.md").read_text(encoding="utf-8")
+    assert (run / "curves.png").stat().st_size > 10_000
+    assert "| start | 0 |" in report and "| end | 5 |" in report
 
     before, after = _load_weights(model_dir), _load_weights(run / "policy")
     changed = [

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The over-optimization experiment (docs/overoptimization.md): GRPO on the embedded policy
+# against the embedded judge's proxy rubric, with gold decided by checks, in four runs:
+#   baseline  no defence
+#   dropout   criterion dropout 0.5 (each rollout group rewarded on half its judged criteria)
+#   jury      the mean of the embedded judge under two prompts (examples/overopt/judges.yaml)
+#   control   random rewards (the rubric reward still logged)
+# then `rubricsvc train compare` over them. Resumable: a run with a report.md is kept, a
+# stopped one is started again. Measured here (2-core CPU, one torch thread per run): about
+# 20 minutes a run alone, about 45 minutes for all four with JOBS=2.
+#
+# Usage: bash examples/overopt/run.sh [WORKDIR]   (default: .overopt-run)
+#   SEEDS="0 1"  the seeds of each run (default: 0)
+#   RUNS="baseline dropout"  a subset of the runs (default: all four)
+#   JOBS=2       runs at a time (default: 1; each uses one torch thread)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+work=${1:-.overopt-run}
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
+seeds=${SEEDS:-0}
+runs=${RUNS:-baseline dropout jury control}
+jobs=${JOBS:-1}
+[ -x "$repo/.venv/bin/rubricsvc" ] && export PATH="$repo/.venv/bin:$PATH"
+export RUBRICSVC_DATABASE_URL="sqlite:///$work/overopt.sqlite"
+cd "$repo"  # the jury's template path is relative to the repository
+rubricsvc db upgrade
+rubricsvc rubrics add examples/overopt/rubrics.yaml > /dev/null
+rubricsvc judges add examples/overopt/judges.yaml
+sed "s#^output_dir: .*#output_dir: $work/runs#" examples/overopt/baseline.yaml > "$work/baseline.yaml"
+
+settings() {
+  case $1 in
+    baseline) ;;
+    dropout) echo "--set reward.criterion_dropout=0.5" ;;
+    jury) echo "--set reward.judge=overopt-jury --set reward.mode=null" ;;
+    control) echo "--random-rewards" ;;
+    *) echo "unknown run $1 (baseline, dropout, jury, control)" >&2; return 1 ;;
+  esac
+}
+
+one_run() {  # RUN SEED
+  local name="$1-s$2" dir="$work/runs/$1-s$2"
+  if [ -f "$dir/report.md" ]; then echo "$name: done before, kept"; return; fi
+  rm -rf "$dir"
+  echo "$name: training (log: $work/$name.log)"
+  # A database per run: SQLite takes one writer at a time, and runs may go side by side.
+  cp "$work/overopt.sqlite" "$work/$name.sqlite"
+  # shellcheck disable=SC2046
+  RUBRICSVC_DATABASE_URL="sqlite:///$work/$name.sqlite" rubricsvc train "$work/baseline.yaml" --name "$name" --set "group=$1" \
+    --set "grpo.seed=$2" --set "reward.dropout_seed=$2" $(settings "$1") > "$work/$name.log" 2>&1
+  echo "$name: $(tail -n 1 "$work/$name.log")"
+}
+
+pending=()
+for run in $runs; do
+  settings "$run" > /dev/null
+  for seed in $seeds; do pending+=("$run $seed"); done
+done
+running=0
+for item in "${pending[@]}"; do
+  # shellcheck disable=SC2086
+  one_run $item &
+  running=$((running + 1))
+  if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
+done
+wait
+dirs=()
+for run in $runs; do for seed in $seeds; do dirs+=("$work/runs/$run-s$seed"); done; done
+rubricsvc train compare "${dirs[@]}" --output "$work/compare"

@@ -1,0 +1,203 @@
+"""The over-optimization lab's reward shaping and reports: the length penalty, gold scored on
+the training completions, `--set` overrides, and report.md / compare.md from run directories.
+The scorers here are stand-ins: these tests are about what is done with their results."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from rubricsvc.errors import NotFoundError, ValidationFailed
+from rubricsvc.scoring.rewards import RewardRequest, RewardResult
+from trainer.config import LengthPenalty, ScorerSettings, load_config, parse_override
+from trainer.recording import RecordingReward
+from trainer.report import compare_runs, read_run, table, write_run_report
+from trainer.rewards import RubricReward
+from trainer.rundir import ALARMS, GOLD, METRICS, SAMPLES, RunDirectory
+
+
+class FixedScorer:
+    """Gives each completion the reward its text names: "0.25 ..." scores 0.25."""
+
+    def __init__(self, settings: ScorerSettings | None = None, offset: float = 0.0) -> None:
+        self.settings = settings or ScorerSettings()
+        self.offset = offset
+        self.requests: list[RewardRequest] = []
+
+    def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
+        self.requests.extend(requests)
+        results = []
+        for request in requests:
+            head = request.completion.split()[0]
+            value = None if head == "masked" else float(head) + self.offset
+            results.append(RewardResult(value, "ok" if value is not None else "masked", 1.0))
+        return results
+
+
+def test_the_length_penalty_takes_its_share_past_the_bound_and_keeps_masks() -> None:
+    shaping = LengthPenalty(max_words=3, per_word=0.1, max_penalty=0.25)
+    assert [shaping.penalty(n) for n in (0, 3, 4, 5, 10)] == pytest.approx([0, 0, 0.1, 0.2, 0.25])
+    settings = ScorerSettings(length_penalty=shaping)
+    reward = RubricReward(scorer=FixedScorer(settings))
+    logged: dict[str, float] = {}
+    completions = ["0.5 two", "0.5 a b c d", "masked a b c d e f", "0.9 a b c d e f g h"]
+    rewards = reward(["p"] * 4, completions, log_metric=logged.__setitem__)
+    assert rewards == pytest.approx([0.5, 0.3, None, 0.65])
+    assert logged["rubric/length_penalty"] == pytest.approx((0 + 0.2 + 0.25 + 0.25) / 4)
+    # The judge's own score is what rubric/reward logs: the penalty is the trainer's.
+    assert logged["rubric/reward"] == pytest.approx((0.5 + 0.5 + 0.9) / 3)
+
+
+def test_without_a_length_penalty_the_rewards_are_the_scores() -> None:
+    reward = RubricReward(scorer=FixedScorer())
+    assert reward(["p"] * 2, ["0.5 a b c d e f g h i j", "0.2"]) == pytest.approx([0.5, 0.2])
+
+
+def test_the_training_completions_are_scored_by_gold_each_step(tmp_path: Path) -> None:
+    run = RunDirectory(tmp_path / "run")
+    proxy, gold = FixedScorer(), FixedScorer(offset=-0.1)
+    recording = RecordingReward(RubricReward(scorer=proxy), run, gold=gold, gold_every=2)
+    logged: dict[str, float] = {}
+    for step in (0, 1):  # TRL's global step before the update: steps 1 and 2
+        recording(
+            ["p", "q"],
+            ["0.6 x", "0.4 y"],
+            prompt_id=["p1", "p2"],
+            log_metric=logged.__setitem__,
+            trainer_state=type("State", (), {"global_step": step})(),
+        )
+    # Gold scored only on step 2 (every 2 steps), the same completions with their prompt ids.
+    assert [r.prompt_id for r in gold.requests] == ["p1", "p2"]
+    assert logged["gold/train_reward"] == pytest.approx(0.4)
+    samples = run.read(SAMPLES)
+    assert [s.get("gold_reward") for s in samples] == pytest.approx([None, None, 0.5, 0.3])
+    assert [s["rubric_reward"] for s in samples] == [0.6, 0.4, 0.6, 0.4]
+
+
+def test_set_overrides_reach_into_sections_with_yaml_values(tmp_path: Path) -> None:
+    config_file = tmp_path / "train.yaml"
+    config_file.write_text("prompts: [a]\nreward: {judge: embedded}\n", encoding="utf-8")
+    overrides = dict(
+        parse_override(text)
+        for text in (
+            "reward.criterion_dropout=0.5",
+            "reward.mode=null",
+            "grpo.seed=3",
+            "group=baseline",
+            'reward.rubric="{prompt_id}/proxy"',
+        )
+    )
+    config = load_config(config_file, overrides)
+    assert config.reward.criterion_dropout == 0.5
+    assert config.reward.mode is None
+    assert config.reward.rubric == "{prompt_id}/proxy"
+    assert config.grpo.seed == 3
+    assert config.group_name == "baseline"
+    with pytest.raises(ValidationFailed, match="KEY=VALUE"):
+        parse_override("grpo.seed")
+    with pytest.raises(ValidationFailed, match="'prompts' is not a mapping"):
+        load_config(config_file, {"prompts.x": 1})
+    with pytest.raises(ValidationFailed, match="criterion_dropout"):
+        load_config(config_file, {"reward.criterion_dropout": 1.5})
+
+
+def fake_run(
+    root: Path,
+    name: str,
+    group: str,
+    seed: int,
+    held_out: list[tuple[int, float, float]],
+    alarms: Sequence[int] = (),
+) -> Path:
+    """A run directory as a run leaves it: config, metrics, gold evaluations, alarms."""
+    run = RunDirectory(root / name)
+    config = {
+        "name": name,
+        "group": group,
+        "reward": {"judge": "embedded", "criterion_dropout": 0.5 if "drop" in group else 0.0},
+        "grpo": {"seed": seed, "beta": 0.0, "max_steps": 10},
+        "random_rewards": group == "control",
+    }
+    run.write_config(config, {})
+    for step in range(1, 11):
+        run.append(METRICS, {"step": step, "rubric/reward": step / 10, "gold/train_reward": 0.5})
+    for step, proxy, gold in held_out:
+        run.append(GOLD, {"step": step, "train_score": proxy, "gold_score": gold})
+    for step in alarms:
+        run.append(ALARMS, {"step": step, "kind": "gold_divergence", "message": "diverging"})
+    run.append(SAMPLES, {"step": 1, "prompt_id": "p", "completion": "first words", "reward": 0.1})
+    run.append(SAMPLES, {"step": 10, "prompt_id": "p", "completion": "last words", "reward": 0.9})
+    return run.path
+
+
+def test_a_run_report_gives_held_out_start_peak_and_end(tmp_path: Path) -> None:
+    path = fake_run(
+        tmp_path, "base-s0", "base", 0, [(0, 0.2, 0.5), (5, 0.6, 0.4), (10, 0.5, 0.3)], [10]
+    )
+    curves, report = write_run_report(path)
+    assert curves.stat().st_size > 10_000  # a drawn PNG
+    text = report.read_text(encoding="utf-8")
+    assert "| start | 0 | 0.200 | 0.500 |" in text
+    assert "| proxy's peak | 5 | 0.600 | 0.400 |" in text
+    assert "| end | 10 | 0.500 | 0.300 |" in text
+    assert "| proxy | 0.300 | 0.800 |" in text  # training: first and last five steps
+    assert "step 10: gold_divergence" in text
+    assert "first words" in text and "last words" in text
+
+
+def test_compare_averages_a_groups_seeds_and_counts_them(tmp_path: Path) -> None:
+    paths = [
+        fake_run(tmp_path, "base-s0", "base", 0, [(0, 0.2, 0.5), (5, 0.6, 0.4), (10, 0.5, 0.3)]),
+        fake_run(tmp_path, "base-s1", "base", 1, [(0, 0.2, 0.5), (5, 0.4, 0.6), (10, 0.7, 0.1)]),
+        fake_run(tmp_path, "drop-s0", "drop", 0, [(0, 0.2, 0.5), (10, 0.3, 0.5)], [10]),
+    ]
+    curves, document, text = compare_runs(paths, tmp_path / "compare")
+    assert curves.is_file() and document.is_file()
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines()[2:]}
+    assert set(rows) == {"base", "drop"}
+    # base: seed 0 peaks at step 5 (0.6, gold 0.4), seed 1 at step 10 (0.7, gold 0.1).
+    assert "| base | 2 | embedded | none |" in rows["base"]
+    assert "0.650 [0.600, 0.700]" in rows["base"]  # proxy at the peak
+    assert "0.250 [0.100, 0.400]" in rows["base"]  # gold at the peak
+    assert "| drop | 1 | embedded | criterion dropout 0.5 |" in rows["drop"]
+    assert rows["drop"].endswith("| 1 in 1 of 1 run(s) |")
+    assert rows["base"].endswith("| 0 in 0 of 2 run(s) |")
+    assert table([read_run(paths[0])]).count("\n") == 2  # header, rule, one row
+
+
+def test_a_folder_that_is_no_run_is_named(tmp_path: Path) -> None:
+    with pytest.raises(NotFoundError, match="not a run directory"):
+        read_run(tmp_path)
+
+
+def test_a_run_without_gold_reports_so(tmp_path: Path) -> None:
+    run = RunDirectory(tmp_path / "plain")
+    run.write_config({"name": "plain", "grpo": {"seed": 0}}, {})
+    run.append(METRICS, {"step": 1, "rubric/reward": 0.5})
+    _, report = write_run_report(run.path)
+    assert "No held-out evaluation" in report.read_text(encoding="utf-8")
+
+
+def test_train_report_and_compare_on_the_command_line(tmp_path: Path) -> None:
+    from tests.cli_runner import cli_error, cli_ok
+
+    database = f"sqlite:///{tmp_path / 'unused.sqlite'}"
+    first = fake_run(tmp_path, "a-s0", "a", 0, [(0, 0.2, 0.5), (10, 0.6, 0.2)], [10])
+    second = fake_run(tmp_path, "b-s0", "b", 0, [(0, 0.2, 0.5), (10, 0.3, 0.5)])
+    result = cli_ok("train", "report", str(first), database_url=database)
+    assert (first / "report.md").is_file() and "report.md" in result.stdout
+    output = tmp_path / "both"
+    result = cli_ok(
+        "train", "compare", str(first), str(second), "--output", str(output), database_url=database
+    )
+    assert "| a | 1 | embedded | none | 0.200 / 0.600 / 0.600 |" in result.stdout
+    assert (output / "curves.png").is_file() and (output / "compare.md").is_file()
+    assert "not a run directory" in cli_error(
+        "train", "compare", str(tmp_path), database_url=database
+    )
+    # `train CONFIG` is still `train run CONFIG`: a missing file is named as the config.
+    assert "missing.yaml" in cli_error(
+        "train", str(tmp_path / "missing.yaml"), database_url=database
+    )

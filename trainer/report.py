@@ -1,0 +1,353 @@
+"""Proxy against gold, per run and across runs: ``curves.png`` and ``report.md``.
+
+A run's *proxy* is the reward's rubric score (``rubric/reward``: the training judge's view)
+and its *gold* the gold scorer's (``gold/train_reward`` on the training completions every
+step, and the gold monitor's evaluations of the held-out prompts in gold.jsonl). A policy
+that games its judge shows as proxy rising while gold stays or falls.
+
+``write_run_report`` draws one run; ``compare_runs`` draws several, one panel row per group
+(the runs of one setting under several seeds share a ``group``), with a table of the
+held-out scores at the start, at the proxy's peak and at the end, as the mean over seeds
+and their range.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rubricsvc.errors import NotFoundError
+from trainer.rundir import ALARMS, GOLD, METRICS, SAMPLES, RunDirectory
+
+CURVES = "curves.png"
+REPORT = "report.md"
+PROXY = "rubric/reward"
+TRAIN_GOLD = "gold/train_reward"
+# Steps the training-prompt curves are smoothed over: a step sees only a few prompts.
+SMOOTHING = 5
+
+
+@dataclass
+class Point:
+    step: int
+    proxy: float | None
+    gold: float | None
+
+
+@dataclass
+class RunRecord:
+    """What a finished (or stopped) run directory holds, read back for reports."""
+
+    path: Path
+    config: dict[str, Any]
+    metrics: list[dict[str, Any]]
+    held_out: list[Point]
+    alarms: list[dict[str, Any]]
+    samples: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return str(self.config.get("name") or self.path.name)
+
+    @property
+    def group(self) -> str:
+        return str(self.config.get("group") or self.name)
+
+    @property
+    def seed(self) -> int:
+        return int((self.config.get("grpo") or {}).get("seed", 0))
+
+    def training(self, key: str) -> tuple[list[int], list[float]]:
+        """Per logged step, the value of ``key`` (steps without one left out)."""
+        rows = [(int(r["step"]), float(r[key])) for r in self.metrics if r.get(key) is not None]
+        return [s for s, _ in rows], [v for _, v in rows]
+
+    def gold_alarms(self) -> list[dict[str, Any]]:
+        return [a for a in self.alarms if a.get("kind") == "gold_divergence"]
+
+    def held_out_summary(self) -> dict[str, Point] | None:
+        """The held-out evaluation at the start, at the proxy's peak and at the end."""
+        scored = [p for p in self.held_out if p.proxy is not None]
+        if not scored:
+            return None
+        peak = max(scored, key=lambda p: p.proxy or 0.0)
+        return {"start": scored[0], "peak": peak, "end": scored[-1]}
+
+
+def read_run(path: Path) -> RunRecord:
+    """The run directory at ``path``; NotFoundError when it is none."""
+    config_file = path / "config.yaml"
+    if not config_file.is_file():
+        raise NotFoundError(f"{path} is not a run directory (no config.yaml)")
+    config = yaml.safe_load(config_file.read_text(encoding="utf-8")) or {}
+    run = RunDirectory(path)
+    held_out = [
+        Point(int(row["step"]), row.get("train_score"), row.get("gold_score"))
+        for row in run.read(GOLD)
+    ]
+    return RunRecord(path, config, run.read(METRICS), held_out, run.read(ALARMS), run.read(SAMPLES))
+
+
+def smoothed(values: Sequence[float], width: int = SMOOTHING) -> list[float]:
+    """The trailing mean over ``width`` values (fewer at the start)."""
+    out = []
+    for index in range(len(values)):
+        window = values[max(0, index - width + 1) : index + 1]
+        out.append(sum(window) / len(window))
+    return out
+
+
+def _draw_training(axes: Any, run: RunRecord, alpha: float = 1.0, label: bool = True) -> None:
+    for key, colour, name in ((PROXY, "tab:blue", "proxy"), (TRAIN_GOLD, "tab:orange", "gold")):
+        steps, values = run.training(key)
+        if steps:
+            axes.plot(steps, values, color=colour, alpha=0.2 * alpha, linewidth=0.8)
+            axes.plot(
+                steps,
+                smoothed(values),
+                color=colour,
+                alpha=alpha,
+                label=f"{name} (mean of {SMOOTHING} steps)" if label else None,
+            )
+
+
+def _draw_held_out(axes: Any, run: RunRecord, alpha: float = 1.0, label: bool = True) -> None:
+    for attr, colour, name in (("proxy", "tab:blue", "proxy"), ("gold", "tab:orange", "gold")):
+        points = [(p.step, getattr(p, attr)) for p in run.held_out if getattr(p, attr) is not None]
+        if points:
+            axes.plot(
+                [s for s, _ in points],
+                [v for _, v in points],
+                color=colour,
+                marker="o",
+                markersize=3,
+                alpha=alpha,
+                label=name if label else None,
+            )
+    for alarm in run.gold_alarms():
+        axes.axvline(int(alarm["step"]), color="tab:red", alpha=0.4 * alpha, linestyle="--")
+
+
+def _figure(rows: int) -> tuple[Any, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on servers and CI
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(
+        rows, 2, figsize=(11, 3.2 * rows), squeeze=False, sharex=True, sharey=True
+    )
+    return figure, axes
+
+
+def _save(figure: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def _panel_titles(axes: Any, row: int, title: str) -> None:
+    axes[row][0].set_title(f"{title}: training prompts", fontsize="medium")
+    axes[row][1].set_title(f"{title}: held-out prompts (red: gold alarm)", fontsize="medium")
+    for column in (0, 1):
+        axes[row][column].grid(alpha=0.3)
+        axes[row][column].set_ylabel("score")
+        if axes[row][column].get_legend_handles_labels()[1]:  # a panel with nothing logged has none
+            axes[row][column].legend(fontsize="small", loc="lower right")
+
+
+def draw_curves(runs: Sequence[RunRecord], path: Path) -> Path:
+    """Proxy and gold over steps, a row per group (its seeds drawn over each other)."""
+    groups = group_runs(runs)
+    figure, axes = _figure(len(groups))
+    for row, (group, members) in enumerate(groups.items()):
+        for index, run in enumerate(members):
+            alpha = 1.0 if len(members) == 1 else 0.7
+            _draw_training(axes[row][0], run, alpha, label=index == 0)
+            _draw_held_out(axes[row][1], run, alpha, label=index == 0)
+        seeds = f"{len(members)} seed{'s' if len(members) > 1 else ''}"
+        _panel_titles(axes, row, f"{group} ({seeds})")
+    for column in (0, 1):
+        axes[-1][column].set_xlabel("step")
+    return _save(figure, path)
+
+
+def group_runs(runs: Sequence[RunRecord]) -> dict[str, list[RunRecord]]:
+    groups: dict[str, list[RunRecord]] = {}
+    for run in runs:
+        groups.setdefault(run.group, []).append(run)
+    return groups
+
+
+def _stat(values: Sequence[float | None]) -> str:
+    """``mean`` for one value, ``mean [min, max]`` for several; ``-`` for none."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return "-"
+    mean = statistics.fmean(present)
+    if len(present) == 1:
+        return f"{mean:.3f}"
+    return f"{mean:.3f} [{min(present):.3f}, {max(present):.3f}]"
+
+
+def defences(config: dict[str, Any]) -> str:
+    """The run's defences and controls, in words (``none`` for the baseline)."""
+    reward = config.get("reward") or {}
+    said = []
+    if reward.get("criterion_dropout"):
+        said.append(f"criterion dropout {reward['criterion_dropout']}")
+    if reward.get("length_penalty"):
+        shaping = reward["length_penalty"]
+        said.append(f"length penalty {shaping['per_word']}/word past {shaping['max_words']}")
+    if float((config.get("grpo") or {}).get("beta") or 0.0) > 0:
+        said.append(f"KL beta {config['grpo']['beta']}")
+    if config.get("random_rewards"):
+        said.append("random rewards (control)")
+    return ", ".join(said) or "none"
+
+
+HEADER = (
+    "| run | seeds | judge | defence | held-out proxy start / peak / end "
+    "| held-out gold start / peak / end | gold alarms |\n"
+    "| --- | --- | --- | --- | --- | --- | --- |"
+)
+
+
+def table(runs: Sequence[RunRecord]) -> str:
+    """A Markdown row per group: held-out proxy and gold at start, proxy's peak and end."""
+    lines = [HEADER]
+    for group, members in group_runs(runs).items():
+        summaries = [m.held_out_summary() for m in members]
+        cells = []
+        for attr in ("proxy", "gold"):
+            parts = [
+                _stat([getattr(s[moment], attr) if s else None for s in summaries])
+                for moment in ("start", "peak", "end")
+            ]
+            cells.append(" / ".join(parts))
+        alarms = [len(m.gold_alarms()) for m in members]
+        first = members[0].config
+        judge = (first.get("reward") or {}).get("judge", "?")
+        lines.append(
+            f"| {group} | {len(members)} | {judge} | {defences(first)} | {cells[0]} | {cells[1]} "
+            f"| {sum(alarms)} in {sum(1 for a in alarms if a)} of {len(members)} run(s) |"
+        )
+    return "\n".join(lines)
+
+
+def _training_ends(run: RunRecord, key: str) -> tuple[float | None, float | None]:
+    _, values = run.training(key)
+    if not values:
+        return None, None
+    k = min(SMOOTHING, len(values))
+    return statistics.fmean(values[:k]), statistics.fmean(values[-k:])
+
+
+def _samples_at(run: RunRecord, step: int, count: int = 3) -> list[dict[str, Any]]:
+    return [s for s in run.samples if s.get("step") == step][:count]
+
+
+def _quote(text: str, limit: int = 400) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[:limit] + " ..."
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def run_report(run: RunRecord) -> str:
+    """report.md of one run: settings, held-out table, training ends, alarms, samples."""
+    reward = run.config.get("reward") or {}
+    grpo = run.config.get("grpo") or {}
+    lines = [
+        f"# Run {run.name}",
+        "",
+        f"- group: {run.group}; seed {run.seed}",
+        f"- reward: judge {reward.get('judge')}, mode {reward.get('mode') or 'its own'}, "
+        f"rubric {reward.get('rubric') or 'each prompt latest'}, "
+        f"aggregation {reward.get('aggregation')}",
+        f"- defence: {defences(run.config)}",
+        f"- GRPO: {grpo.get('max_steps')} steps of {grpo.get('per_device_train_batch_size')} "
+        f"completions ({grpo.get('num_generations')} per prompt), learning rate "
+        f"{grpo.get('learning_rate')}, beta {grpo.get('beta')}, at most "
+        f"{grpo.get('max_completion_length')} tokens",
+        "",
+        f"![proxy and gold]({CURVES})",
+        "",
+        "## Held-out prompts",
+        "",
+    ]
+    summary = run.held_out_summary()
+    if summary is None:
+        lines.append("No held-out evaluation (no gold monitor configured).")
+    else:
+        lines += ["| moment | step | proxy | gold |", "| --- | --- | --- | --- |"]
+        for moment, label in (("start", "start"), ("peak", "proxy's peak"), ("end", "end")):
+            point = summary[moment]
+            lines.append(f"| {label} | {point.step} | {_fmt(point.proxy)} | {_fmt(point.gold)} |")
+    lines += ["", "## Training prompts", ""]
+    proxy, gold = _training_ends(run, PROXY), _training_ends(run, TRAIN_GOLD)
+    lines += [
+        f"Mean over the first and the last {SMOOTHING} logged steps:",
+        "",
+        "| score | first | last |",
+        "| --- | --- | --- |",
+        f"| proxy | {_fmt(proxy[0])} | {_fmt(proxy[1])} |",
+        f"| gold | {_fmt(gold[0])} | {_fmt(gold[1])} |",
+        "",
+        "## Alarms",
+        "",
+    ]
+    if not run.alarms:
+        lines.append("None.")
+    for alarm in run.alarms:
+        lines.append(f"- step {alarm.get('step')}: {alarm.get('kind')}: {alarm.get('message')}")
+    steps = sorted({int(s["step"]) for s in run.samples if s.get("step") is not None})
+    if steps:
+        lines += ["", "## Samples", ""]
+        for step in dict.fromkeys((steps[0], steps[-1])):
+            lines += [f"Step {step}:", ""]
+            for sample in _samples_at(run, step):
+                lines.append(
+                    f"- {sample.get('prompt_id')} (proxy {_fmt(sample.get('rubric_reward'))}, "
+                    f"gold {_fmt(sample.get('gold_reward'))}): {_quote(sample['completion'])}"
+                )
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_run_report(path: Path) -> tuple[Path, Path]:
+    """curves.png and report.md in the run directory at ``path``."""
+    run = read_run(path)
+    curves = draw_curves([run], path / CURVES)
+    report = path / REPORT
+    report.write_text(run_report(run), encoding="utf-8")
+    return curves, report
+
+
+def compare_runs(paths: Sequence[Path], output: Path) -> tuple[Path, Path, str]:
+    """curves.png (a row per group) and compare.md (the table) in ``output``."""
+    runs = [read_run(path) for path in paths]
+    output.mkdir(parents=True, exist_ok=True)
+    curves = draw_curves(runs, output / CURVES)
+    text = table(runs)
+    document = output / "compare.md"
+    document.write_text(
+        "# Runs compared\n\n"
+        "Held-out scores at the start, at the held-out proxy's peak and at the end; the mean "
+        "over a group's seeds, with their range in brackets.\n\n"
+        f"{text}\n\n![proxy and gold]({CURVES})\n\nRuns: "
+        + ", ".join(f"{r.name} ({r.path})" for r in runs)
+        + "\n",
+        encoding="utf-8",
+    )
+    return curves, document, text
