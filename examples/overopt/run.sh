@@ -54,9 +54,10 @@ one_run() {  # RUN SEED
 }
 
 pending=()
-for run in $runs; do
-  settings "$run" > /dev/null
-  for seed in $seeds; do pending+=("$run $seed"); done
+for run in $runs; do settings "$run" > /dev/null; done
+# Seed by seed, so that a cut-short experiment has every run of its first seeds.
+for seed in $seeds; do
+  for run in $runs; do pending+=("$run $seed"); done
 done
 running=0
 for item in "${pending[@]}"; do

@@ -7,6 +7,7 @@ exercised by the GRPO tests.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import os
 import pickle
@@ -177,8 +178,12 @@ def _stop(server: subprocess.Popen[bytes]) -> None:
     server.wait(timeout=20)
 
 
-@pytest.fixture
-def api(database: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+@contextlib.contextmanager
+def running_api(
+    database: str, monkeypatch: pytest.MonkeyPatch, start_timeout: float = 60
+) -> Iterator[str]:
+    """`rubricsvc serve` on ``database`` and a free port, its reward key in the environment;
+    its base URL once healthy."""
     require_module("fastapi", "api")
     require_module("uvicorn", "api")
     from tests.servers import free_port
@@ -188,7 +193,7 @@ def api(database: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     server = _start_api(database, port)
     base_url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + start_timeout
         while not _healthy(base_url):
             if server.poll() is not None or time.monotonic() > deadline:
                 stderr = server.stderr.read().decode() if server.stderr else ""
@@ -197,6 +202,12 @@ def api(database: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         yield base_url
     finally:
         _stop(server)
+
+
+@pytest.fixture
+def api(database: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    with running_api(database, monkeypatch) as base_url:
+        yield base_url
 
 
 def test_rewards_over_http_match_the_in_process_ones(api: str, database: str) -> None:
