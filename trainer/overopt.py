@@ -13,6 +13,7 @@ criteria each meets, so that every check is tested against the question it stand
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,57 @@ def rubrics_document(task_set: TaskSet) -> dict[str, Any]:
     return {"rubrics": rubrics}
 
 
+ANSWER_SOURCE = "overopt-hand-written"
+LABEL_SET = "overopt-answers"
+
+
+def answer_id(task: Task, n: int) -> str:
+    """The external id of the task's ``n``-th hand-written answer (from 0)."""
+    return f"{task.id}/answer-{n + 1}"
+
+
+def answer_records(task_set: TaskSet) -> list[dict[str, Any]]:
+    """Every hand-written answer as a completion record (``rubricsvc completions add``)."""
+    return [
+        {
+            "external_id": answer_id(task, n),
+            "prompt_external_id": task.id,
+            "prompt": task.prompt,
+            "source": ANSWER_SOURCE,
+            "text": answer.text,
+        }
+        for task in task_set.tasks
+        for n, answer in enumerate(task.answers)
+    ]
+
+
+def label_records(task_set: TaskSet) -> list[dict[str, Any]]:
+    """Whether each hand-written answer meets each criterion of its proxy rubric, as pointwise
+    labels (``rubricsvc labels import jsonl``): what the proxy's judge is measured against
+    (``rubricsvc judges evaluate``). The checks decide every one of them the same way (a test
+    holds them to it), so this is also the judge's agreement with gold."""
+    return [
+        {
+            "kind": "pointwise",
+            "item": f"{answer_id(task, n)}/{position}",
+            "completion": answer_id(task, n),
+            "rubric": task.rubric_name("proxy"),
+            "criterion": position,
+            "met": met,
+            "labeller": "hand-written",
+            "tags": [task.split.value],
+        }
+        for task in task_set.tasks
+        for n, answer in enumerate(task.answers)
+        for position, met in enumerate(answer.met, start=1)
+    ]
+
+
+def write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+    lines = (json.dumps(record, ensure_ascii=False) for record in records)
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
 RUBRICS_HEADER = (
     "# Written by `python -m trainer.overopt examples/overopt/tasks.yaml` from tasks.yaml: edit\n"
     "# that file, then run it again. Each task's proxy rubric (judged) and gold rubric (checked).\n"
@@ -147,17 +199,27 @@ def load_task_set(path: Path) -> TaskSet:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Write ``rubrics.yaml`` beside a task file: ``python -m trainer.overopt TASKS``."""
-    import sys
+    """``python -m trainer.overopt [TASKS] [--answers DIR]``: write ``rubrics.yaml`` beside the
+    task file; with ``--answers``, also the hand-written answers (``answers.jsonl``) and their
+    labels (``labels.jsonl``) into DIR."""
+    import argparse
 
     import yaml
 
-    args = sys.argv[1:] if argv is None else argv
-    tasks = Path(args[0]) if args else Path("examples/overopt/tasks.yaml")
-    out = tasks.with_name("rubrics.yaml")
-    document = yaml.safe_dump(rubrics_document(load_task_set(tasks)), sort_keys=False, width=100)
+    parser = argparse.ArgumentParser(prog="python -m trainer.overopt")
+    parser.add_argument("tasks", nargs="?", type=Path, default=Path("examples/overopt/tasks.yaml"))
+    parser.add_argument("--answers", type=Path, help="write answers.jsonl and labels.jsonl here")
+    args = parser.parse_args(argv)
+    task_set = load_task_set(args.tasks)
+    out = args.tasks.with_name("rubrics.yaml")
+    document = yaml.safe_dump(rubrics_document(task_set), sort_keys=False, width=100)
     out.write_text(RUBRICS_HEADER + document, encoding="utf-8")
     print(f"wrote {out}")
+    if args.answers is not None:
+        args.answers.mkdir(parents=True, exist_ok=True)
+        write_jsonl(args.answers / "answers.jsonl", answer_records(task_set))
+        write_jsonl(args.answers / "labels.jsonl", label_records(task_set))
+        print(f"wrote {args.answers / 'answers.jsonl'} and {args.answers / 'labels.jsonl'}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from rubricsvc.errors import NotFoundError
+from rubricsvc.validation.metrics import bootstrap_interval
 from trainer.rundir import ALARMS, GOLD, METRICS, SAMPLES, RunDirectory
 
 CURVES = "curves.png"
@@ -216,8 +217,8 @@ def defences(config: dict[str, Any]) -> str:
 
 HEADER = (
     "| run | seeds | judge | defence | held-out proxy start / peak / end "
-    "| held-out gold start / peak / end | gold alarms |\n"
-    "| --- | --- | --- | --- | --- | --- | --- |"
+    "| held-out gold start / peak / end | gold alarms | proxy agrees with gold in groups |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- |"
 )
 
 
@@ -238,7 +239,8 @@ def table(runs: Sequence[RunRecord]) -> str:
         judge = (first.get("reward") or {}).get("judge", "?")
         lines.append(
             f"| {group} | {len(members)} | {judge} | {defences(first)} | {cells[0]} | {cells[1]} "
-            f"| {sum(alarms)} in {sum(1 for a in alarms if a)} of {len(members)} run(s) |"
+            f"| {sum(alarms)} in {sum(1 for a in alarms if a)} of {len(members)} run(s) "
+            f"| {_stat([group_agreement(m.samples).agreement for m in members])} |"
         )
     return "\n".join(lines)
 
@@ -249,6 +251,57 @@ def _training_ends(run: RunRecord, key: str) -> tuple[float | None, float | None
         return None, None
     k = min(SMOOTHING, len(values))
     return statistics.fmean(values[:k]), statistics.fmean(values[-k:])
+
+
+@dataclass
+class GroupAgreement:
+    """How often the proxy orders two completions of one rollout group (a prompt at a step)
+    as gold does, over the pairs gold tells apart: what GRPO's group-relative advantage
+    follows. 0.5 is a proxy that ranks at random by gold's standard."""
+
+    pairs: int
+    groups: int
+    agreement: float | None  # a proxy tie counts half
+    interval: tuple[float, float] | None  # 95%, resampling groups
+
+
+def group_agreement(samples: Sequence[dict[str, Any]]) -> GroupAgreement:
+    """The proxy's agreement with gold within rollout groups of the recorded samples."""
+    groups: dict[tuple[Any, Any], list[tuple[float, float]]] = {}
+    for sample in samples:
+        proxy, gold = sample.get("rubric_reward"), sample.get("gold_reward")
+        if proxy is None or gold is None:
+            continue
+        key = (sample.get("step"), sample.get("prompt_id"))
+        groups.setdefault(key, []).append((float(proxy), float(gold)))
+    credit: list[float] = []
+    clusters: list[tuple[Any, Any]] = []
+    for key, scored in groups.items():
+        for a, (proxy_a, gold_a) in enumerate(scored):
+            for proxy_b, gold_b in scored[a + 1 :]:
+                if gold_a == gold_b:
+                    continue
+                same_way = (proxy_a - proxy_b) * (gold_a - gold_b)
+                credit.append(1.0 if same_way > 0 else 0.5 if same_way == 0 else 0.0)
+                clusters.append(key)
+
+    def share(indices: Sequence[int]) -> float | None:
+        return statistics.fmean(credit[i] for i in indices) if indices else None
+
+    return GroupAgreement(
+        pairs=len(credit),
+        groups=len(set(clusters)),
+        agreement=share(range(len(credit))),
+        interval=bootstrap_interval(clusters, share) if credit else None,
+    )
+
+
+def _agreement_text(found: GroupAgreement) -> str:
+    if found.agreement is None:
+        return "-"
+    interval = found.interval
+    bounds = f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else ""
+    return f"{found.agreement:.2f}{bounds} ({found.pairs} pairs)"
 
 
 def _samples_at(run: RunRecord, step: int, count: int = 3) -> list[dict[str, Any]]:
@@ -303,6 +356,10 @@ def run_report(run: RunRecord) -> str:
         "| --- | --- | --- |",
         f"| proxy | {_fmt(proxy[0])} | {_fmt(proxy[1])} |",
         f"| gold | {_fmt(gold[0])} | {_fmt(gold[1])} |",
+        "",
+        "Within a rollout group (a prompt's completions at a step), the share of the pairs "
+        "gold tells apart that the proxy orders the same way (0.5: at random; 95% interval "
+        f"resampling groups): {_agreement_text(group_agreement(run.samples))}.",
         "",
         "## Alarms",
         "",

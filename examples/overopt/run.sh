@@ -48,8 +48,12 @@ one_run() {  # RUN SEED
   # A database per run: SQLite takes one writer at a time, and runs may go side by side.
   cp "$work/overopt.sqlite" "$work/$name.sqlite"
   # shellcheck disable=SC2046
-  RUBRICSVC_DATABASE_URL="sqlite:///$work/$name.sqlite" rubricsvc train "$work/baseline.yaml" --name "$name" --set "group=$1" \
-    --set "grpo.seed=$2" --set "reward.dropout_seed=$2" $(settings "$1") > "$work/$name.log" 2>&1
+  if ! RUBRICSVC_DATABASE_URL="sqlite:///$work/$name.sqlite" rubricsvc train "$work/baseline.yaml" \
+    --name "$name" --set "group=$1" --set "grpo.seed=$2" --set "reward.dropout_seed=$2" \
+    $(settings "$1") > "$work/$name.log" 2>&1; then
+    echo "$name: FAILED: $(tail -n 1 "$work/$name.log")" >&2
+    return 1
+  fi
   echo "$name: $(tail -n 1 "$work/$name.log")"
 }
 
@@ -59,14 +63,19 @@ for run in $runs; do settings "$run" > /dev/null; done
 for seed in $seeds; do
   for run in $runs; do pending+=("$run $seed"); done
 done
+# A run that fails is reported and the others go on; the script exits non-zero at the end.
+failed=0
 running=0
 for item in "${pending[@]}"; do
   # shellcheck disable=SC2086
   one_run $item &
   running=$((running + 1))
-  if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
+  if [ "$running" -ge "$jobs" ]; then wait -n || failed=1; running=$((running - 1)); fi
 done
-wait
+while [ "$running" -gt 0 ]; do wait -n || failed=1; running=$((running - 1)); done
 dirs=()
-for run in $runs; do for seed in $seeds; do dirs+=("$work/runs/$run-s$seed"); done; done
-rubricsvc train compare "${dirs[@]}" --output "$work/compare"
+for run in $runs; do for seed in $seeds; do
+  if [ -f "$work/runs/$run-s$seed/report.md" ]; then dirs+=("$work/runs/$run-s$seed"); fi
+done; done
+if [ "${#dirs[@]}" -gt 0 ]; then rubricsvc train compare "${dirs[@]}" --output "$work/compare"; fi
+if [ "$failed" -ne 0 ]; then echo "some runs failed: see their logs in $work" >&2; exit 1; fi

@@ -54,9 +54,23 @@ def _model_label(spec: JudgeSpec) -> str:
 def member_config(session: Session, spec: JudgeSpec) -> JudgeConfig:
     """The stored config of a jury member: the config of the same settings if one is stored,
     whatever its name (its verdicts are the member's: the cache keys are the same), else the
-    member stored under its own name (``JURY/MEMBER``)."""
+    member stored under the name of the built-in judge it equals (so that judge, used on its
+    own later, finds its settings under its own name, not refused as another's), else under
+    its own name (``JURY/MEMBER``)."""
     same = session.scalar(select(JudgeConfig).where(JudgeConfig.config_hash == spec.config_hash()))
-    return same if same is not None else ensure_judge_config(session, spec)
+    if same is not None:
+        return same
+    builtin = _builtin_alike(spec)
+    return ensure_judge_config(session, builtin if builtin is not None else spec)
+
+
+def _builtin_alike(spec: JudgeSpec) -> JudgeSpec | None:
+    """The built-in judge (in ``spec``'s mode) with ``spec``'s settings, if there is one."""
+    for builtin in BUILTIN_JUDGES.values():
+        alike = builtin.with_mode(spec.mode)
+        if alike.config_hash() == spec.config_hash():
+            return alike
+    return None
 
 
 def latest_judge_config(session: Session, name: str) -> JudgeConfig | None:

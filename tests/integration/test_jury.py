@@ -334,6 +334,40 @@ def test_a_second_run_comes_from_the_cache_and_the_command_shows_the_members(
     assert "Everything came from the cache" in table.stdout
 
 
+def test_a_member_alike_a_built_in_judge_is_stored_as_it_so_the_judge_still_serves(
+    module: Module, migrated_sqlite_template: Path, tmp_path: Path
+) -> None:
+    """A jury scored first in a database, with an inline member of the built-in `embedded`'s
+    settings: the member is stored as `embedded`, so `embedded` used on its own afterwards
+    (a training run's gold scorer, say) finds its verdicts, not a refusal for settings another
+    name holds."""
+    shutil.copy(migrated_sqlite_template, tmp_path / "fresh.sqlite")
+    url = f"sqlite:///{tmp_path / 'fresh.sqlite'}"
+    add_examples(url)
+    jury = JudgeSpec.model_validate(
+        {
+            "name": "alike",
+            "jury": {"members": [{"name": "bundled", "backend": "transformers"}]},
+        }
+    )
+    engine = db.make_engine(url)
+    try:
+        with Session(engine, expire_on_commit=False) as session:
+            completion = session.scalars(
+                select(Completion.id).where(Completion.prompt.has(external_id=PROMPT))
+            ).first()
+            assert completion is not None
+            first = _score(session, module.provider, jury, [completion])
+            assert first.computed == JUDGED_CRITERIA
+            (member,) = _juried(first)[0].members
+            assert _config(session, member["config_hash"]).name == "embedded"
+            alone = _score(session, module.provider, BUILTIN_JUDGES["embedded"], [completion])
+            assert alone.cached == alone.judgments == JUDGED_CRITERIA
+            assert alone.scores[0].value == pytest.approx(member["value"])
+    finally:
+        engine.dispose()
+
+
 def test_three_samples_of_a_decoding_judge_are_three_seeded_configs(
     module: Module, session: Session
 ) -> None:

@@ -3,6 +3,7 @@ the hand-written answers, and the proxy and gold rubrics are the same criteria."
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,15 @@ import yaml
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.models import CriterionKind
 from trainer.config import ScorerSettings
-from trainer.overopt import Split, Task, load_task_set, rubrics_document
+from trainer.overopt import (
+    Split,
+    Task,
+    answer_records,
+    label_records,
+    load_task_set,
+    main,
+    rubrics_document,
+)
 
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "overopt" / "tasks.yaml"
 TASK_SET = load_task_set(TASKS)
@@ -90,3 +99,32 @@ def test_a_rubric_template_names_each_prompts_rubric() -> None:
     assert ScorerSettings(rubric="shared@2").rubric_for(None) == "shared@2"
     with pytest.raises(ValueError, match="the only placeholder a rubric may hold"):
         ScorerSettings(rubric="{prompt}/gold")
+
+
+def test_the_answers_labels_are_what_the_checks_decide() -> None:
+    """The labels `rubricsvc judges evaluate` measures the proxy's judge against: one per
+    answer and criterion of its proxy rubric, each the check's verdict."""
+    answers = {record["external_id"]: record for record in answer_records(TASK_SET)}
+    labels = label_records(TASK_SET)
+    tasks = {task.id: task for task in TASK_SET.tasks}
+    assert len(answers) == sum(len(task.answers) for task in TASK_SET.tasks)
+    assert len(labels) == sum(len(t.answers) * len(t.criteria) for t in TASK_SET.tasks)
+    assert len({label["item"] for label in labels}) == len(labels)
+    for label in labels:
+        answer = answers[label["completion"]]
+        task = tasks[answer["prompt_external_id"]]
+        assert label["rubric"] == f"{task.id}/proxy" and answer["prompt"] == task.prompt
+        verdicts = task.gold_verdicts(answer["text"])
+        assert label["met"] is verdicts[label["criterion"] - 1]
+
+
+def test_main_writes_the_answers_and_labels(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.yaml"
+    tasks.write_text(TASKS.read_text(encoding="utf-8"), encoding="utf-8")
+    main([str(tasks), "--answers", str(tmp_path / "out")])
+    written = yaml.safe_load((tmp_path / "rubrics.yaml").read_text(encoding="utf-8"))
+    assert written == rubrics_document(TASK_SET)
+    lines = (tmp_path / "out" / "labels.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line) for line in lines] == label_records(TASK_SET)
+    lines = (tmp_path / "out" / "answers.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line) for line in lines] == answer_records(TASK_SET)

@@ -13,7 +13,7 @@ from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.scoring.rewards import RewardRequest, RewardResult
 from trainer.config import LengthPenalty, ScorerSettings, load_config, parse_override
 from trainer.recording import RecordingReward
-from trainer.report import compare_runs, read_run, table, write_run_report
+from trainer.report import compare_runs, group_agreement, read_run, table, write_run_report
 from trainer.rewards import RubricReward
 from trainer.rundir import ALARMS, GOLD, METRICS, SAMPLES, RunDirectory
 
@@ -162,9 +162,39 @@ def test_compare_averages_a_groups_seeds_and_counts_them(tmp_path: Path) -> None
     assert "0.650 [0.600, 0.700]" in rows["base"]  # proxy at the peak
     assert "0.250 [0.100, 0.400]" in rows["base"]  # gold at the peak
     assert "| drop | 1 | embedded | criterion dropout 0.5 |" in rows["drop"]
-    assert rows["drop"].endswith("| 1 in 1 of 1 run(s) |")
-    assert rows["base"].endswith("| 0 in 0 of 2 run(s) |")
+    assert rows["drop"].endswith("| 1 in 1 of 1 run(s) | - |")  # no sample has gold
+    assert rows["base"].endswith("| 0 in 0 of 2 run(s) | - |")
     assert table([read_run(paths[0])]).count("\n") == 2  # header, rule, one row
+
+
+def _sample(step: int, prompt: str, proxy: float, gold: float | None) -> dict[str, object]:
+    return {"step": step, "prompt_id": prompt, "rubric_reward": proxy, "gold_reward": gold}
+
+
+def test_group_agreement_counts_pairs_within_a_group_that_gold_tells_apart() -> None:
+    samples = [
+        # Step 1, prompt a: gold orders c > b > a; the proxy agrees on (a, c) and (b, c),
+        # and has (a, b) the wrong way round.
+        _sample(1, "a", 0.2, 0.0),
+        _sample(1, "a", 0.1, 0.5),
+        _sample(1, "a", 0.9, 1.0),
+        # Step 1, prompt b: gold ties (no pair), one sample without gold (left out).
+        _sample(1, "b", 0.3, 0.5),
+        _sample(1, "b", 0.7, 0.5),
+        _sample(1, "b", 0.8, None),
+        # Step 2, prompt a: the proxy ties where gold does not: half credit. Across groups
+        # (0.9 at step 1 against 0.0 here) nothing is compared.
+        _sample(2, "a", 0.4, 0.0),
+        _sample(2, "a", 0.4, 1.0),
+    ]
+    found = group_agreement(samples)
+    assert (found.pairs, found.groups) == (4, 2)
+    assert found.agreement == pytest.approx((1 + 1 + 0 + 0.5) / 4)
+    assert found.interval is not None
+    low, high = found.interval
+    assert 0.0 <= low <= found.agreement <= high <= 1.0
+    empty = group_agreement([_sample(1, "a", 0.2, 0.5), _sample(1, "a", 0.9, 0.5)])
+    assert (empty.pairs, empty.agreement, empty.interval) == (0, None, None)
 
 
 def test_a_folder_that_is_no_run_is_named(tmp_path: Path) -> None:
