@@ -23,6 +23,7 @@ import yaml
 
 from rubricsvc.errors import NotFoundError
 from rubricsvc.validation.metrics import bootstrap_interval
+from trainer.monitors import slope
 from trainer.rundir import ALARMS, GOLD, METRICS, SAMPLES, RunDirectory
 
 CURVES = "curves.png"
@@ -70,6 +71,30 @@ class RunRecord:
 
     def gold_alarms(self) -> list[dict[str, Any]]:
         return [a for a in self.alarms if a.get("kind") == "gold_divergence"]
+
+    @property
+    def gold_window(self) -> int:
+        gold = (self.config.get("monitors") or {}).get("gold") or {}
+        return int(gold.get("window", 3))
+
+    def alarm_margin(self) -> tuple[float, int] | None:
+        """The largest ``min_slope`` at which the gold monitor would still have fired on this
+        run's held-out evaluations, and the step of that evaluation; None if it would fire at
+        none (the proxy never rose while gold fell). The alarm rule is a function of the
+        recorded evaluations, so this holds for any threshold without training again: a run
+        alarms at ``min_slope`` m exactly when its margin is above m. Compared with a
+        random-reward control's margin, it tells an alarm from drift."""
+        scored = [p for p in self.held_out if p.proxy is not None and p.gold is not None]
+        window = self.gold_window
+        best: tuple[float, int] | None = None
+        for end in range(window, len(scored) + 1):
+            recent = scored[end - window : end]
+            rise = slope([p.proxy for p in recent if p.proxy is not None])
+            fall = -slope([p.gold for p in recent if p.gold is not None])
+            margin = min(rise, fall)
+            if margin > 0 and (best is None or margin > best[0]):
+                best = (margin, recent[-1].step)
+        return best
 
     def held_out_summary(self) -> dict[str, Point] | None:
         """The held-out evaluation at the start, at the proxy's peak and at the end."""
@@ -217,8 +242,9 @@ def defences(config: dict[str, Any]) -> str:
 
 HEADER = (
     "| run | seeds | judge | defence | held-out proxy start / peak / end "
-    "| held-out gold start / peak / end | gold alarms | proxy agrees with gold in groups |\n"
-    "| --- | --- | --- | --- | --- | --- | --- | --- |"
+    "| held-out gold start / peak / end | gold alarms | alarm margin "
+    "| proxy agrees with gold in groups |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 )
 
 
@@ -240,9 +266,17 @@ def table(runs: Sequence[RunRecord]) -> str:
         lines.append(
             f"| {group} | {len(members)} | {judge} | {defences(first)} | {cells[0]} | {cells[1]} "
             f"| {sum(alarms)} in {sum(1 for a in alarms if a)} of {len(members)} run(s) "
+            f"| {_stat([_margin(m) for m in members])} "
             f"| {_stat([group_agreement(m.samples).agreement for m in members])} |"
         )
     return "\n".join(lines)
+
+
+def _margin(run: RunRecord) -> float:
+    """The run's alarm margin, 0 for a run on which no threshold fires (so that a group's mean
+    counts it)."""
+    found = run.alarm_margin()
+    return found[0] if found else 0.0
 
 
 def _training_ends(run: RunRecord, key: str) -> tuple[float | None, float | None]:
@@ -362,6 +396,15 @@ def run_report(run: RunRecord) -> str:
         f"resampling groups): {_agreement_text(group_agreement(run.samples))}.",
         "",
         "## Alarms",
+        "",
+    ]
+    margin = run.alarm_margin()
+    lines += [
+        "Alarm margin (the largest `min_slope` at which the gold monitor would still fire on "
+        "these held-out evaluations): "
+        + (
+            f"{margin[0]:.4f} (step {margin[1]})." if margin else "none (it fires at no threshold)."
+        ),
         "",
     ]
     if not run.alarms:

@@ -30,6 +30,30 @@ rubricsvc rubrics add examples/overopt/rubrics.yaml > /dev/null
 rubricsvc judges add examples/overopt/judges.yaml
 sed "s#^output_dir: .*#output_dir: $work/runs#" examples/overopt/baseline.yaml > "$work/baseline.yaml"
 
+# How well the proxy's judges decide the criteria at all: each against the checks' verdicts on
+# the task set's hand-written answers (132 criterion verdicts), in a database of its own.
+measure_judges() {
+  local out="$work/agreement" judge
+  mkdir -p "$out"
+  python -m trainer.overopt examples/overopt/tasks.yaml --answers "$out" > /dev/null
+  (
+    export RUBRICSVC_DATABASE_URL="sqlite:///$out/agreement.sqlite"
+    rubricsvc db upgrade > /dev/null
+    rubricsvc rubrics add examples/overopt/rubrics.yaml > /dev/null
+    rubricsvc judges add examples/overopt/judges.yaml > /dev/null
+    rubricsvc completions add "$out/answers.jsonl" > /dev/null
+    rubricsvc labels import jsonl "$out/labels.jsonl" --name overopt-answers > /dev/null
+    for judge in embedded overopt-checklist; do
+      [ -f "$out/$judge.json" ] && continue
+      echo "measuring $judge against the checks (agreement/$judge.json)"
+      rubricsvc judges evaluate --judge "$judge" --labels overopt-answers --json \
+        > "$out/$judge.json.partial"
+      mv "$out/$judge.json.partial" "$out/$judge.json"
+    done
+  )
+}
+measure_judges
+
 settings() {
   case $1 in
     baseline) ;;

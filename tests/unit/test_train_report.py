@@ -12,6 +12,7 @@ import pytest
 from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.scoring.rewards import RewardRequest, RewardResult
 from trainer.config import LengthPenalty, ScorerSettings, load_config, parse_override
+from trainer.monitors import diverging, slope
 from trainer.recording import RecordingReward
 from trainer.report import compare_runs, group_agreement, read_run, table, write_run_report
 from trainer.rewards import RubricReward
@@ -162,8 +163,11 @@ def test_compare_averages_a_groups_seeds_and_counts_them(tmp_path: Path) -> None
     assert "0.650 [0.600, 0.700]" in rows["base"]  # proxy at the peak
     assert "0.250 [0.100, 0.400]" in rows["base"]  # gold at the peak
     assert "| drop | 1 | embedded | criterion dropout 0.5 |" in rows["drop"]
-    assert rows["drop"].endswith("| 1 in 1 of 1 run(s) | - |")  # no sample has gold
-    assert rows["base"].endswith("| 0 in 0 of 2 run(s) | - |")
+    # drop never rises while gold falls: margin 0; no sample has gold: no agreement.
+    assert rows["drop"].endswith("| 1 in 1 of 1 run(s) | 0.000 | - |")
+    # base, window 3: seed 0's proxy slope +0.15, gold -0.10 (margin 0.10); seed 1's +0.25
+    # and -0.20 (margin 0.20). Recorded alarms are what the runs logged (none here).
+    assert rows["base"].endswith("| 0 in 0 of 2 run(s) | 0.150 [0.100, 0.200] | - |")
     assert table([read_run(paths[0])]).count("\n") == 2  # header, rule, one row
 
 
@@ -195,6 +199,47 @@ def test_group_agreement_counts_pairs_within_a_group_that_gold_tells_apart() -> 
     assert 0.0 <= low <= found.agreement <= high <= 1.0
     empty = group_agreement([_sample(1, "a", 0.2, 0.5), _sample(1, "a", 0.9, 0.5)])
     assert (empty.pairs, empty.agreement, empty.interval) == (0, None, None)
+
+
+@pytest.mark.parametrize("window", [2, 3])
+def test_the_alarm_margin_is_the_threshold_below_which_the_monitor_fires(
+    tmp_path: Path, window: int
+) -> None:
+    """The margin read from the recorded evaluations is where the monitor's own rule
+    (``diverging`` on the evaluations so far) stops firing."""
+    held_out = [
+        (0, 0.20, 0.50),
+        (5, 0.22, 0.48),
+        (10, 0.21, 0.52),
+        (15, 0.26, 0.40),
+        (20, 0.30, 0.35),
+        (25, 0.29, 0.36),
+    ]
+    path = fake_run(tmp_path, "run", "base", 0, held_out)
+    run = read_run(path)
+    run.config["monitors"] = {"gold": {"window": window}}
+    found = run.alarm_margin()
+    assert found is not None
+    margin, step = found
+    proxy, gold = [p for _, p, _ in held_out], [g for _, _, g in held_out]
+
+    def fires(threshold: float) -> list[int]:
+        return [
+            held_out[end - 1][0]
+            for end in range(1, len(held_out) + 1)
+            if diverging(proxy[:end], gold[:end], window, threshold)
+        ]
+
+    assert step in fires(margin * 0.999)
+    assert fires(margin * 1.001) == []
+    assert fires(0.0) and margin == pytest.approx(
+        max(
+            min(slope(proxy[e - window : e]), -slope(gold[e - window : e]))
+            for e in range(window, len(held_out) + 1)
+        )
+    )
+    flat = read_run(fake_run(tmp_path, "flat", "base", 0, [(0, 0.2, 0.5), (5, 0.2, 0.4)]))
+    assert flat.alarm_margin() is None  # the proxy did not rise: no threshold fires
 
 
 def test_a_folder_that_is_no_run_is_named(tmp_path: Path) -> None:
