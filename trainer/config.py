@@ -64,8 +64,9 @@ class ScorerSettings(Strict):
     # The variable holding the API key (the key itself is never in a config).
     api_key_env: str = "RUBRICSVC_REWARD_API_KEY"
     timeout: float = Field(default=600.0, gt=0)
-    # via http: a connection error, a time-out or HTTP 502/503/504 is tried again this many
-    # times, waiting retry_backoff x 2^attempt seconds, before the run stops on it.
+    # via http: a connection error, a time-out, HTTP 429 or a 5xx is tried again this many
+    # times, waiting as long as the answer's Retry-After asks or else retry_backoff x
+    # 2^attempt seconds (trainer/retrying.py), before the run stops on it.
     retries: int = Field(default=3, ge=0)
     retry_backoff: float = Field(default=1.0, ge=0.0)
     # A masked score (judge or infrastructure failures below the coverage floor): "drop"

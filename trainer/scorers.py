@@ -19,12 +19,10 @@ from rubricsvc.errors import DependencyMissing, RubricsvcError
 from rubricsvc.judging.failures import empty_counts
 from rubricsvc.scoring.rewards import RewardRequest, RewardResult
 from trainer.config import ScorerSettings, ScorerVia
+from trainer.retrying import retry_wait, worth_retrying
 
 if TYPE_CHECKING:
     from rubricsvc.judging.backends.provider import BackendProvider, JudgeLimits
-
-# Worth another try: the server restarting, or a busy proxy in front of it.
-RETRIED_STATUS = frozenset({502, 503, 504})
 
 
 class Scorer(Protocol):
@@ -87,23 +85,48 @@ class HttpScorer:
         self.settings = settings
 
     def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
-        body = {
-            "judge": self.settings.judge,
-            "mode": self.settings.mode,
-            "aggregation": self.settings.aggregation,
-            "min_coverage": self.settings.min_coverage,
-            "include_drafts": self.settings.include_drafts,
-            "source": self.settings.source,
-            "items": [asdict(_with_rubric(r, self.settings)) for r in requests],
-        }
-        data = post_json(self.settings, "/v1/rewards", body)
-        results = data.get("results")
-        if not isinstance(results, list) or len(results) != len(requests):
-            raise RubricsvcError(
-                f"{self.settings.base_url}/v1/rewards answered {len(results or [])} result(s) "
-                f"for {len(requests)} item(s)"
-            )
-        return [_result_from_json(item) for item in results]
+        data = post_json(self.settings, REWARDS_ROUTE, rewards_body(self.settings, requests))
+        return results_from_json(self.settings, data, len(requests))
+
+
+REWARDS_ROUTE = "/v1/rewards"
+
+
+def rewards_body(settings: ScorerSettings, requests: Sequence[RewardRequest]) -> dict[str, Any]:
+    """The body of ``POST /v1/rewards`` for ``requests`` under ``settings``."""
+    return {
+        "judge": settings.judge,
+        "mode": settings.mode,
+        "aggregation": settings.aggregation,
+        "min_coverage": settings.min_coverage,
+        "include_drafts": settings.include_drafts,
+        "source": settings.source,
+        "items": [asdict(_with_rubric(r, settings)) for r in requests],
+    }
+
+
+def results_from_json(
+    settings: ScorerSettings, data: dict[str, Any], count: int
+) -> list[RewardResult]:
+    """The results of a ``/v1/rewards`` answer, one per item sent."""
+    results = data.get("results")
+    if not isinstance(results, list) or len(results) != count:
+        raise RubricsvcError(
+            f"{settings.base_url}{REWARDS_ROUTE} answered {len(results or [])} result(s) "
+            f"for {count} item(s)"
+        )
+    return [_result_from_json(item) for item in results]
+
+
+def api_headers(settings: ScorerSettings) -> dict[str, str]:
+    """The reward key's header, from the variable ``api_key_env`` names (none if unset)."""
+    key = os.environ.get(settings.api_key_env)
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def http_error(url: str, status: int, text: str) -> RubricsvcError:
+    detail = text.strip().splitlines()[0][:300] if text.strip() else ""
+    return RubricsvcError(f"POST {url}: HTTP {status} {detail}".rstrip())
 
 
 def post_json(
@@ -120,12 +143,10 @@ def post_json(
             "rewards over HTTP need httpx: pip install 'rubricsvc[trainer]'"
         ) from None
     url = f"{(settings.base_url or '').rstrip('/')}{path}"
-    headers = {}
-    key = os.environ.get(settings.api_key_env)
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
+    headers = api_headers(settings)
     for attempt in range(settings.retries + 1):
         last = attempt == settings.retries
+        answer_headers = None
         try:
             response = httpx.post(
                 url, json=body, params=params, headers=headers, timeout=settings.timeout
@@ -134,12 +155,12 @@ def post_json(
             if last:
                 raise RubricsvcError(f"POST {url}: {type(err).__name__}: {err}") from None
         else:
-            if response.status_code not in RETRIED_STATUS or last:
+            if not worth_retrying(response.status_code) or last:
                 break
-        time.sleep(settings.retry_backoff * 2**attempt)
+            answer_headers = response.headers
+        time.sleep(retry_wait(attempt, settings.retry_backoff, answer_headers))
     if response.status_code != 200:
-        detail = response.text.strip().splitlines()[0][:300] if response.text.strip() else ""
-        raise RubricsvcError(f"POST {url}: HTTP {response.status_code} {detail}".rstrip())
+        raise http_error(url, response.status_code, response.text)
     data = response.json()
     if not isinstance(data, dict):
         raise RubricsvcError(f"POST {url}: expected a JSON object")

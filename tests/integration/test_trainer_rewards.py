@@ -221,6 +221,37 @@ def test_rewards_over_http_match_the_in_process_ones(api: str, database: str) ->
     assert over_http == in_process == pytest.approx([1.0, 0.0, 1.0])
 
 
+def test_verl_async_compute_score_over_http_matches_the_in_process_one(
+    api: str, database: str
+) -> None:
+    """Several rollouts awaited at once, as verl's reward loop awaits them, with the keyword
+    arguments it adds: the same scores as the plain function in process."""
+    from trainer.adapters.verl import compute_score, compute_score_async
+
+    texts = ["The blue sea.", "A grey sea, cold and wide and very deep.", "Blue"]
+
+    async def awaited() -> list[dict[str, Any]]:
+        calls = [
+            compute_score_async(
+                "rubrics",
+                text,
+                "tr-sea",
+                None,
+                reward_router_address=None,
+                via="http",
+                base_url=api,
+                max_concurrency=2,
+            )
+            for text in texts
+        ]
+        return list(await asyncio.gather(*calls))
+
+    over_http = asyncio.run(awaited())
+    in_process = [compute_score("rubrics", t, "tr-sea", None, database_url=database) for t in texts]
+    assert [r["score"] for r in over_http] == [r["score"] for r in in_process]
+    assert [r["score"] for r in over_http] == pytest.approx([1.0, 0.0, 1.0])
+
+
 def test_openrlhf_reward_func_with_openrlhfs_signature(
     api: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

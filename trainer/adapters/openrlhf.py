@@ -13,8 +13,8 @@ Settings come from environment variables (set them for OpenRLHF's workers):
 batch's other rewards, or a number; unset, the server's RUBRICSVC_SCORING_MASKED_REWARD,
 ``mean`` by default: a masked score never stops the run), ``RUBRICSVC_REWARD_TIMEOUT``
 (seconds, default 600) and
-``RUBRICSVC_REWARD_RETRIES`` (tries after a connection error, a time-out or HTTP 502/503/504,
-with growing waits; default 3).
+``RUBRICSVC_REWARD_RETRIES`` (tries after a connection error, a time-out, HTTP 429 or a 5xx,
+waiting as a ``Retry-After`` asks or with growing waits; default 3).
 """
 
 from __future__ import annotations

@@ -9,7 +9,15 @@ In a verl config::
 
 verl calls ``compute_score(data_source, solution_str, ground_truth, extra_info)`` once per
 response; ``reward_kwargs`` arrive as keyword arguments and are the fields of the trainer's
-reward settings (judge, mode, aggregation, via, base_url, database_url, ...). The prompt is
+reward settings (judge, mode, aggregation, via, base_url, database_url, ...). The keyword
+arguments verl's reward loop adds of its own (``reward_router_address``,
+``reward_model_tokenizer``) are ignored; any other unknown one is an error naming it.
+
+verl's reward loop awaits a coroutine function in its event loop and runs a plain one in a
+thread pool: ``compute_score_async`` is the same reward, awaited, for ``name:
+compute_score_async``. Over ``via: http`` it keeps one pooled client per event loop with at
+most ``max_concurrency`` requests in flight (default 64) and tries again only connection
+errors, time-outs, 429 and 5xx (``trainer/async_rewards.py``). The prompt is
 ``extra_info["prompt_id"]`` (an external id) when the data set has it, else ``ground_truth``
 (put the prompt's external id in the reward model's ground-truth column), else
 ``extra_info["prompt"]`` (found by the hash of its messages).
@@ -23,19 +31,42 @@ it does the failed judgments by class (``failures_infrastructure``, ``failures_j
 
 from __future__ import annotations
 
+import asyncio
 from functools import lru_cache
 from typing import Any
 
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.scoring.rewards import RewardRequest
+from rubricsvc.scoring.rewards import RewardRequest, RewardResult
+from trainer.async_rewards import DEFAULT_MAX_CONCURRENCY, AsyncRewardClient
 from trainer.config import ScorerSettings
 from trainer.scorers import Scorer, make_scorer
+
+# Passed by verl's reward loop to every reward function, whatever its reward_kwargs.
+VERL_KEYWORDS = frozenset({"reward_router_address", "reward_model_tokenizer"})
+
+
+def scorer_settings(kwargs: dict[str, Any]) -> ScorerSettings:
+    """The reward settings among ``kwargs``, without the ones verl adds of its own."""
+    return ScorerSettings.model_validate(
+        {key: value for key, value in kwargs.items() if key not in VERL_KEYWORDS}
+    )
 
 
 @lru_cache(maxsize=8)
 def _scorer(settings_json: str) -> Scorer:
     # One scorer per distinct settings for the life of the worker: the judge loads once.
     return make_scorer(ScorerSettings.model_validate_json(settings_json))
+
+
+# One client per (settings, cap, event loop): a pooled HTTP client belongs to its loop.
+_clients: dict[tuple[str, int, int], AsyncRewardClient] = {}
+
+
+def _client(settings: ScorerSettings, max_concurrency: int) -> AsyncRewardClient:
+    key = (settings.model_dump_json(), max_concurrency, id(asyncio.get_running_loop()))
+    if key not in _clients:
+        _clients[key] = AsyncRewardClient(settings, max_concurrency)
+    return _clients[key]
 
 
 def reward_request(
@@ -62,8 +93,29 @@ def compute_score(
     **settings: Any,
 ) -> dict[str, Any]:
     """verl's reward signature; ``score`` is the rubric reward, the other keys are logged."""
-    scorer = _scorer(ScorerSettings.model_validate(settings).model_dump_json())
+    scorer = _scorer(scorer_settings(settings).model_dump_json())
     result = scorer.score([reward_request(solution_str, ground_truth, extra_info)])[0]
+    return verl_result(result, masked_score)
+
+
+async def compute_score_async(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict[str, Any] | None = None,
+    masked_score: float = 0.0,
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+    **settings: Any,
+) -> dict[str, Any]:
+    """``compute_score``, awaited: for verl's reward loop, which awaits a coroutine function."""
+    client = _client(scorer_settings(settings), max_concurrency)
+    request = reward_request(solution_str, ground_truth, extra_info)
+    (result,) = await client.score([request])
+    return verl_result(result, masked_score)
+
+
+def verl_result(result: RewardResult, masked_score: float) -> dict[str, Any]:
+    """The dict verl takes: ``score``, and what it logs beside it."""
     masked = result.reward is None
     return {
         "score": masked_score if masked else float(result.reward or 0.0),
