@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from rubricsvc.errors import DependencyMissing, RubricsvcError
 from rubricsvc.scoring.rewards import RewardRequest, RewardResult
 from trainer.config import ScorerSettings, ScorerVia
-from trainer.retrying import retry_wait, worth_retrying
+from trainer.retrying import next_wait
 from trainer.scorers import (
     REWARDS_ROUTE,
     api_headers,
@@ -87,18 +87,18 @@ class AsyncRewardClient:
         url = f"{settings.base_url}{REWARDS_ROUTE}"
         body = rewards_body(settings, requests)
         for attempt in range(settings.retries + 1):
-            last = attempt == settings.retries
-            answer_headers = None
+            response, error = None, None
             try:
                 response = await self._http().post(REWARDS_ROUTE, json=body)
             except httpx.TransportError as err:
-                if last:
-                    raise RubricsvcError(f"POST {url}: {type(err).__name__}: {err}") from None
-            else:
-                if not worth_retrying(response.status_code) or last:
-                    break
-                answer_headers = response.headers
-            await asyncio.sleep(retry_wait(attempt, settings.retry_backoff, answer_headers))
+                error = err
+            wait = next_wait(
+                url, attempt, settings.retries, settings.retry_backoff, response, error
+            )
+            if wait is None:
+                break
+            await asyncio.sleep(wait)
+        assert response is not None  # the last try either answered or raised
         if response.status_code != 200:
             raise http_error(url, response.status_code, response.text)
         data = response.json()

@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import Any
+
+from rubricsvc.errors import RubricsvcError
 
 # A server asking for longer than this is waited on only this long: past it, a training step
 # is better told (the retries run out and the error names the status) than left hanging.
@@ -45,3 +48,24 @@ def retry_wait(attempt: int, backoff: float, headers: Mapping[str, str] | None =
     """Seconds to wait before try ``attempt + 1`` (``attempt`` counts from 0)."""
     asked = retry_after(headers) if headers is not None else None
     return asked if asked is not None else backoff * 2**attempt
+
+
+def next_wait(
+    url: str,
+    attempt: int,
+    retries: int,
+    backoff: float,
+    response: Any = None,
+    error: Exception | None = None,
+) -> float | None:
+    """After try ``attempt`` (from 0) of ``retries + 1``, which got ``response`` (an httpx
+    response) or failed to connect with ``error``: the seconds to wait before the next try, or
+    None to stop and read ``response``. A connection that failed on the last try raises."""
+    last = attempt == retries
+    if error is not None:
+        if last:
+            raise RubricsvcError(f"POST {url}: {type(error).__name__}: {error}") from None
+        return retry_wait(attempt, backoff)
+    if last or not worth_retrying(response.status_code):
+        return None
+    return retry_wait(attempt, backoff, response.headers)

@@ -19,7 +19,7 @@ from rubricsvc.errors import DependencyMissing, RubricsvcError
 from rubricsvc.judging.failures import empty_counts
 from rubricsvc.scoring.rewards import RewardRequest, RewardResult
 from trainer.config import ScorerSettings, ScorerVia
-from trainer.retrying import retry_wait, worth_retrying
+from trainer.retrying import next_wait
 
 if TYPE_CHECKING:
     from rubricsvc.judging.backends.provider import BackendProvider, JudgeLimits
@@ -145,20 +145,18 @@ def post_json(
     url = f"{(settings.base_url or '').rstrip('/')}{path}"
     headers = api_headers(settings)
     for attempt in range(settings.retries + 1):
-        last = attempt == settings.retries
-        answer_headers = None
+        response, error = None, None
         try:
             response = httpx.post(
                 url, json=body, params=params, headers=headers, timeout=settings.timeout
             )
         except httpx.TransportError as err:
-            if last:
-                raise RubricsvcError(f"POST {url}: {type(err).__name__}: {err}") from None
-        else:
-            if not worth_retrying(response.status_code) or last:
-                break
-            answer_headers = response.headers
-        time.sleep(retry_wait(attempt, settings.retry_backoff, answer_headers))
+            error = err
+        wait = next_wait(url, attempt, settings.retries, settings.retry_backoff, response, error)
+        if wait is None:
+            break
+        time.sleep(wait)
+    assert response is not None  # the last try either answered or raised
     if response.status_code != 200:
         raise http_error(url, response.status_code, response.text)
     data = response.json()

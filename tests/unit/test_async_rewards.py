@@ -192,3 +192,26 @@ def test_verl_async_compute_score_ignores_verls_own_keywords(
     assert len(seen) == 2 and len(verl._clients) == 1  # one pooled client for the loop
     with pytest.raises(ValueError, match="judje"):
         asyncio.run(verl.compute_score_async("rubrics", "ab", "p", judje="embedded", **kwargs))
+
+
+def test_the_plain_client_retries_and_waits_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """post_json (TRL's and OpenRLHF's path) follows the same rule as the awaited client."""
+    from trainer.scorers import HttpScorer
+
+    answers = iter(
+        [
+            httpx.Response(429, headers={"Retry-After": "1.5"}),
+            httpx.Response(502),
+            httpx.Response(200, json={"results": [{"reward": 0.5, "status": "ok"}]}),
+            httpx.Response(409, text="conflict"),
+        ]
+    )
+    slept: list[float] = []
+    monkeypatch.setattr("trainer.scorers.time.sleep", slept.append)
+    monkeypatch.setattr(httpx, "post", lambda *args, **kwargs: next(answers))
+    scorer = HttpScorer(SETTINGS)
+    (result,) = scorer.score([RewardRequest("abc", prompt_id="p")])
+    assert result.reward == 0.5 and slept == [1.5, 0.02]
+    with pytest.raises(RubricsvcError, match=r"HTTP 409 conflict"):
+        scorer.score([RewardRequest("abc", prompt_id="p")])
+    assert slept == [1.5, 0.02]  # a 409 is not tried again
