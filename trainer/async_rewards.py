@@ -15,14 +15,14 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from rubricsvc.errors import DependencyMissing, RubricsvcError
+from rubricsvc.errors import DependencyMissing
 from rubricsvc.scoring.rewards import RewardRequest, RewardResult
 from trainer.config import ScorerSettings, ScorerVia
 from trainer.retrying import next_wait
 from trainer.scorers import (
     REWARDS_ROUTE,
     api_headers,
-    http_error,
+    json_answer,
     make_scorer,
     results_from_json,
     rewards_body,
@@ -98,13 +98,7 @@ class AsyncRewardClient:
             if wait is None:
                 break
             await asyncio.sleep(wait)
-        assert response is not None  # the last try either answered or raised
-        if response.status_code != 200:
-            raise http_error(url, response.status_code, response.text)
-        data = response.json()
-        if not isinstance(data, dict):
-            raise RubricsvcError(f"POST {url}: expected a JSON object")
-        return results_from_json(settings, data, len(requests))
+        return results_from_json(settings, json_answer(url, response), len(requests))
 
     async def aclose(self) -> None:
         if self._client is not None:

@@ -124,11 +124,6 @@ def api_headers(settings: ScorerSettings) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def http_error(url: str, status: int, text: str) -> RubricsvcError:
-    detail = text.strip().splitlines()[0][:300] if text.strip() else ""
-    return RubricsvcError(f"POST {url}: HTTP {status} {detail}".rstrip())
-
-
 def post_json(
     settings: ScorerSettings,
     path: str,
@@ -156,9 +151,16 @@ def post_json(
         if wait is None:
             break
         time.sleep(wait)
+    return json_answer(url, response)
+
+
+def json_answer(url: str, response: Any) -> dict[str, Any]:
+    """The JSON object of an HTTP 200 answer; any other answer as a one-line error."""
     assert response is not None  # the last try either answered or raised
     if response.status_code != 200:
-        raise http_error(url, response.status_code, response.text)
+        text = response.text.strip()
+        detail = text.splitlines()[0][:300] if text else ""
+        raise RubricsvcError(f"POST {url}: HTTP {response.status_code} {detail}".rstrip())
     data = response.json()
     if not isinstance(data, dict):
         raise RubricsvcError(f"POST {url}: expected a JSON object")
