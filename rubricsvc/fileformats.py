@@ -215,6 +215,14 @@ def _json_line(text: str, where: Where) -> int | None:
     return text.count("\n", 0, node.start) + 1
 
 
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of a JSON Lines text: split at newlines only. ``str.splitlines`` would also
+    split at U+2028, U+2029, U+0085 and a few control characters, which JSON keeps raw inside
+    strings (``json.dumps(..., ensure_ascii=False)`` writes them so): a response holding one
+    would break its record in two."""
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
 def read_records(path: Path) -> list[tuple[str, Any]]:
     """The top-level records of a file, each with a location label for error messages.
 
@@ -226,7 +234,7 @@ def read_records(path: Path) -> list[tuple[str, Any]]:
     text = read_text(path)
     if suffix == ".jsonl":
         records = []
-        for number, line in enumerate(text.splitlines(), start=1):
+        for number, line in enumerate(jsonl_lines(text), start=1):
             if not line.strip():
                 continue
             location = f"{path}:{number}"

@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from rubricsvc.fileformats import jsonl_lines
+
 METRICS = "metrics.jsonl"
 SAMPLES = "samples.jsonl"
 GOLD = "gold.jsonl"
@@ -55,5 +57,5 @@ class RunDirectory:
         path = self.path / name
         if not path.exists():
             return []
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = jsonl_lines(path.read_text(encoding="utf-8"))
         return [json.loads(line) for line in lines if line.strip()]

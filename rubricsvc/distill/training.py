@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rubricsvc.distill.examples import NO, YES, Example
 from rubricsvc.errors import ValidationFailed, missing_extra
+from rubricsvc.fileformats import jsonl_lines
 
 Progress = Callable[[int, int], None]
 
@@ -312,7 +313,10 @@ def _log_callback(path: Path, progress: Progress | None, transformers: Any) -> A
 def plot_loss(metrics: Path, out: Path) -> bool:
     """The training loss by step, from ``metrics.jsonl`` (False: nothing logged to plot)."""
     points = []
-    for line in metrics.read_text(encoding="utf-8").splitlines() if metrics.is_file() else []:
+    lines = jsonl_lines(metrics.read_text(encoding="utf-8")) if metrics.is_file() else []
+    for line in lines:
+        if not line.strip():
+            continue
         record = json.loads(line)
         if "loss" in record:
             points.append((record["step"], record["loss"]))

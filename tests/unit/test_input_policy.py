@@ -175,3 +175,21 @@ def test_bytes_that_are_not_utf8_and_raw_nul_name_their_line(tmp_path: Path) -> 
     path.write_bytes(b"first\nsecond \x00 third\n")
     with pytest.raises(ValidationFailed, match=r"c\.jsonl:2: contains a NUL .* at character 8"):
         read_text(path)
+
+
+# Characters str.splitlines() breaks at besides newlines; JSON keeps them raw inside strings.
+LINE_BREAKS_BUT_NOT_IN_JSON = "\u2028\u2029\x85\x0b\x0c\x1c\x1d\x1e"
+
+
+def test_a_json_lines_record_holding_a_unicode_line_separator_stays_whole(
+    tmp_path: Path,
+) -> None:
+    texts = [f"one{char}two" for char in LINE_BREAKS_BUT_NOT_IN_JSON]
+    path = tmp_path / "c.jsonl"
+    lines = [json.dumps({"text": text}, ensure_ascii=False) for text in texts]
+    path.write_text("\r\n".join(lines) + "\n\n", encoding="utf-8")
+    assert [record["text"] for _, record in read_records(path)] == texts
+    # Line numbers count newlines only: the bad record is named by the line it is on.
+    path.write_text("\n".join([*lines, '{"text": oops}']), encoding="utf-8")
+    with pytest.raises(ValidationFailed, match=rf"c\.jsonl:{len(lines) + 1}: "):
+        read_records(path)

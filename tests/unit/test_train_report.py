@@ -242,6 +242,19 @@ def test_the_alarm_margin_is_the_threshold_below_which_the_monitor_fires(
     assert flat.alarm_margin() is None  # the proxy did not rise: no threshold fires
 
 
+def test_a_completion_holding_a_unicode_line_separator_is_read_back_whole(
+    tmp_path: Path,
+) -> None:
+    """A policy's sample may hold U+2028 (written raw in JSON): the run's logs still read, and
+    its report is written."""
+    path = fake_run(tmp_path, "run", "base", 0, [(0, 0.2, 0.5), (5, 0.3, 0.4)])
+    odd = "first\u2028second\x85third\u2029"
+    RunDirectory(path).append(SAMPLES, {"step": 10, "prompt_id": "p", "completion": odd})
+    assert read_run(path).samples[-1]["completion"] == odd
+    _, report = write_run_report(path)
+    assert "first second third" in report.read_text(encoding="utf-8")  # quoted on one line
+
+
 def test_a_folder_that_is_no_run_is_named(tmp_path: Path) -> None:
     with pytest.raises(NotFoundError, match="not a run directory"):
         read_run(tmp_path)
