@@ -6,22 +6,23 @@
 #   jury      the mean of the embedded judge under two prompts (examples/overopt/judges.yaml)
 #   control   random rewards (the rubric reward still logged)
 # then `rubricsvc train compare` over them. Resumable: a run with a report.md is kept, a
-# stopped one is started again. Measured here (2-core CPU, one torch thread per run): about
-# 20 minutes a run alone, about 45 minutes for all four with JOBS=2.
+# stopped one is started again. Measured here (2-core CPU, one torch thread per run, JOBS=2):
+# 17-18 minutes a run (jury: 23), about 5 to measure the two judges first, about 45 minutes
+# per seed for all four runs, about 90 for SEEDS="0 1" (docs/overoptimization.md).
 #
 # Usage: bash examples/overopt/run.sh [WORKDIR]   (default: .overopt-run)
-#   SEEDS="0 1"  the seeds of each run (default: 0)
+#   SEEDS="0"    the seeds of each run (default: "0 1", as recorded)
 #   RUNS="baseline dropout"  a subset of the runs (default: all four)
-#   JOBS=2       runs at a time (default: 1; each uses one torch thread)
+#   JOBS=1       runs at a time (default: 2, for two cores; each uses one torch thread)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 work=${1:-.overopt-run}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
-seeds=${SEEDS:-0}
+seeds=${SEEDS:-0 1}
 runs=${RUNS:-baseline dropout jury control}
-jobs=${JOBS:-1}
+jobs=${JOBS:-2}
 [ -x "$repo/.venv/bin/rubricsvc" ] && export PATH="$repo/.venv/bin:$PATH"
 export RUBRICSVC_DATABASE_URL="sqlite:///$work/overopt.sqlite"
 cd "$repo"  # the jury's template path is relative to the repository
