@@ -21,6 +21,7 @@ from trainer.config import ScorerSettings, ScorerVia
 from trainer.retrying import next_wait
 from trainer.scorers import (
     REWARDS_ROUTE,
+    Scorer,
     api_headers,
     json_answer,
     make_scorer,
@@ -52,7 +53,10 @@ class AsyncRewardClient:
         settings: ScorerSettings,
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
         transport: httpx.AsyncBaseTransport | None = None,
+        local: Scorer | None = None,
     ) -> None:
+        """``local``: the scorer for a ``via`` other than http, when the caller keeps one
+        already (its judge loaded once per process); else one is made."""
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, not {max_concurrency}")
         self.settings = settings
@@ -60,7 +64,10 @@ class AsyncRewardClient:
         self._gate = asyncio.Semaphore(max_concurrency)
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
-        self._local = None if settings.via == ScorerVia.HTTP else make_scorer(settings)
+        if settings.via == ScorerVia.HTTP:
+            self._local = None
+        else:
+            self._local = local if local is not None else make_scorer(settings)
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:

@@ -162,8 +162,10 @@ def test_verl_async_compute_score_ignores_verls_own_keywords(
     transport, seen = scripted(ok)
     real = AsyncRewardClient
 
-    def with_transport(settings: ScorerSettings, max_concurrency: int) -> AsyncRewardClient:
-        return real(settings, max_concurrency, transport=transport)
+    def with_transport(
+        settings: ScorerSettings, max_concurrency: int, local: Any = None
+    ) -> AsyncRewardClient:
+        return real(settings, max_concurrency, transport=transport, local=local)
 
     monkeypatch.setattr(verl, "AsyncRewardClient", with_transport)
     monkeypatch.setattr(verl, "_clients", {})

@@ -38,7 +38,7 @@ from typing import Any
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.scoring.rewards import RewardRequest, RewardResult
 from trainer.async_rewards import DEFAULT_MAX_CONCURRENCY, AsyncRewardClient
-from trainer.config import ScorerSettings
+from trainer.config import ScorerSettings, ScorerVia
 from trainer.scorers import Scorer, make_scorer
 
 # Passed by verl's reward loop to every reward function, whatever its reward_kwargs.
@@ -65,7 +65,9 @@ _clients: dict[tuple[str, int, int], AsyncRewardClient] = {}
 def _client(settings: ScorerSettings, max_concurrency: int) -> AsyncRewardClient:
     key = (settings.model_dump_json(), max_concurrency, id(asyncio.get_running_loop()))
     if key not in _clients:
-        _clients[key] = AsyncRewardClient(settings, max_concurrency)
+        # Not over http: the plain function's scorer, so the judge loads once per worker.
+        local = None if settings.via == ScorerVia.HTTP else _scorer(settings.model_dump_json())
+        _clients[key] = AsyncRewardClient(settings, max_concurrency, local=local)
     return _clients[key]
 
 
