@@ -144,6 +144,12 @@ class ApiSettings(BaseSettings):
     # Items per request: completions in one ingest, pairs in one reward batch.
     max_completions: int = Field(default=10_000, gt=0)
     max_reward_items: int = Field(default=1024, gt=0)
+    # Concurrent reward requests for the same judge config (and options) are judged as one
+    # batch (``scoring.coalescing``): the first waits this long for others to join, and all
+    # that arrive while a batch is being judged form the next one. 0: gather only while busy.
+    reward_batch_window_ms: float = Field(default=5.0, ge=0, le=1000)
+    # Items in one such batch, at most (more start the next). 1: each request judged alone.
+    reward_batch_max_items: int = Field(default=256, gt=0)
     max_generate_prompts: int = Field(default=16, gt=0)
     # Without a broker, score jobs run in the server on this many threads (0: never).
     local_job_threads: int = Field(default=1, ge=0)

@@ -20,6 +20,7 @@ from rubricsvc.db import session_scope
 from rubricsvc.judging.backends import BackendChoice, JudgeBackend
 from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.models import ApiKey
+from rubricsvc.scoring.coalescing import RewardCoalescer
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ class AppState:
     rate_limiter: RateLimiter | None = field(init=False)
     # Live keys read recently, so most requests skip the key lookup.
     key_cache: KeyCache = field(init=False)
+    # Concurrent reward requests of one judge config, judged as one batch.
+    rewards: RewardCoalescer = field(init=False)
     # On SQLite, one lock per judge around a whole reward batch: holding it before the write
     # transaction starts keeps SQLite's single writer from timing out behind a long judge
     # call. PostgreSQL takes concurrent batches (the model itself still runs one at a time).
@@ -56,6 +59,10 @@ class AppState:
         )
         self.rate_limiter = rate_limiter(self.settings.api)
         self.key_cache = KeyCache(self.settings.api.key_cache_seconds)
+        api = self.settings.api
+        self.rewards = RewardCoalescer(
+            api.reward_batch_window_ms / 1000, api.reward_batch_max_items
+        )
 
     def authenticate(self, secret: str) -> ApiKey | None:
         """The live key with this secret (detached from any session), or None."""

@@ -30,6 +30,7 @@ from rubricsvc.models import JudgeConfig, ScoreStatus
 from rubricsvc.scoring.judge_configs import ensure_judge_config, member_config
 from rubricsvc.scoring.selection import Selection, select_work
 from rubricsvc.scoring.service import (
+    JudgingTally,
     ScoredCompletion,
     ScoreOptions,
     ScoreReport,
@@ -113,6 +114,8 @@ def score_jury(
             report.without_rubric = member_report.without_rubric
         report.add(member_report)
         report.checks += member_report.checks
+        for completion_id, tally in member_report.by_completion.items():
+            report.by_completion.setdefault(completion_id, JudgingTally()).add(tally)
         verdicts.append({(s.completion_id, s.rubric): s for s in member_report.scores})
 
     work, _ = select_work(session, selection)

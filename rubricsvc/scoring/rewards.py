@@ -81,6 +81,9 @@ class RewardBatch(JudgingTally):
     judge_config_hash: str
     aggregation: str
     results: list[RewardResult]
+    # The tally per completion id (``ScoreReport.by_completion``), to split a batch that
+    # served several callers (``scoring.coalescing``).
+    by_completion: dict[int, JudgingTally] = field(default_factory=dict)
 
     @property
     def rewards(self) -> list[float | None]:
@@ -142,6 +145,8 @@ def compute_rewards(
         report = score_judge(session, spec, selection, options, backends)
         batch.aggregation = report.aggregation
         batch.add(report)
+        for completion_id, tally in report.by_completion.items():
+            batch.by_completion.setdefault(completion_id, JudgingTally()).add(tally)
         for entry in report.scores:
             scored.setdefault((entry.completion_id, rubric), []).append(entry)
     batch.results = [

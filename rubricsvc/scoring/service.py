@@ -140,6 +140,9 @@ class ScoreReport(JudgingTally):
     # Why: completion ids by reason (``selection.without_reasons``; empty when not known).
     without_reasons: dict[str, list[int]] = field(default_factory=dict)
     checks: int = 0  # check criteria computed
+    # The same counts per completion (judgments, computed, cached, failed by class): what a
+    # caller that scored several callers' completions at once tells each of them.
+    by_completion: dict[int, JudgingTally] = field(default_factory=dict)
 
 
 @dataclass
@@ -212,6 +215,7 @@ def score(
             ]
             save_scores(session, [row for _, row in scored])
             report.scores.extend(completion for completion, _ in scored)
+            _tally_units(report.by_completion, chunk, results)
             report.computed += sum(1 for r in results.values() if r.verdict is not None)
             report.failed += sum(1 for r in results.values() if r.verdict is None)
             for result in results.values():
@@ -369,6 +373,26 @@ def judge_failure_alarms(report: ScoreReport, threshold: float) -> list[str]:
         f"judge's own reply (unparseable or off its scale), above the alarm threshold "
         f"of {threshold:.0%}"
     ]
+
+
+def _tally_units(
+    tallies: dict[int, JudgingTally], chunk: Sequence[_Unit], results: Mapping[str, JudgeResult]
+) -> None:
+    """Count each unit's judgments under its completion: made in this chunk (computed or
+    failed) or read from the cache."""
+    for unit in chunk:
+        tally = tallies.setdefault(unit.completion.id, JudgingTally())
+        for item in unit.plan.items:
+            tally.judgments += 1
+            result = results.get(item.key)
+            if result is None:
+                tally.cached += 1
+            elif result.verdict is not None:
+                tally.computed += 1
+            else:
+                tally.failed += 1
+                if result.failure is not None:
+                    tally.failures[result.failure.value] += 1
 
 
 def _uncached(

@@ -25,6 +25,7 @@ from rubricsvc.db import session_scope
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, AggregationName
 from rubricsvc.judging.failures import empty_counts
+from rubricsvc.scoring.coalescing import compares
 from rubricsvc.scoring.options import score_options
 from rubricsvc.scoring.rewards import (
     RewardBatch,
@@ -62,22 +63,30 @@ def _rewards(
     options = score_options(
         state.settings.scoring, aggregation=aggregation, min_coverage=min_coverage
     )
-    with state.reward_lock(judge), session_scope(state.engine) as session:
-        batch = compute_rewards(
-            session,
-            spec,
-            requests,
-            options,
-            state.judges.factory,
-            source=source,
-            include_drafts=drafts,
-        )
-    state.metrics.count_judgments(spec.name, batch.computed, batch.cached, batch.failed)
-    state.metrics.count_failures(spec.name, batch.failures)
-    nulls = sum(1 for r in batch.rewards if r is None)
-    state.metrics.rewards.labels(spec.name, "ok").inc(len(batch.rewards) - nulls)
-    state.metrics.rewards.labels(spec.name, "null").inc(nulls)
-    return batch
+
+    def judge_batch(batch_requests: list[RewardRequest]) -> RewardBatch:
+        with state.reward_lock(judge), session_scope(state.engine) as session:
+            batch = compute_rewards(
+                session,
+                spec,
+                batch_requests,
+                options,
+                state.judges.factory,
+                source=source,
+                include_drafts=drafts,
+            )
+        # Counted once per batch judged, however many requests it served.
+        state.metrics.count_judgments(spec.name, batch.computed, batch.cached, batch.failed)
+        state.metrics.count_failures(spec.name, batch.failures)
+        nulls = sum(1 for r in batch.rewards if r is None)
+        state.metrics.rewards.labels(spec.name, "ok").inc(len(batch.rewards) - nulls)
+        state.metrics.rewards.labels(spec.name, "null").inc(nulls)
+        return batch
+
+    if not state.rewards.enabled or compares(spec):
+        return judge_batch(requests)
+    kind = (spec.name, spec.config_hash(), options, drafts, source)
+    return state.rewards.submit(kind, requests, judge_batch)
 
 
 def _judge_unavailable(batch: RewardBatch) -> ApiError | None:

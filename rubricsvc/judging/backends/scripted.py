@@ -7,6 +7,7 @@ and for dry runs of a pipeline. Every call is counted.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -33,22 +34,35 @@ class ScriptedBackend:
         reply: str | None = None,
         delay: float = 0.0,
         record_to: str | None = None,
+        exclusive: bool = False,
     ) -> None:
         """From a judge file (``backend_options``) too: ``reply`` is the text of every reply,
         ``delay`` seconds are spent on every batch (a slow judge), and each request's chat is
-        appended to the JSON Lines file ``record_to`` (what the judge was shown)."""
+        appended to the JSON Lines file ``record_to`` (what the judge was shown). With
+        ``exclusive``, batches run one at a time, as on one GPU engine whose step costs about
+        the same whatever its batch size: concurrent callers wait their turn."""
         self.model = model
         default_reply = "It does.\nVERDICT: YES" if reply is None else reply
         self._text = text or (lambda _request: default_reply)
         self._probs = probs or always_yes
         self._delay = delay
         self._record_to = record_to
+        self._turn: threading.Lock | None = threading.Lock() if exclusive else None
+        self.batch_sizes: list[int] = []
         self.generate_calls = 0
         self.choice_calls = 0
         self.requests: list[GenerationRequest | ChoiceRequest] = []
 
     def _batch(self, requests: Sequence[GenerationRequest | ChoiceRequest]) -> None:
+        if self._turn is None:
+            self._take(requests)
+            return
+        with self._turn:
+            self._take(requests)
+
+    def _take(self, requests: Sequence[GenerationRequest | ChoiceRequest]) -> None:
         self.requests.extend(requests)
+        self.batch_sizes.append(len(requests))
         if self._record_to:
             with open(self._record_to, "a", encoding="utf-8") as log:
                 log.writelines(json.dumps(r.chat, ensure_ascii=False) + "\n" for r in requests)

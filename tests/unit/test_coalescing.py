@@ -1,0 +1,143 @@
+"""``RewardCoalescer``: concurrent requests of one kind judged as one batch, each caller
+answered with its own results and counts, an error kept to the request that caused it."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from rubricsvc.errors import NotFoundError
+from rubricsvc.judging.failures import empty_counts
+from rubricsvc.scoring.coalescing import RewardCoalescer, split_batch
+from rubricsvc.scoring.rewards import RewardBatch, RewardRequest, RewardResult
+from rubricsvc.scoring.service import JudgingTally
+
+
+class Judge:
+    """Judges a batch as a judge engine would, one batch at a time: a completion's reward is
+    its length over 100 and its id the index of its text; an unknown prompt fails the batch."""
+
+    def __init__(self, step: float = 0.05) -> None:
+        self.step = step
+        self.batches: list[list[str]] = []
+        self.turn = threading.Lock()
+
+    def __call__(self, requests: list[RewardRequest]) -> RewardBatch:
+        with self.turn:
+            self.batches.append([r.completion for r in requests])
+            threading.Event().wait(self.step)
+        for r in requests:
+            if r.prompt_id == "missing":
+                raise NotFoundError("no prompt with external id 'missing'")
+        batch = RewardBatch(judge="j", judge_config_hash="h", aggregation="rar", results=[])
+        for r in requests:
+            completion_id = sum(map(ord, r.completion))
+            batch.results.append(
+                RewardResult(len(r.completion) / 100, "ok", 1.0, completion_id=completion_id)
+            )
+            if completion_id not in batch.by_completion:
+                tally = JudgingTally(judgments=2, computed=2)
+                batch.by_completion[completion_id] = tally
+                batch.add(tally)
+        return batch
+
+
+def submit_all(
+    coalescer: RewardCoalescer, judge: Judge, texts: list[str], prompt_ids: list[str] | None = None
+) -> list[RewardBatch | Exception]:
+    ids = prompt_ids or ["p"] * len(texts)
+    start = threading.Barrier(len(texts))
+
+    def one(index: int) -> RewardBatch | Exception:
+        start.wait()
+        try:
+            request = RewardRequest(completion=texts[index], prompt_id=ids[index])
+            return coalescer.submit("kind", [request], judge)
+        except Exception as err:
+            return err
+
+    with ThreadPoolExecutor(len(texts)) as pool:
+        return list(pool.map(one, range(len(texts))))
+
+
+def test_concurrent_requests_share_batches_and_each_gets_its_own_reward() -> None:
+    judge = Judge()
+    texts = [f"answer {'x' * i}" for i in range(16)]
+    answers = submit_all(RewardCoalescer(window=0.02, max_items=64), judge, texts)
+    assert all(isinstance(a, RewardBatch) for a in answers)
+    assert [a.rewards for a in answers if isinstance(a, RewardBatch)] == [
+        [len(t) / 100] for t in texts
+    ]
+    # 16 requests arrived together: a few batches, not 16 (the first may start alone).
+    assert len(judge.batches) <= 3, judge.batches
+    assert sorted(t for batch in judge.batches for t in batch) == sorted(texts)
+    # Each request's counts are its own completion's.
+    assert {(a.judgments, a.computed) for a in answers if isinstance(a, RewardBatch)} == {(2, 2)}
+
+
+def test_max_items_bounds_a_batch_and_one_disables_coalescing() -> None:
+    judge = Judge(step=0.02)
+    submit_all(RewardCoalescer(window=0.05, max_items=4), judge, [f"t{i}" for i in range(12)])
+    assert max(len(b) for b in judge.batches) <= 4
+    alone = Judge(step=0.0)
+    coalescer = RewardCoalescer(window=0.0, max_items=1)
+    assert not coalescer.enabled
+    assert RewardCoalescer(window=0.0, max_items=2).enabled
+    submit_all(coalescer, alone, ["a", "b", "c"])
+    assert sorted(len(b) for b in alone.batches) == [1, 1, 1]
+
+
+def test_an_error_stays_with_the_request_that_caused_it() -> None:
+    judge = Judge()
+    texts = [f"text {i}" for i in range(8)]
+    ids = ["p"] * 8
+    ids[3] = "missing"
+    answers = submit_all(RewardCoalescer(window=0.05, max_items=64), judge, texts, ids)
+    assert isinstance(answers[3], NotFoundError)
+    good = [a for i, a in enumerate(answers) if i != 3]
+    assert all(isinstance(a, RewardBatch) for a in good)
+    assert [a.rewards for a in good if isinstance(a, RewardBatch)] == [
+        [len(t) / 100] for i, t in enumerate(texts) if i != 3
+    ]
+
+
+def test_a_completion_two_callers_name_is_counted_once() -> None:
+    batch = RewardBatch(judge="j", judge_config_hash="h", aggregation="rar", results=[])
+    for completion_id in (1, 2, 1):
+        batch.results.append(RewardResult(0.5, "ok", 1.0, completion_id=completion_id))
+    failures = empty_counts()
+    failures["judge"] = 1
+    batch.by_completion = {
+        1: JudgingTally(judgments=3, computed=2, failed=1, failures=failures),
+        2: JudgingTally(judgments=3, cached=3),
+    }
+    for tally in batch.by_completion.values():
+        batch.add(tally)
+    first, second, third = split_batch(batch, [1, 1, 1])
+    assert (first.judgments, first.computed, first.cached, first.failed) == (3, 2, 0, 1)
+    assert (second.judgments, second.computed, second.cached) == (3, 0, 3)
+    # Judged for the first caller: cached for the third, its failure still a failure.
+    assert (third.judgments, third.computed, third.cached, third.failed) == (3, 0, 2, 1)
+    assert third.failures["judge"] == 1
+    assert sum(p.computed for p in (first, second, third)) == batch.computed
+    with pytest.raises(ValueError, match="3 results for 2 requests"):
+        split_batch(batch, [1, 1])
+
+
+def test_unavailable_failures_are_each_callers_only_when_all_of_the_batch_were() -> None:
+    batch = RewardBatch(judge="j", judge_config_hash="h", aggregation="rar", results=[])
+    batch.results = [RewardResult(None, "masked", 0.0, completion_id=i) for i in (1, 2)]
+    infra = empty_counts()
+    infra["infrastructure"] = 2
+    batch.by_completion = {
+        i: JudgingTally(judgments=2, failed=2, failures=dict(infra)) for i in (1, 2)
+    }
+    for tally in batch.by_completion.values():
+        batch.add(tally)
+    batch.unavailable, batch.retry_after = 4, 7.0
+    parts = split_batch(batch, [1, 1])
+    assert [(p.failed, p.unavailable, p.retry_after) for p in parts] == [(2, 2, 7.0)] * 2
+    batch.unavailable = 3  # one failure was something else: no caller's reads as unavailable
+    assert [p.unavailable for p in split_batch(batch, [1, 1])] == [0, 0]
