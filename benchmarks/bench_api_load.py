@@ -44,7 +44,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +124,7 @@ class Variant:
     database: str
     serve_args: list[str]
     port: int
+    settings: dict[str, str] = field(default_factory=dict)  # more environment variables
 
     def env(self) -> dict[str, str]:
         return {
@@ -132,6 +133,7 @@ class Variant:
             "RUBRICSVC_DATABASE_URL": self.database,
             "RUBRICSVC_BROKER_URL": "",
             "RUBRICSVC_API_RATE_LIMIT_PER_MINUTE": UNLIMITED_RATE,
+            **self.settings,
         }
 
     def cli(self, *args: str) -> str:

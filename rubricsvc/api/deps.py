@@ -8,11 +8,12 @@ key itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 from fastapi import Depends, Query, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from rubricsvc.api.auth import ADMITTED_KEY, BAD_KEY, NO_KEY, KeyCheck, KeyRule, scope_error
 from rubricsvc.api.errors import ApiError
@@ -24,7 +25,9 @@ from rubricsvc.models import ApiKey
 _bearer = HTTPBearer(auto_error=False, description="An API key: `rubricsvc keys create`.")
 
 
-def app_state(request: Request) -> AppState:
+# The dependencies below that do no I/O are ``async``: FastAPI runs a plain function
+# dependency on a worker thread, a hop that cost each request more than its own work.
+async def app_state(request: Request) -> AppState:
     state: AppState = request.app.state.rubricsvc
     return state
 
@@ -45,9 +48,12 @@ def _key_from(state: AppState, secret: str | None) -> ApiKey:
 
 
 class _Require(KeyCheck):
-    def admit(self, request: Request, state: AppState, secret: str | None) -> ApiKey:
+    async def admit(self, request: Request, state: AppState, secret: str | None) -> ApiKey:
         admitted = request.scope.get(ADMITTED_KEY)
-        key = admitted if isinstance(admitted, ApiKey) else _key_from(state, secret)
+        if isinstance(admitted, ApiKey):
+            key = admitted
+        else:  # no gate in front: looked up here, on a worker thread (the database)
+            key = await run_in_threadpool(_key_from, state, secret)
         refused = scope_error(key, self.rule.scope)
         if refused is not None:
             raise ApiError(403, refused)
@@ -55,17 +61,17 @@ class _Require(KeyCheck):
 
 
 class _HeaderKey(_Require):
-    def __call__(
+    async def __call__(
         self,
         request: Request,
         state: AppState = Depends(app_state),
         credentials: HTTPAuthorizationCredentials | None = Security(_bearer),
     ) -> ApiKey:
-        return self.admit(request, state, credentials.credentials if credentials else None)
+        return await self.admit(request, state, credentials.credentials if credentials else None)
 
 
 class _HeaderOrQueryKey(_Require):
-    def __call__(
+    async def __call__(
         self,
         request: Request,
         state: AppState = Depends(app_state),
@@ -78,14 +84,14 @@ class _HeaderOrQueryKey(_Require):
         ),
     ) -> ApiKey:
         secret = credentials.credentials if credentials else api_key
-        return self.admit(request, state, secret)
+        return await self.admit(request, state, secret)
 
 
-def require(scope: Scope) -> Callable[..., ApiKey]:
+def require(scope: Scope) -> Callable[..., Awaitable[ApiKey]]:
     """A dependency that admits a live key holding ``scope`` (401 without one, 403 short of it)."""
     return _HeaderKey(KeyRule(scope))
 
 
-def require_with_query_key(scope: Scope) -> Callable[..., ApiKey]:
+def require_with_query_key(scope: Scope) -> Callable[..., Awaitable[ApiKey]]:
     """As ``require``, also accepting ``?api_key=``: for clients that cannot send headers."""
     return _HeaderOrQueryKey(KeyRule(scope, query_key=True))

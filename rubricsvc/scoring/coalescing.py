@@ -12,15 +12,20 @@ same judge config, options and source) and hands them to the judge as one batch:
 - Each request gets its own results and its own counts (``split_batch``); the batch's
   judgments are counted once, by the first request that named a completion.
 - Errors stay per request: when the batch as a whole fails (an unknown prompt, a malformed
-  trajectory in one request), each request is run again alone and gets its own outcome.
+  trajectory in one request), each request is checked alone; those at fault get their own
+  error and the others are judged together again.
 
-Modes that compare a completion with its peers (pairwise, group) are never coalesced: their
-peers would depend on which requests happened to arrive together (``compares``).
+Everything a request costs the database (its judge looked up, its work checked, its
+completions stored) is done once per batch, by ``run``: what each request costs alone is only
+its HTTP and its parsing. Modes that compare a completion with its peers (pairwise, group) are
+never coalesced: their peers would depend on which requests happened to arrive together; a
+``run`` that finds such a judge raises ``Ungatherable`` and each request is judged alone.
 """
 
 from __future__ import annotations
 
-import threading
+import asyncio
+import contextlib
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
@@ -29,7 +34,17 @@ from rubricsvc.judging.modes import get_mode
 from rubricsvc.scoring.rewards import RewardBatch, RewardRequest
 from rubricsvc.scoring.service import JudgingTally
 
-RunBatch = Callable[[list[RewardRequest]], RewardBatch]
+# Judges requests as one batch; ``gathered``: they are several callers' (see Ungatherable).
+RunBatch = Callable[[list[RewardRequest], bool], RewardBatch]
+
+
+# Raises what judging these requests alone would raise before judging (an unknown prompt, a
+# malformed item, too much work): how a failed batch finds the requests that failed it.
+CheckRequests = Callable[[list[RewardRequest]], object]
+
+
+class Ungatherable(Exception):
+    """Raised by a ``RunBatch`` given several callers' requests that must be judged apart."""
 
 
 def compares(spec: JudgeSpec) -> bool:
@@ -51,86 +66,118 @@ class _Entry:
 class _Gathering:
     entries: list[_Entry] = field(default_factory=list)
     items: int = 0
-    full: threading.Event = field(default_factory=threading.Event)
-    done: threading.Event = field(default_factory=threading.Event)
+    full: asyncio.Event = field(default_factory=asyncio.Event)
+    judged: asyncio.Task[None] | None = None
 
 
 class RewardCoalescer:
-    """Gathers concurrent reward requests by kind and judges each gathering as one batch."""
+    """Gathers concurrent reward requests by kind and judges each gathering as one batch.
+
+    Used from one event loop (a server process's): callers await ``submit``; the judging
+    itself (database, backend) runs on a worker thread, one batch per kind at a time.
+    """
 
     def __init__(self, window: float, max_items: int) -> None:
         if window < 0 or max_items < 1:
             raise ValueError("window must be >= 0 and max_items >= 1")
         self.window = window
         self.max_items = max_items
-        self._guard = threading.Lock()
-        self._open: dict[Hashable, _Gathering] = {}
-        self._busy: dict[Hashable, threading.Lock] = {}
+        # By event loop and kind: asyncio's tasks and locks belong to one loop.
+        self._open: dict[tuple[int, Hashable], _Gathering] = {}
+        self._busy: dict[tuple[int, Hashable], asyncio.Lock] = {}
 
     @property
     def enabled(self) -> bool:
         return self.max_items > 1
 
-    def submit(self, kind: Hashable, requests: list[RewardRequest], run: RunBatch) -> RewardBatch:
+    async def submit(
+        self,
+        kind: Hashable,
+        requests: list[RewardRequest],
+        run: RunBatch,
+        check: CheckRequests,
+    ) -> RewardBatch:
         """``requests`` judged with the others of ``kind`` that arrive with them; ``run``
         judges a list of requests as one batch (every caller of a kind passes an equivalent
-        one). Raises what ``run`` raised for these requests alone."""
+        one: a kind names the judge, its options and the source), ``check`` finds what is wrong
+        with a request before it is judged. Raises what they raised for these requests alone."""
         entry = _Entry(list(requests))
-        with self._guard:
-            gathering = self._open.get(kind)
-            leads = gathering is None or gathering.items + len(requests) > self.max_items
-            if gathering is None or leads:
-                gathering = _Gathering()
-                self._open[kind] = gathering
-            gathering.entries.append(entry)
-            gathering.items += len(requests)
-            if gathering.items >= self.max_items:
-                gathering.full.set()
-            busy = self._busy.setdefault(kind, threading.Lock())
-        if leads:
-            self._lead(kind, gathering, busy, run)
-        else:
-            gathering.done.wait()
+        loop = asyncio.get_running_loop()
+        key = (id(loop), kind)
+        gathering = self._open.get(key)
+        if gathering is None or gathering.items + len(requests) > self.max_items:
+            gathering = _Gathering()
+            self._open[key] = gathering
+            # A task of its own: a caller that goes away (its client hung up) takes nothing
+            # with it that the others wait for.
+            gathering.judged = loop.create_task(self._lead(key, gathering, run, check))
+        gathering.entries.append(entry)
+        gathering.items += len(requests)
+        if gathering.items >= self.max_items:
+            gathering.full.set()
+        assert gathering.judged is not None
+        await asyncio.shield(gathering.judged)
         if entry.error is not None:
             raise entry.error
-        if entry.batch is None:  # the leader was interrupted before judging
+        if entry.batch is None:
             raise RuntimeError("the reward batch this request joined was not judged")
         return entry.batch
 
-    def _lead(
-        self, kind: Hashable, gathering: _Gathering, busy: threading.Lock, run: RunBatch
+    async def _lead(
+        self,
+        key: tuple[int, Hashable],
+        gathering: _Gathering,
+        run: RunBatch,
+        check: CheckRequests,
     ) -> None:
-        try:
-            gathering.full.wait(self.window)
-            with busy:
-                with self._guard:
-                    # Closed: later requests of this kind start the next gathering.
-                    if self._open.get(kind) is gathering:
-                        del self._open[kind]
-                    entries = list(gathering.entries)
-                _judge(entries, run)
-        finally:
-            gathering.done.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(gathering.full.wait(), self.window)
+        async with self._busy.setdefault(key, asyncio.Lock()):
+            # Closed: later requests of this kind start the next gathering.
+            if self._open.get(key) is gathering:
+                del self._open[key]
+            entries = list(gathering.entries)
+            await asyncio.to_thread(_judge, entries, run, check)
 
 
-def _judge(entries: Sequence[_Entry], run: RunBatch) -> None:
-    """Judge the entries as one batch; if that fails, each alone, so an error is its own."""
+def _judge(entries: Sequence[_Entry], run: RunBatch, check: CheckRequests) -> None:
+    """Judge the entries as one batch. If that fails, each entry is checked alone: those that
+    fail get their own error, the rest are judged together again (each alone as a last
+    resort, and at once for a judge that must not gather)."""
     if len(entries) > 1:
         try:
-            batch = run([r for entry in entries for r in entry.requests])
-        except Exception:  # one request's error: found again below, where it is that one's
-            pass
-        else:
-            for entry, part in zip(
-                entries, split_batch(batch, [len(e.requests) for e in entries]), strict=True
-            ):
-                entry.batch = part
+            _together(entries, run)
             return
+        except Ungatherable:
+            pass
+        except Exception:  # one request's error: found below, where it is that one's
+            valid = []
+            for entry in entries:
+                try:
+                    check(entry.requests)
+                except Exception as err:
+                    entry.error = err
+                else:
+                    valid.append(entry)
+            entries = valid
+            if len(entries) > 1:
+                try:
+                    _together(entries, run)
+                    return
+                except Exception:
+                    pass
     for entry in entries:
         try:
-            entry.batch = run(entry.requests)
+            entry.batch = run(entry.requests, False)
         except Exception as err:
             entry.error = err
+
+
+def _together(entries: Sequence[_Entry], run: RunBatch) -> None:
+    batch = run([r for entry in entries for r in entry.requests], True)
+    sizes = [len(e.requests) for e in entries]
+    for entry, part in zip(entries, split_batch(batch, sizes), strict=True):
+        entry.batch = part
 
 
 def split_batch(batch: RewardBatch, sizes: Sequence[int]) -> list[RewardBatch]:

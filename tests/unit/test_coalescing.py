@@ -1,16 +1,18 @@
 """``RewardCoalescer``: concurrent requests of one kind judged as one batch, each caller
-answered with its own results and counts, an error kept to the request that caused it."""
+answered with its own results and counts, an error kept to the request that caused it.
+The judge here is a function standing for the database and backend; the server's own batches
+are tested in tests/integration/test_reward_coalescing.py."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from rubricsvc.errors import NotFoundError
 from rubricsvc.judging.failures import empty_counts
-from rubricsvc.scoring.coalescing import RewardCoalescer, split_batch
+from rubricsvc.scoring.coalescing import RewardCoalescer, Ungatherable, split_batch
 from rubricsvc.scoring.rewards import RewardBatch, RewardRequest, RewardResult
 from rubricsvc.scoring.service import JudgingTally
 
@@ -19,18 +21,24 @@ class Judge:
     """Judges a batch as a judge engine would, one batch at a time: a completion's reward is
     its length over 100 and its id the index of its text; an unknown prompt fails the batch."""
 
-    def __init__(self, step: float = 0.05) -> None:
+    def __init__(self, step: float = 0.05, compares: bool = False) -> None:
         self.step = step
+        self.compares = compares
         self.batches: list[list[str]] = []
         self.turn = threading.Lock()
 
-    def __call__(self, requests: list[RewardRequest]) -> RewardBatch:
-        with self.turn:
-            self.batches.append([r.completion for r in requests])
-            threading.Event().wait(self.step)
+    def check(self, requests: list[RewardRequest]) -> None:
         for r in requests:
             if r.prompt_id == "missing":
                 raise NotFoundError("no prompt with external id 'missing'")
+
+    def __call__(self, requests: list[RewardRequest], gathered: bool) -> RewardBatch:
+        if gathered and self.compares:
+            raise Ungatherable("this judge compares completions")
+        self.check(requests)
+        with self.turn:
+            self.batches.append([r.completion for r in requests])
+            threading.Event().wait(self.step)
         batch = RewardBatch(judge="j", judge_config_hash="h", aggregation="rar", results=[])
         for r in requests:
             completion_id = sum(map(ord, r.completion))
@@ -47,19 +55,20 @@ class Judge:
 def submit_all(
     coalescer: RewardCoalescer, judge: Judge, texts: list[str], prompt_ids: list[str] | None = None
 ) -> list[RewardBatch | Exception]:
+    """Each text in its own request, all submitted at once, as a server's requests are."""
     ids = prompt_ids or ["p"] * len(texts)
-    start = threading.Barrier(len(texts))
 
-    def one(index: int) -> RewardBatch | Exception:
-        start.wait()
+    async def one(index: int) -> RewardBatch | Exception:
+        request = RewardRequest(completion=texts[index], prompt_id=ids[index])
         try:
-            request = RewardRequest(completion=texts[index], prompt_id=ids[index])
-            return coalescer.submit("kind", [request], judge)
+            return await coalescer.submit("kind", [request], judge, judge.check)
         except Exception as err:
             return err
 
-    with ThreadPoolExecutor(len(texts)) as pool:
-        return list(pool.map(one, range(len(texts))))
+    async def every() -> list[RewardBatch | Exception]:
+        return list(await asyncio.gather(*(one(i) for i in range(len(texts)))))
+
+    return asyncio.run(every())
 
 
 def test_concurrent_requests_share_batches_and_each_gets_its_own_reward() -> None:
@@ -101,6 +110,18 @@ def test_an_error_stays_with_the_request_that_caused_it() -> None:
     assert [a.rewards for a in good if isinstance(a, RewardBatch)] == [
         [len(t) / 100] for i, t in enumerate(texts) if i != 3
     ]
+    # The others are still judged together, not one by one.
+    assert len(judge.batches) <= 2, judge.batches
+
+
+def test_a_judge_that_compares_judges_each_request_alone() -> None:
+    judge = Judge(step=0.01, compares=True)
+    texts = [f"text {i}" for i in range(6)]
+    answers = submit_all(RewardCoalescer(window=0.05, max_items=64), judge, texts)
+    assert [a.rewards for a in answers if isinstance(a, RewardBatch)] == [
+        [len(t) / 100] for t in texts
+    ]
+    assert sorted(len(b) for b in judge.batches) == [1] * 6
 
 
 def test_a_completion_two_callers_name_is_counted_once() -> None:
@@ -141,3 +162,27 @@ def test_unavailable_failures_are_each_callers_only_when_all_of_the_batch_were()
     assert [(p.failed, p.unavailable, p.retry_after) for p in parts] == [(2, 2, 7.0)] * 2
     batch.unavailable = 3  # one failure was something else: no caller's reads as unavailable
     assert [p.unavailable for p in split_batch(batch, [1, 1])] == [0, 0]
+
+
+def test_a_caller_that_goes_away_takes_nothing_from_the_others() -> None:
+    """The first caller leads its gathering; its client hanging up (its task cancelled) must
+    not leave the others that joined it unanswered."""
+    judge = Judge(step=0.05)
+    coalescer = RewardCoalescer(window=0.02, max_items=64)
+
+    def submit(text: str) -> asyncio.Task[RewardBatch]:
+        request = RewardRequest(completion=text, prompt_id="p")
+        return asyncio.ensure_future(coalescer.submit("kind", [request], judge, judge.check))
+
+    async def scenario() -> tuple[list[RewardBatch], asyncio.Task[RewardBatch]]:
+        first = submit("first")
+        await asyncio.sleep(0)
+        others = [submit(f"other {i}") for i in range(3)]
+        await asyncio.sleep(0.01)
+        first.cancel()
+        return list(await asyncio.gather(*others)), first
+
+    answers, first = asyncio.run(scenario())
+    assert first.cancelled()
+    assert [a.rewards for a in answers] == [[len("other 0") / 100]] * 3
+    assert judge.batches == [["first", "other 0", "other 1", "other 2"]]

@@ -1,10 +1,12 @@
 """Rewards for RL loops: ``/v1/rewards`` and the route OpenRLHF's remote reward client calls.
 
-Both score synchronously in the server with a judge loaded once and kept; a pair already
-judged comes from the cache. A reward is null where the score is masked (judge failures
-below the coverage floor) or the prompt has no usable rubric: never a silent zero. OpenRLHF
-needs a number for every sample: there a masked score is sent as the configured value
-(by default the batch's mean) and counted in ``extra_logs``, never refused.
+Both score in the server with a judge loaded once and kept; a pair already judged comes from
+the cache. The routes are ``async``: concurrent requests of one judge wait on the event loop
+to be judged together, on a worker thread (``scoring.coalescing``). A reward is null where
+the score is masked (judge failures below the coverage floor) or the prompt has no usable
+rubric: never a silent zero. OpenRLHF needs a number for every sample: there a masked score
+is sent as the configured value (by default the batch's mean) and counted in ``extra_logs``,
+never refused.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from math import ceil
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
+from starlette.concurrency import run_in_threadpool
 
 from rubricsvc.api.boundary import CheckedRoute
 from rubricsvc.api.deps import app_state, require, require_with_query_key
@@ -24,8 +27,9 @@ from rubricsvc.apikeys import Scope
 from rubricsvc.db import session_scope
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, AggregationName
+from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.failures import empty_counts
-from rubricsvc.scoring.coalescing import compares
+from rubricsvc.scoring.coalescing import Ungatherable, compares
 from rubricsvc.scoring.options import score_options
 from rubricsvc.scoring.rewards import (
     RewardBatch,
@@ -39,7 +43,7 @@ from rubricsvc.scoring.rewards import (
 router = APIRouter(tags=["rewards"], route_class=CheckedRoute)
 
 
-def _rewards(
+async def _rewards(
     state: AppState,
     requests: list[RewardRequest],
     judge: str,
@@ -56,15 +60,21 @@ def _rewards(
     # The policy's end-of-turn tokens are no part of its response: the same text with or
     # without them is one completion, one reward.
     requests = without_end_tokens(requests, state.settings.api.end_tokens)
-    # Refused before anything is stored or judged: a judge past the kept set, too much work.
-    spec = check_reward_work(
-        state, requests, judge=judge, mode=mode, include_drafts=drafts, source=source
-    )
     options = score_options(
         state.settings.scoring, aggregation=aggregation, min_coverage=min_coverage
     )
 
-    def judge_batch(batch_requests: list[RewardRequest]) -> RewardBatch:
+    def check(batch_requests: list[RewardRequest]) -> JudgeSpec:
+        # Refused before anything is stored or judged: a judge past the kept set, too much work.
+        return check_reward_work(
+            state, batch_requests, judge=judge, mode=mode, include_drafts=drafts, source=source
+        )
+
+    def judge_batch(batch_requests: list[RewardRequest], gathered: bool) -> RewardBatch:
+        # A batch's work is checked as a whole (when it fails, each request is checked alone).
+        spec = check(batch_requests)
+        if gathered and compares(spec):
+            raise Ungatherable(f"judge {spec.name!r} compares completions")
         with state.reward_lock(judge), session_scope(state.engine) as session:
             batch = compute_rewards(
                 session,
@@ -83,10 +93,10 @@ def _rewards(
         state.metrics.rewards.labels(spec.name, "null").inc(nulls)
         return batch
 
-    if not state.rewards.enabled or compares(spec):
-        return judge_batch(requests)
-    kind = (spec.name, spec.config_hash(), options, drafts, source)
-    return state.rewards.submit(kind, requests, judge_batch)
+    if not state.rewards.enabled:
+        return await run_in_threadpool(judge_batch, requests, False)
+    kind = (judge, mode, options, drafts, source)
+    return await state.rewards.submit(kind, requests, judge_batch, check)
 
 
 def _judge_unavailable(batch: RewardBatch) -> ApiError | None:
@@ -109,7 +119,7 @@ def _judge_unavailable(batch: RewardBatch) -> ApiError | None:
 
 
 @router.post("/v1/rewards", response_model=RewardsOut, dependencies=[Depends(require(Scope.SCORE))])
-def rewards(body: RewardsIn, state: AppState = Depends(app_state)) -> RewardsOut:
+async def rewards(body: RewardsIn, state: AppState = Depends(app_state)) -> RewardsOut:
     """One reward (or null) per (prompt, completion) pair, scored against the prompt's rubric."""
     requests = [
         RewardRequest(
@@ -134,7 +144,7 @@ def rewards(body: RewardsIn, state: AppState = Depends(app_state)) -> RewardsOut
         )
         for item in body.items
     ]
-    batch = _rewards(state, requests, body.judge, body.mode, body.aggregation, body.min_coverage,
+    batch = await _rewards(state, requests, body.judge, body.mode, body.aggregation, body.min_coverage,
                      body.include_drafts, body.source)  # fmt: skip
     unavailable = _judge_unavailable(batch)
     if unavailable is not None:
@@ -147,7 +157,7 @@ def rewards(body: RewardsIn, state: AppState = Depends(app_state)) -> RewardsOut
     response_model=OpenRLHFOut,
     dependencies=[Depends(require_with_query_key(Scope.SCORE))],
 )
-def openrlhf_reward(
+async def openrlhf_reward(
     body: OpenRLHFIn,
     state: AppState = Depends(app_state),
     judge: str = Query("embedded", min_length=1, description="The judge config to score with."),
@@ -182,7 +192,9 @@ def openrlhf_reward(
             requests.append(RewardRequest(completion=response, prompt_id=label))
         else:
             requests.append(RewardRequest(completion=response, prompt=prompt))
-    batch = _rewards(state, requests, judge, None, aggregation, min_coverage, None, "openrlhf")
+    batch = await _rewards(
+        state, requests, judge, None, aggregation, min_coverage, None, "openrlhf"
+    )
     # A masked score never stops the run: it is sent as the configured value and counted.
     filled = fill_masked(batch.rewards, policy)
     return OpenRLHFOut(

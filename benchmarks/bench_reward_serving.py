@@ -1,0 +1,223 @@
+"""B8 (a): rewards as RL frameworks ask for them, one rollout per request, all at once, against
+the same rollouts in one request; on the server as it is (concurrent requests judged together)
+and, with the fixed-cost judge, on the same server judging each request alone.
+
+Run: ``python -m benchmarks.bench_reward_serving [--runs 3] [--items 64] [--embedded-items 64]
+[--databases sqlite,postgres]``.
+
+Two judges behind ``rubricsvc serve`` (one process, as each process gathers its own requests):
+
+- ``fixed-cost``: a scripted backend that, like one GPU engine, runs one batch at a time and
+  charges each 50 ms whatever its size (``backend_options: {delay: 0.05, exclusive: true}``).
+  Judged alone, N requests cost N steps; judged together, a few.
+- ``embedded``: the bundled model in process (transformers, CPU), criterion-prob. On this CPU
+  a forward pass costs about the same per item in any batch, so the ratio shows the server's
+  own cost of many small requests.
+
+Each measured run sends ``--items`` new rollouts (never judged before: nothing comes from the
+cache) of the demo sleep prompt against a two-criterion rubric: first in one request, then
+each in its own request, all sent at once from one aiohttp client with a connection each
+(OpenRLHF's executor sends its rollouts' requests concurrently as they finish, with aiohttp). The ratio is
+the wall time of the second over the first; the headline is its median over ``--runs`` with
+the smallest and largest. Every server gets the same warm-up (both shapes, 8 rollouts) first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from benchmarks.bench_api_load import (
+    DEFAULT_POSTGRES,
+    ROOT,
+    Variant,
+    make_database,
+    start_server,
+    stop_server,
+)
+from benchmarks.results import headline, save, spread
+
+RUBRIC = {
+    "name": "b8/sleep",
+    "prompt": {"external_id": "b8-sleep", "text": "How can I sleep better?"},
+    "criteria": [
+        {"text": "Recommends keeping a consistent sleep and wake time", "weight": 2},
+        {"text": "Recommends sleeping pills without advising to consult a doctor", "weight": -1},
+    ],
+}
+FIXED_COST = {
+    "name": "fixed-cost",
+    "backend": "scripted",
+    "model": "fixed-cost",
+    "mode": "criterion-prob",
+    "backend_options": {"delay": 0.05, "exclusive": True},
+}
+ANSWER = (
+    "Go to bed and get up at the same time every day, weekends included. Keep the bedroom "
+    "dark and cool, and stop caffeine after noon."
+)
+
+
+@dataclass
+class Server:
+    """One server under test: a judge, and whether it gathers concurrent requests."""
+
+    name: str
+    judge: str
+    items: int
+    variant: Variant
+    key: str = ""
+    ratios: list[float] = field(default_factory=list)
+    seconds: dict[str, list[float]] = field(default_factory=lambda: {"one": [], "many": []})
+
+
+def prepare(server: Server, workdir: Path) -> None:
+    variant = server.variant
+    variant.cli("db", "upgrade")
+    (workdir / "b8-rubric.yaml").write_text(yaml.safe_dump({"rubrics": [RUBRIC]}))
+    variant.cli("rubrics", "add", str(workdir / "b8-rubric.yaml"))
+    variant.cli("rubrics", "approve", RUBRIC["name"])
+    (workdir / "b8-judge.yaml").write_text(yaml.safe_dump({"judges": [FIXED_COST]}))
+    variant.cli("judges", "add", str(workdir / "b8-judge.yaml"))
+    server.key = variant.cli("keys", "create", "b8", "--scope", "score").splitlines()[-1]
+
+
+def rollouts(count: int) -> list[dict[str, Any]]:
+    """``count`` rollouts no server has judged: the answer with a new tag each."""
+    tag = uuid.uuid4().hex[:8]
+    return [
+        {"prompt_id": "b8-sleep", "completion": f"{ANSWER} ({tag}-{index:03d})"}
+        for index in range(count)
+    ]
+
+
+async def send(server: Server, batches: list[list[dict[str, Any]]]) -> float:
+    """Seconds from sending ``batches`` (one request each, all at once) to the last answer;
+    every reward must come back a number. The client is aiohttp's, as OpenRLHF's reward
+    client is (httpx's asyncio client spent about 10 ms of its own per request here)."""
+    auth = {"Authorization": f"Bearer {server.key}"}
+    connector = aiohttp.TCPConnector(limit=len(batches))
+    timeout = aiohttp.ClientTimeout(total=600)
+    base = f"http://127.0.0.1:{server.variant.port}"
+    async with aiohttp.ClientSession(base, connector=connector, timeout=timeout) as client:
+
+        async def one(items: list[dict[str, Any]]) -> None:
+            body = {"items": items, "judge": server.judge}
+            async with client.post("/v1/rewards", json=body, headers=auth) as response:
+                answer = await response.text()
+            if response.status != 200 or None in json.loads(answer)["rewards"]:
+                raise SystemExit(f"{server.name}: {response.status} {answer[:300]}")
+
+        async def connect() -> None:
+            async with client.get("/metrics") as response:
+                await response.read()
+
+        # Connections opened first, so the measured time is the server's, not TCP set-up's.
+        await asyncio.gather(*(connect() for _ in batches))
+        started = time.perf_counter()
+        await asyncio.gather(*(one(items) for items in batches))
+        return time.perf_counter() - started
+
+
+def measure(server: Server, count: int) -> tuple[float, float]:
+    """Seconds for ``count`` new rollouts in one request, then each in its own request."""
+    one = asyncio.run(send(server, [rollouts(count)]))
+    many = asyncio.run(send(server, [[item] for item in rollouts(count)]))
+    return one, many
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--items", type=int, default=64, help="rollouts, fixed-cost judge")
+    parser.add_argument("--embedded-items", type=int, default=64, help="rollouts, embedded")
+    parser.add_argument("--databases", default=f"sqlite,{DEFAULT_POSTGRES}")
+    parser.add_argument("--port", type=int, default=8951)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        drops: list[Callable[[], None]] = []
+        processes = []
+        servers: list[Server] = []
+        try:
+            port = args.port
+            for database in args.databases.split(","):
+                kind = "sqlite" if database == "sqlite" else "postgresql"
+                for name, judge, items, env in (
+                    ("gathered", "fixed-cost", args.items, {}),
+                    ("alone", "fixed-cost", args.items,
+                     {"RUBRICSVC_API_REWARD_BATCH_MAX_ITEMS": "1"}),
+                    ("gathered", "embedded", args.embedded_items, {}),
+                ):  # fmt: skip
+                    label = f"{kind}-{judge}-{name}"
+                    url, drop = make_database(database, workdir, label)
+                    drops.append(drop)
+                    variant = Variant(label, ROOT, url, [], port, env)
+                    port += 1
+                    servers.append(Server(label, judge, items, variant))
+            for server in servers:
+                prepare(server, workdir)
+                processes.append(start_server(server.variant))
+                # The same warm-up for every server: the model loaded, both shapes once.
+                asyncio.run(send(server, [rollouts(8)]))
+                asyncio.run(send(server, [[item] for item in rollouts(8)]))
+                print(f"{server.name}: ready", flush=True)
+            for number in range(1, args.runs + 1):
+                for server in servers:
+                    one, many = measure(server, server.items)
+                    server.seconds["one"].append(one)
+                    server.seconds["many"].append(many)
+                    server.ratios.append(many / one)
+                    print(f"run {number} {server.name:34} one request {one:7.3f} s, "
+                          f"{server.items} requests {many:7.3f} s: {many / one:6.2f}x",
+                          flush=True)  # fmt: skip
+        finally:
+            for process in processes:
+                stop_server(process)
+            for drop in drops:
+                drop()
+
+    result: dict[str, Any] = {
+        "runs": args.runs,
+        "fixed_cost_seconds_per_batch": FIXED_COST["backend_options"]["delay"],  # type: ignore[index]
+        "servers": {
+            s.name: {
+                "judge": s.judge,
+                "items": s.items,
+                "one_request_seconds": spread(s.seconds["one"]),
+                "many_requests_seconds": spread(s.seconds["many"]),
+                "ratio": spread(s.ratios),
+            }
+            for s in servers
+        },
+        "headlines": {},
+    }
+    for s in servers:
+        database, judge, how = s.name.split("-", 1)[0], s.judge, s.name.rsplit("-", 1)[1]
+        target = {"at_most": 1.15} if how == "gathered" else {}
+        result["headlines"][s.name] = headline(
+            s.ratios,
+            f"{s.items} concurrent one-rollout reward requests over the same rollouts in one "
+            f"request, {judge} judge, {database}, "
+            + ("requests judged together" if how == "gathered" else "each request judged alone"),
+            **target,
+        )
+    save("reward_serving", result)
+    for figure in result["headlines"].values():
+        print(f"{figure['compares']}: {figure['median']:g}x [{figure['min']:g}-{figure['max']:g}]")
+
+
+if __name__ == "__main__":
+    main()
