@@ -145,9 +145,11 @@ class ApiSettings(BaseSettings):
     max_completions: int = Field(default=10_000, gt=0)
     max_reward_items: int = Field(default=1024, gt=0)
     # Concurrent reward requests for the same judge config (and options) are judged as one
-    # batch (``scoring.coalescing``): the first waits this long for others to join, and all
-    # that arrive while a batch is being judged form the next one. 0: gather only while busy.
+    # batch (``scoring.coalescing``): the first waits for others while they keep arriving,
+    # until none has for the window or the longest wait has passed; all that arrive while a
+    # batch is being judged form the next one. 0: gather only while a batch is judged.
     reward_batch_window_ms: float = Field(default=5.0, ge=0, le=1000)
+    reward_batch_max_wait_ms: float = Field(default=50.0, ge=0, le=10_000)
     # Items in one such batch, at most (more start the next). 1: each request judged alone.
     reward_batch_max_items: int = Field(default=256, gt=0)
     max_generate_prompts: int = Field(default=16, gt=0)

@@ -60,8 +60,11 @@ class AppState:
         self.rate_limiter = rate_limiter(self.settings.api)
         self.key_cache = KeyCache(self.settings.api.key_cache_seconds)
         api = self.settings.api
+        window = api.reward_batch_window_ms / 1000
         self.rewards = RewardCoalescer(
-            api.reward_batch_window_ms / 1000, api.reward_batch_max_items
+            window,
+            api.reward_batch_max_items,
+            max(window, api.reward_batch_max_wait_ms / 1000),
         )
 
     def authenticate(self, secret: str) -> ApiKey | None:

@@ -5,9 +5,10 @@ engine's step costs about the same for one item as for a batch, so judging each 
 leaves it mostly idle. A ``RewardCoalescer`` gathers the concurrent requests of one kind (the
 same judge config, options and source) and hands them to the judge as one batch:
 
-- The first request of a gathering leads it: it waits ``window`` seconds (or until
-  ``max_items`` items have joined), then for the judge to be free (one batch per kind at a
-  time in a process), taking everything that joined meanwhile. So the items that arrive while
+- The first request of a gathering leads it: it waits while others keep arriving (until
+  none has for ``window`` seconds, ``max_items`` items have joined, or ``max_wait`` seconds
+  have passed), then for the judge to be free (one batch per kind at a time in a process),
+  taking everything that joined meanwhile. So the items that arrive while
   a batch is judged are the next batch, as a GPU engine batches continuously.
 - Each request gets its own results and its own counts (``split_batch``); the batch's
   judgments are counted once, by the first request that named a completion.
@@ -77,14 +78,33 @@ class RewardCoalescer:
     itself (database, backend) runs on a worker thread, one batch per kind at a time.
     """
 
-    def __init__(self, window: float, max_items: int) -> None:
-        if window < 0 or max_items < 1:
-            raise ValueError("window must be >= 0 and max_items >= 1")
+    def __init__(self, window: float, max_items: int, max_wait: float | None = None) -> None:
+        max_wait = window if max_wait is None else max_wait
+        if window < 0 or max_wait < window or max_items < 1:
+            raise ValueError("need 0 <= window <= max_wait and max_items >= 1")
         self.window = window
+        self.max_wait = max_wait
         self.max_items = max_items
         # By event loop and kind: asyncio's tasks and locks belong to one loop.
         self._open: dict[tuple[int, Hashable], _Gathering] = {}
         self._busy: dict[tuple[int, Hashable], asyncio.Lock] = {}
+
+    async def _gather(self, gathering: _Gathering) -> None:
+        """Wait while requests keep arriving: until none has for ``window`` seconds, the
+        gathering is full, or ``max_wait`` seconds have passed. A lone request waits only
+        ``window``; a burst (64 rollouts finishing together, each request parsed in turn) is
+        gathered whole."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.max_wait
+        while not gathering.full.is_set():
+            seen = gathering.items
+            wait = min(self.window, deadline - loop.time())
+            if wait <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(gathering.full.wait(), wait)
+            if gathering.items == seen:
+                return
 
     @property
     def enabled(self) -> bool:
@@ -130,8 +150,7 @@ class RewardCoalescer:
         run: RunBatch,
         check: CheckRequests,
     ) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(gathering.full.wait(), self.window)
+        await self._gather(gathering)
         async with self._busy.setdefault(key, asyncio.Lock()):
             # Closed: later requests of this kind start the next gathering.
             if self._open.get(key) is gathering:

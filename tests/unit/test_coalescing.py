@@ -186,3 +186,26 @@ def test_a_caller_that_goes_away_takes_nothing_from_the_others() -> None:
     assert first.cancelled()
     assert [a.rewards for a in answers] == [[len("other 0") / 100]] * 3
     assert judge.batches == [["first", "other 0", "other 1", "other 2"]]
+
+
+def test_a_burst_that_trickles_in_is_gathered_whole() -> None:
+    """Requests arriving one after another, closer than the window, join one batch however
+    long the burst lasts (up to the longest wait)."""
+    judge = Judge(step=0.01)
+    coalescer = RewardCoalescer(window=0.05, max_items=64, max_wait=5.0)
+
+    async def trickle() -> list[RewardBatch]:
+        tasks = []
+        for index in range(10):
+            request = RewardRequest(completion=f"t{index}", prompt_id="p")
+            tasks.append(
+                asyncio.ensure_future(coalescer.submit("kind", [request], judge, judge.check))
+            )
+            await asyncio.sleep(0.01)  # 10 arrivals over 0.1 s: twice the window
+        return list(await asyncio.gather(*tasks))
+
+    answers = asyncio.run(trickle())
+    assert [a.rewards for a in answers] == [[2 / 100]] * 10
+    assert judge.batches == [[f"t{index}" for index in range(10)]]
+    with pytest.raises(ValueError, match="window <= max_wait"):
+        RewardCoalescer(window=0.05, max_items=8, max_wait=0.01)
