@@ -11,12 +11,12 @@ trainer must have a number for every sample, ``fill_masked`` gives one that move
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import zip_longest
 from typing import Any
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import func, select, tuple_
 from sqlalchemy.orm import Session, selectinload
 
 from rubricsvc.batching import batches
@@ -32,7 +32,7 @@ from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.failures import empty_counts
-from rubricsvc.models import Completion, CompletionDocument, Prompt
+from rubricsvc.models import Completion, CompletionDocument, JudgeConfig, Prompt, Score
 from rubricsvc.prompts import prompt_hash
 from rubricsvc.scoring.jury import BackendFactories, score_judge
 from rubricsvc.scoring.selection import Selection
@@ -314,6 +314,70 @@ def fill_masked(rewards: Sequence[float | None], masked: MaskedReward) -> list[f
     else:
         value = float(masked)
     return [value if r is None else r for r in rewards]
+
+
+def fill_masked_by_prompt(
+    results: Sequence[RewardResult],
+    prompts: Sequence[object],
+    masked: MaskedReward,
+    stored_means: Mapping[int, float],
+) -> list[float]:
+    """``fill_masked`` for a request whose items may be of several prompts, or one rollout of
+    a prompt (OpenRLHF sends one rollout per request): with ``"mean"``, a masked reward is the
+    mean of its prompt's other rewards in the request (group-normalized advantages are per
+    prompt); without any, its prompt's mean so far under this judge (``stored_means``, by
+    completion id: ``prompt_means``); else the mean of the request's rewards; else 0.0."""
+    rewards = [r.reward for r in results]
+    if masked != "mean" or None not in rewards:
+        return fill_masked(rewards, masked)
+    known: dict[object, list[float]] = {}
+    for prompt, reward in zip(prompts, rewards, strict=True):
+        if reward is not None:
+            known.setdefault(prompt, []).append(reward)
+    everything = [r for r in rewards if r is not None]
+    filled = []
+    for result, prompt in zip(results, prompts, strict=True):
+        if result.reward is not None:
+            filled.append(result.reward)
+        elif known.get(prompt):
+            filled.append(sum(known[prompt]) / len(known[prompt]))
+        elif result.completion_id is not None and result.completion_id in stored_means:
+            filled.append(stored_means[result.completion_id])
+        else:
+            filled.append(sum(everything) / len(everything) if everything else 0.0)
+    return filled
+
+
+def prompt_means(
+    session: Session, completion_ids: Sequence[int], judge_config_hash: str, aggregation: str
+) -> dict[int, float]:
+    """For each completion, the mean of the scores its prompt's completions have under this
+    judge config and aggregation (those with a value), where there is one."""
+    if not completion_ids:
+        return {}
+    prompt_of: dict[int, int] = {}
+    for part in batches(sorted(set(completion_ids))):
+        prompt_of.update(
+            session.execute(
+                select(Completion.id, Completion.prompt_id).where(Completion.id.in_(part))
+            )
+            .tuples()
+            .all()
+        )
+    means: dict[int, float] = {}
+    for part in batches(sorted(set(prompt_of.values()))):
+        rows = session.execute(
+            select(Completion.prompt_id, func.avg(Score.value))
+            .join(Score, Score.completion_id == Completion.id)
+            .join(JudgeConfig, JudgeConfig.id == Score.judge_config_id)
+            .where(Completion.prompt_id.in_(part))
+            .where(JudgeConfig.config_hash == judge_config_hash)
+            .where(Score.aggregation == aggregation)
+            .where(Score.value.is_not(None))
+            .group_by(Completion.prompt_id)
+        ).tuples()
+        means.update((prompt_id, float(mean)) for prompt_id, mean in rows if mean is not None)
+    return {c: means[p] for c, p in prompt_of.items() if p in means}
 
 
 def parse_masked(text: str) -> MaskedReward:

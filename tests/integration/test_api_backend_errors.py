@@ -129,3 +129,47 @@ def test_generate_answers_503_or_502_when_the_generator_fails(
             assert len(server.bodies) == requests
             listed = client.get("/v1/rubrics", headers=bearer(keys["read"])).json()
             assert [v["rubric"] for v in listed["items"]] == ["api/blue-sea"]  # no draft stored
+
+
+def test_a_lone_masked_openrlhf_rollout_gets_its_prompts_mean_so_far(sqlite_url: str) -> None:
+    """OpenRLHF sends one rollout per request, so "the mean of the batch's other rewards"
+    has nothing to take the mean of: a masked rollout gets the mean of its prompt's rewards so
+    far under the same judge (zero advantage in expectation), never a silent 0.0."""
+    from rubricsvc.judging.backends.base import BackendError
+    from rubricsvc.judging.backends.scripted import ScriptedBackend
+    from rubricsvc.judging.types import ChoiceRequest
+
+    judge = {"down": False}
+
+    def probs(request: ChoiceRequest) -> dict[str, float] | BackendError:
+        if judge["down"]:
+            return BackendError("the judge's host is unreachable", retryable=False)
+        yes = 0.9 if "schedule" in str(request.chat) else 0.3
+        return {"Yes": yes, "No": 1 - yes}
+
+    backend = ScriptedBackend(probs=probs)
+    other = {**RUBRIC, "name": "t/other", "prompt": {"external_id": "p-other", "text": "Hi?"}}
+    with api_client(sqlite_url, rubrics=[RUBRIC, other], build_backend=lambda _: backend) as (
+        client,
+        keys,
+    ):
+
+        def one_rollout(label: str, response: str) -> dict[str, Any]:
+            answer = client.post(
+                f"/v1/openrlhf/reward?api_key={keys['score']}",
+                json={"query": [response], "prompts": [""], "labels": [label]},
+            )
+            assert answer.status_code == 200, answer.text
+            body: dict[str, Any] = answer.json()
+            return body
+
+        first = one_rollout("p-down", "Keep a regular schedule.")["rewards"][0]
+        second = one_rollout("p-down", "Read a book.")["rewards"][0]
+        assert first != second
+        judge["down"] = True
+        masked = one_rollout("p-down", "Avoid screens at night.")
+        assert masked["extra_logs"]["rubric_masked"] == [1.0]
+        assert masked["rewards"] == [pytest.approx((first + second) / 2)]
+        # A prompt nothing has been scored for yet: the last resort, counted as masked.
+        fresh = one_rollout("p-other", "Hello.")
+        assert (fresh["rewards"], fresh["extra_logs"]["rubric_masked"]) == ([0.0], [1.0])

@@ -209,3 +209,21 @@ def test_a_burst_that_trickles_in_is_gathered_whole() -> None:
     assert judge.batches == [[f"t{index}" for index in range(10)]]
     with pytest.raises(ValueError, match="window <= max_wait"):
         RewardCoalescer(window=0.05, max_items=8, max_wait=0.01)
+
+
+def test_a_masked_reward_takes_the_mean_of_its_own_prompt_first() -> None:
+    from rubricsvc.scoring.rewards import fill_masked_by_prompt
+
+    def result(reward: float | None, completion_id: int) -> RewardResult:
+        return RewardResult(
+            reward, "ok" if reward is not None else "masked", 1.0, None, completion_id
+        )
+
+    results = [result(0.2, 1), result(None, 2), result(0.6, 3), result(None, 4), result(None, 5)]
+    prompts = ["a", "a", "b", "c", "d"]
+    filled = fill_masked_by_prompt(results, prompts, "mean", {4: 0.9})
+    # 2: its prompt's other reward; 4: its prompt's stored mean; 5: the request's mean.
+    assert filled == pytest.approx([0.2, 0.2, 0.6, 0.9, 0.4])
+    assert fill_masked_by_prompt(results, prompts, -1.0, {4: 0.9}) == [0.2, -1.0, 0.6, -1.0, -1.0]
+    lone = [result(None, 7)]
+    assert fill_masked_by_prompt(lone, ["x"], "mean", {}) == [0.0]

@@ -35,8 +35,9 @@ from rubricsvc.scoring.rewards import (
     RewardBatch,
     RewardRequest,
     compute_rewards,
-    fill_masked,
+    fill_masked_by_prompt,
     parse_masked,
+    prompt_means,
     without_end_tokens,
 )
 
@@ -196,7 +197,17 @@ async def openrlhf_reward(
         state, requests, judge, None, aggregation, min_coverage, None, "openrlhf"
     )
     # A masked score never stops the run: it is sent as the configured value and counted.
-    filled = fill_masked(batch.rewards, policy)
+    # One rollout per request (as OpenRLHF sends them) has no other rewards of its prompt
+    # to take the mean of: its prompt's stored mean stands in.
+    prompts = [r.prompt_id if r.prompt_id is not None else r.messages() for r in requests]
+    keys = [repr(p) for p in prompts]
+    lonely = _masked_without_peers(batch, keys) if policy == "mean" else []
+    stored: dict[int, float] = {}
+    if lonely:
+        stored = await run_in_threadpool(
+            _stored_means, state, lonely, batch.judge_config_hash, batch.aggregation
+        )
+    filled = fill_masked_by_prompt(batch.results, keys, policy, stored)
     return OpenRLHFOut(
         rewards=filled,
         scores=filled,
@@ -209,3 +220,20 @@ async def openrlhf_reward(
             },
         },
     )
+
+
+def _masked_without_peers(batch: RewardBatch, prompts: list[str]) -> list[int]:
+    """The completions whose reward is masked and whose prompt has no other reward here."""
+    known = {p for p, r in zip(prompts, batch.results, strict=True) if r.reward is not None}
+    return [
+        r.completion_id
+        for p, r in zip(prompts, batch.results, strict=True)
+        if r.reward is None and r.completion_id is not None and p not in known
+    ]
+
+
+def _stored_means(
+    state: AppState, completion_ids: list[int], judge_config_hash: str, aggregation: str
+) -> dict[int, float]:
+    with session_scope(state.engine) as session:
+        return prompt_means(session, completion_ids, judge_config_hash, aggregation)
