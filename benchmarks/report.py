@@ -381,12 +381,48 @@ def plans_line(what: str, statements: list[dict[str, Any]]) -> str:
     )
 
 
+def reward_serving(result: dict[str, Any]) -> list[str]:
+    rows = [
+        [
+            name.split("-", 1)[0],
+            figures["judge"],
+            "each alone" if name.endswith("-alone") else "together",
+            figures["items"],
+            spread_text(figures["one_request_seconds"]),
+            spread_text(figures["many_requests_seconds"]),
+            spread_text(figures["ratio"], "x"),
+        ]
+        for name, figures in result["servers"].items()
+    ]
+    step_ms = 1000 * result["fixed_cost_seconds_per_batch"]
+    return [
+        f"The fixed-cost judge charges {step_ms:g} ms per batch, one batch at a time. "
+        f"{result['runs']} runs on each server, the servers in turn, each after the same "
+        "warm-up; median [min-max] of the runs.",
+        "",
+        *table(
+            [
+                "database",
+                "judge",
+                "concurrent requests judged",
+                "rollouts",
+                "one request, s",
+                "one request each, s",
+                "ratio",
+            ],
+            rows,
+            labels=3,
+        ),
+    ]
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "judging": judging,
     "overhead": overhead,
     "peers": peers,
     "queue": queue,
     "api_load": api_load,
+    "reward_serving": reward_serving,
     "ui": ui,
     "scale": scale,
 }

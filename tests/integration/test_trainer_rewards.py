@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import inspect
 import os
 import pickle
 import subprocess
@@ -362,6 +363,122 @@ def test_openrlhfs_own_client_gets_one_reward_with_or_without_the_end_of_turn_to
         texts = session.scalars(select(Completion.text).where(Completion.source == "openrlhf"))
         assert list(texts) == [response]
     engine.dispose()
+
+
+STORMS = [
+    "The wind howls and the rain beats on the roof.",
+    "Thunder rolls; the wind tears at the trees.",
+    "Dark clouds gather over the sea.",
+    "A storm.",
+    "Rain falls all night, and the wind never stops.",
+    "Lightning splits the sky above the town.",
+]
+
+
+def _rewards_in_one_request(api: str, prompt_id: str, texts: list[str]) -> list[float | None]:
+    import httpx
+
+    answer = httpx.post(
+        f"{api}/v1/rewards",
+        json={"items": [{"prompt_id": prompt_id, "completion": t} for t in texts]},
+        headers={"Authorization": f"Bearer {os.environ['RUBRICSVC_REWARD_API_KEY']}"},
+        timeout=300,
+    )
+    assert answer.status_code == 200, answer.text
+    rewards: list[float | None] = answer.json()["rewards"]
+    return rewards
+
+
+@pytest.mark.model
+def test_verls_reward_loop_loads_and_awaits_the_adapter_against_the_server(api: str) -> None:
+    """verl's own loader finds ``compute_score_async`` by file path, as
+    ``custom_reward_function`` names it; its reward loop awaits one rollout per call, all at
+    once, with the keyword arguments it adds: each gets the reward ``/v1/rewards`` gives."""
+    from tests.verl_reward_loop import (
+        VERL,
+        call_as_naive_reward_manager,
+        get_custom_reward_fn,
+        verl_import_utils,
+    )
+
+    utils = verl_import_utils()
+    if utils is None:
+        unavailable(
+            f"verl is not installed (`make setup` installs its code: pip install --no-deps {VERL})"
+        )
+    config = {
+        "reward": {
+            "custom_reward_function": {
+                "path": str(Path(__file__).resolve().parents[2] / "trainer/adapters/verl.py"),
+                "name": "compute_score_async",
+                "reward_kwargs": {"via": "http", "base_url": api},
+            }
+        }
+    }
+    compute_score = get_custom_reward_fn(config, utils.load_extern_object)
+    assert inspect.iscoroutinefunction(compute_score)  # what NaiveRewardManager checks
+
+    async def all_at_once() -> list[dict[str, Any]]:
+        calls = [
+            call_as_naive_reward_manager(
+                compute_score,
+                data_source="rubrics",
+                response_str=text,
+                ground_truth="tr-judged",
+                extra_info={"num_turns": None, "rollout_reward_scores": {}},
+                reward_router_address="127.0.0.1:9",  # verl passes its own; never called
+            )
+            for text in STORMS
+        ]
+        return list(await asyncio.gather(*calls))
+
+    looped = [result["reward_score"] for result in asyncio.run(all_at_once())]
+    direct = _rewards_in_one_request(api, "tr-judged", STORMS)
+    assert looped == pytest.approx(direct)
+    assert len(set(direct)) > 2  # the rewards tell the rollouts apart: none was mixed up
+
+
+@pytest.mark.model
+def test_openrlhfs_own_client_sending_rollouts_at_once_gets_each_its_reward(
+    api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenRLHF's ``SingleTurnAgentExecutor`` sends one request per rollout; several rollouts
+    finishing together reach the server together (and are judged together there): each gets
+    the reward ``/v1/rewards`` gives its response."""
+    require_module("transformers", "transformers")
+    from transformers import AutoTokenizer
+
+    agent = _openrlhf_agent(monkeypatch)
+    tokenizer = AutoTokenizer.from_pretrained(str(prepared_model_dir()))
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Describe a storm."}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    url = f"{api}/v1/openrlhf/reward?api_key={os.environ['RUBRICSVC_REWARD_API_KEY']}"
+    executor = agent.SingleTurnAgentExecutor(remote_rm_url=url)
+    params = SimpleNamespace(max_tokens=64, logprobs=None)
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    async def all_at_once() -> list[dict[str, Any]]:
+        runs = [
+            executor.execute(
+                prompt,
+                "tr-judged",
+                params,
+                512,
+                tokenizer,
+                _Policy([*tokenizer(text=text, add_special_tokens=False)["input_ids"], end]),
+            )
+            for text in STORMS
+        ]
+        return list(await asyncio.gather(*runs))
+
+    # Its reward is the list the server answered for its one query.
+    sent = [result["reward"][0] for result in asyncio.run(all_at_once())]
+    direct = _rewards_in_one_request(api, "tr-judged", STORMS)
+    assert sent == pytest.approx(direct)
+    assert len(set(direct)) > 2
 
 
 def test_http_rewards_wait_for_a_server_that_is_still_starting(
