@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from string import Template
 
@@ -29,20 +30,29 @@ class PromptTemplate:
         return hashlib.sha256(self.source.encode("utf-8")).hexdigest()
 
     def sections(self) -> list[tuple[str, str]]:
+        return list(self._sections)
+
+    @cached_property
+    def _sections(self) -> tuple[tuple[str, str], ...]:
+        # Split once per template: a run renders it once per judgment.
         parts = _SECTION.split(self.source)
         if parts[0].strip():
             raise ValidationFailed(f"template {self.name}: text before the first '### role' line")
         roles, bodies = parts[1::2], parts[2::2]
         if not roles:
             raise ValidationFailed(f"template {self.name}: no '### system' or '### user' section")
-        return [(role, body.strip("\n")) for role, body in zip(roles, bodies, strict=True)]
+        return tuple((role, body.strip("\n")) for role, body in zip(roles, bodies, strict=True))
+
+    @cached_property
+    def _templates(self) -> tuple[tuple[str, Template], ...]:
+        return tuple((role, Template(body)) for role, body in self._sections)
 
     def render(self, **fields: str) -> Chat:
         """The chat for these fields; a placeholder without a value is an error."""
         chat = []
-        for role, body in self.sections():
+        for role, template in self._templates:
             try:
-                chat.append({"role": role, "content": Template(body).substitute(fields)})
+                chat.append({"role": role, "content": template.substitute(fields)})
             except KeyError as err:
                 raise ValidationFailed(
                     f"template {self.name}: no value for ${{{err.args[0]}}}"

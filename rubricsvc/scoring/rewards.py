@@ -244,6 +244,7 @@ def store_completions(
     wanted = wanted_completions(session, requests, prompts, source)
     stored = dict(wanted.stored)
     first_item = {key: index for index, key in reversed(list(enumerate(wanted.keys)))}
+    new = []
     for key, (request, messages, listed) in wanted.new.items():
         resolved = resolve_documents(session, listed, f"item {first_item[key]}")
         completion = Completion(
@@ -255,9 +256,13 @@ def store_completions(
             meta={},
         )
         session.add(completion)
-        session.flush()
-        attach_documents(session, completion, resolved)
         stored[key] = completion
+        new.append((completion, resolved))
+    # One flush for every new completion (one batch of inserts, not one round trip each),
+    # then their documents, which need their ids.
+    session.flush()
+    for completion, resolved in new:
+        attach_documents(session, completion, resolved)
     session.flush()
     return [stored[key] for key in wanted.keys]
 
