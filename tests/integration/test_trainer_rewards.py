@@ -320,17 +320,11 @@ class _Policy:
         return SimpleNamespace(outputs=[output])
 
 
-@pytest.mark.model
-def test_openrlhfs_own_client_gets_one_reward_with_or_without_the_end_of_turn_token(
-    api: str, database: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """OpenRLHF 0.11's ``SingleTurnAgentExecutor`` decodes prompt and response with
-    ``skip_special_tokens=False``, so a response that ends its turn ends in ``<|im_end|>``:
-    the server takes it off, and the reward is exactly that of the response without it."""
+def _openrlhf_storm_client(api: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, str]:
+    """OpenRLHF's executor posting to ``rubricsvc serve``, the policy's tokenizer, and the
+    storm prompt as the executor renders it."""
     require_module("transformers", "transformers")
     from transformers import AutoTokenizer
-
-    from rubricsvc.models import Completion
 
     agent = _openrlhf_agent(monkeypatch)
     tokenizer = AutoTokenizer.from_pretrained(str(prepared_model_dir()))
@@ -339,11 +333,23 @@ def test_openrlhfs_own_client_gets_one_reward_with_or_without_the_end_of_turn_to
         tokenize=False,
         add_generation_prompt=True,
     )
+    url = f"{api}/v1/openrlhf/reward?api_key={os.environ['RUBRICSVC_REWARD_API_KEY']}"
+    return agent.SingleTurnAgentExecutor(remote_rm_url=url), tokenizer, prompt
+
+
+@pytest.mark.model
+def test_openrlhfs_own_client_gets_one_reward_with_or_without_the_end_of_turn_token(
+    api: str, database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenRLHF 0.11's ``SingleTurnAgentExecutor`` decodes prompt and response with
+    ``skip_special_tokens=False``, so a response that ends its turn ends in ``<|im_end|>``:
+    the server takes it off, and the reward is exactly that of the response without it."""
+    from rubricsvc.models import Completion
+
+    executor, tokenizer, prompt = _openrlhf_storm_client(api, monkeypatch)
     response = "The wind howls and the rain beats on the roof."
     ids = tokenizer(text=response, add_special_tokens=False)["input_ids"]
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    url = f"{api}/v1/openrlhf/reward?api_key={os.environ['RUBRICSVC_REWARD_API_KEY']}"
-    executor = agent.SingleTurnAgentExecutor(remote_rm_url=url)
     params = SimpleNamespace(max_tokens=64, logprobs=None)
 
     def reward(token_ids: list[int]) -> Any:
@@ -445,18 +451,7 @@ def test_openrlhfs_own_client_sending_rollouts_at_once_gets_each_its_reward(
     """OpenRLHF's ``SingleTurnAgentExecutor`` sends one request per rollout; several rollouts
     finishing together reach the server together (and are judged together there): each gets
     the reward ``/v1/rewards`` gives its response."""
-    require_module("transformers", "transformers")
-    from transformers import AutoTokenizer
-
-    agent = _openrlhf_agent(monkeypatch)
-    tokenizer = AutoTokenizer.from_pretrained(str(prepared_model_dir()))
-    prompt = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "Describe a storm."}],
-        tokenize=False,
-        add_generation_prompt=True,
-    )
-    url = f"{api}/v1/openrlhf/reward?api_key={os.environ['RUBRICSVC_REWARD_API_KEY']}"
-    executor = agent.SingleTurnAgentExecutor(remote_rm_url=url)
+    executor, tokenizer, prompt = _openrlhf_storm_client(api, monkeypatch)
     params = SimpleNamespace(max_tokens=64, logprobs=None)
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
 
