@@ -271,3 +271,60 @@ def test_rubricsvc_train_rewards_a_step_with_group_mode(sqlite_url: str, tmp_pat
     assert all(s["status"] == "ok" for s in samples)
     repeats = JudgeSpec.model_fields["group_repeats"].default
     assert [sorted(order) for order in orders] == [step] * repeats  # the step's group, together
+
+
+def test_trls_grpo_trainer_with_the_async_reward_over_http_gets_the_apis_rewards(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TRL's GRPOTrainer awaiting ``AsyncRubricReward`` against ``rubricsvc serve`` (as a
+    training run that keeps its judge on another machine would): the rewards TRL received for
+    its completions are those ``/v1/rewards`` gives the same completions."""
+    require_module("trl", "trainer")
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from tests.integration.test_trainer_rewards import _rewards_in_one_request, running_api
+    from trainer.config import ScorerSettings, ScorerVia
+    from trainer.rewards import AsyncRubricReward
+
+    model_dir = prepared_model_dir()
+    seed(sqlite_url, GREETING)
+    torch.set_num_threads(1)
+    received: list[tuple[str, float | None]] = []
+    with running_api(sqlite_url, monkeypatch) as api:
+        reward = AsyncRubricReward(ScorerSettings(via=ScorerVia.HTTP, base_url=api))
+
+        async def recording(prompts: Any, completions: Any, **kwargs: Any) -> list[float | None]:
+            rewards = await reward(prompts, completions, **kwargs)
+            texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+            received.extend(zip(texts, rewards, strict=True))
+            return rewards
+
+        args = GRPOConfig(
+            output_dir=str(tmp_path / "run"),
+            num_generations=4,
+            per_device_train_batch_size=4,
+            max_completion_length=8,
+            max_steps=1,
+            learning_rate=1e-4,
+            beta=0.0,
+            report_to=[],
+            save_strategy="no",
+            use_cpu=True,
+            disable_tqdm=True,
+            seed=0,
+        )
+        rows = [{"prompt": [{"role": "user", "content": GREETING["prompt"]["text"]}],
+                 "prompt_id": "grpo-greet"}]  # fmt: skip
+        GRPOTrainer(
+            model=str(model_dir),
+            reward_funcs=[recording],
+            args=args,
+            train_dataset=Dataset.from_list(rows * 4),
+        ).train()
+        texts = [text for text, _ in received]
+        direct = _rewards_in_one_request(api, "grpo-greet", texts)
+    assert len(received) == 4
+    assert [r for _, r in received] == pytest.approx(direct)
+    assert None not in direct
