@@ -108,7 +108,10 @@ def test_concurrent_one_rollout_requests_are_judged_in_few_batches(
 ) -> None:
     items = [{"prompt_id": "p-coalesce", "completion": text} for text in TEXTS]
     unknown = {"prompt_id": "p-nowhere", "completion": "Sleep more."}
-    with serving(database_url, reward_batch_window_ms=20) as (base, key, backend):
+    # A burst is gathered while requests keep arriving less than 50 ms apart (up to 2 s):
+    # a busy machine that parses the 25 requests slowly still makes few batches.
+    settings = {"reward_batch_window_ms": 50, "reward_batch_max_wait_ms": 2000}
+    with serving(database_url, **settings) as (base, key, backend):
         answers = one_at_a_time(base, key, [*items, unknown])
     *replies, refused = answers
     assert refused.status_code == 404, refused.text
