@@ -105,7 +105,8 @@ def rollouts(count: int) -> list[dict[str, Any]]:
 async def send(server: Server, batches: list[list[dict[str, Any]]]) -> float:
     """Seconds from sending ``batches`` (one request each, all at once) to the last answer;
     every reward must come back a number. The client is aiohttp's, as OpenRLHF's reward
-    client is (httpx's asyncio client spent about 10 ms of its own per request here)."""
+    client is (64 requests refused at once took 0.6-1.0 s through httpx's asyncio client,
+    0.02-0.13 s through aiohttp)."""
     auth = {"Authorization": f"Bearer {server.key}"}
     connector = aiohttp.TCPConnector(limit=len(batches))
     timeout = aiohttp.ClientTimeout(total=600)
