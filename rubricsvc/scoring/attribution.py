@@ -1,8 +1,10 @@
 """Who caused a failed judge call: the response, or the judge? A control call decides.
 
 A judge reply that cannot be read (no verdict line, invalid JSON, a refusal), a verdict whose
-probability mass falls below the floor, or a request the server refuses as malformed (400,
-413, 422) may be the judge's own fault, or something the judged text provoked. Masking the
+probability mass falls below the floor, a request the server refuses as malformed (400,
+413, 422) or an in-process backend refuses, or a call the backend raises on when sent on its
+own (a batch it raises on is halved until the calls that raise alone are found:
+``CallExecutor._split``) may be the judge's own fault, or something the judged text provoked. Masking the
 latter would let a policy escape a low reward by breaking its judge, so once such a call has
 failed after its retries it is sent once more with the judged text replaced by a fixed neutral
 text, the canary:
@@ -23,7 +25,8 @@ configuration, template, criterion and prompt): one extra call per failure at mo
 the same question asked again, as the responses of one prompt's group ask it. It is kept for a
 few minutes only: a judge that starts failing on everything (an overloaded server cutting its
 replies short) must not have its new failures charged to responses on the strength of a canary
-that parsed before.
+that parsed before. A crash's canary is never read from the cache: a backend that has started
+raising on everything would otherwise charge every response at once.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rubricsvc.hashing import content_hash
-from rubricsvc.judging.backends.base import BackendError
+from rubricsvc.judging.backends.base import BackendCrash, BackendError
 from rubricsvc.judging.failures import FailureClass
 from rubricsvc.judging.modes import Call, CompletionView, Item
 from rubricsvc.judging.types import ChoiceResult, Generation
@@ -58,15 +61,25 @@ CACHE_SECONDS = 300.0
 
 def needs_attribution(cls: FailureClass, error: BackendError | None) -> bool:
     """Whether a call that failed for good may have failed because of what it showed: the
-    judge's reply was unreadable, or the server refused the request itself."""
+    judge's reply was unreadable, the backend refused the request itself (a server's 400,
+    413 or 422, or an in-process refusal, which has no status), or the backend raised on it
+    alone (``BackendCrash``)."""
     if cls is FailureClass.JUDGE:
         return True
-    return (
-        cls is FailureClass.INFRASTRUCTURE
-        and error is not None
-        and not error.retryable
-        and error.status in REQUEST_REFUSED_STATUSES
+    if cls is not FailureClass.INFRASTRUCTURE or error is None:
+        return False
+    if isinstance(error, BackendCrash):
+        return True
+    return not error.retryable and (
+        error.status is None or error.status in REQUEST_REFUSED_STATUSES
     )
+
+
+def fresh_canary(error: BackendError | None) -> bool:
+    """Whether this failure's canary must be asked now rather than read from the cache: a
+    backend that has started raising on everything must not have its crashes charged to
+    responses on the strength of a canary that was answered minutes ago."""
+    return isinstance(error, BackendCrash)
 
 
 def canary_completion(completion: CompletionView) -> CompletionView:
@@ -159,12 +172,14 @@ CANARIES = CanaryCache()
 Send = Callable[[Sequence[Call]], list[tuple[Generation | ChoiceResult | BackendError, float]]]
 
 
-def run_probes(probes: Sequence[Probe], send: Send, judge: str, need_verdicts: bool) -> None:
+def run_probes(
+    probes: Sequence[Probe], send: Send, judge: str, need_verdicts: bool, fresh: bool = False
+) -> None:
     """Answer ``probes`` with one batch through ``send`` (cached outcomes are not sent, unless
-    their verdicts are wanted)."""
+    their verdicts are wanted or the answer must be ``fresh``)."""
     pending: dict[str, list[Probe]] = {}  # the same question asked for several: sent once
     for probe in probes:
-        cached = None if need_verdicts else CANARIES.get(judge, probe)
+        cached = None if need_verdicts or fresh else CANARIES.get(judge, probe)
         if cached is not None:
             probe.parsed = cached
         else:
@@ -187,8 +202,11 @@ def _outcome(
     call: Call, response: Generation | ChoiceResult | BackendError, into: dict[str, Verdict]
 ) -> bool | None:
     if isinstance(response, BackendError):
-        # A canary the server refuses (malformed, too long even without the response) fails
-        # like the original; one it never answered (connection, time-out, 5xx) says nothing.
+        # A canary the server refuses (malformed, too long even without the response) or the
+        # backend raises on fails like the original; one it never answered (connection,
+        # time-out, 5xx) says nothing.
+        if isinstance(response, BackendCrash):
+            return False
         return None if response.retryable else False
     try:
         into.update(call.parse(response))

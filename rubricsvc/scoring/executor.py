@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rubricsvc.judging.backends.base import BackendError, JudgeBackend
+from rubricsvc.judging.backends.base import BackendCrash, BackendError, JudgeBackend
 from rubricsvc.judging.backends.retry import Backoff
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.failures import FailureClass, classify_backend_error
@@ -37,6 +37,7 @@ from rubricsvc.scoring.attribution import (
     Probe,
     canary_completion,
     canary_items,
+    fresh_canary,
     needs_attribution,
     record,
     run_probes,
@@ -159,11 +160,16 @@ class CallExecutor:
     ) -> None:
         """Class each suspect failure by its canary: the response's when the same call without
         the judged text gives a verdict, else as it failed."""
+        crashed = [s for s in suspects if fresh_canary(s.failure.error)]
+        if crashed and len(crashed) < len(suspects):
+            self._attribute(crashed, items_by_key, results)
+            suspects = [s for s in suspects if not fresh_canary(s.failure.error)]
+        fresh = bool(crashed) and len(crashed) == len(suspects)
         judge = self.spec.config_hash()
         canaries = [
             self._probe(s.completion, [items_by_key[k] for k in s.call.keys]) for s in suspects
         ]
-        run_probes(canaries, self._send, judge, need_verdicts=False)
+        run_probes(canaries, self._send, judge, need_verdicts=False, fresh=fresh)
         comparisons = []
         for suspect, canary in zip(suspects, canaries, strict=True):
             if canary.parsed and suspect.items_compared(items_by_key):
@@ -181,9 +187,11 @@ class CallExecutor:
             else:
                 cls, note = suspect.failure.cls, "it fails without the judged text too"
                 outcome = "failed"
+            if cls is not FailureClass.RESPONSE:
+                self._count_unavailable(suspect.failure, len(suspect.call.keys))
             suspect.settle(results, cls, note, record(outcome))
         if comparisons:
-            self._attribute_comparisons(comparisons, items_by_key, results, judge)
+            self._attribute_comparisons(comparisons, items_by_key, results, judge, fresh)
 
     def _attribute_comparisons(
         self,
@@ -191,6 +199,7 @@ class CallExecutor:
         items_by_key: Mapping[str, Item],
         results: dict[str, JudgeResult],
         judge: str,
+        fresh: bool,
     ) -> None:
         """The culprits of failed comparisons whose canary parses: each response tried alone
         among canaries; then a group judged again without its culprits."""
@@ -201,7 +210,7 @@ class CallExecutor:
             alone.append(
                 [(h, self._probe(suspect.completion, [item], frozenset({h}))) for h in hashes]
             )
-        run_probes([p for probes in alone for _, p in probes], self._send, judge, False)
+        run_probes([p for probes in alone for _, p in probes], self._send, judge, False, fresh)
         rest: list[tuple[_Suspect, list[str], Probe | None]] = []
         for suspect, probes in zip(suspects, alone, strict=True):
             culprits = [h for h, probe in probes if probe.parsed is False]
@@ -319,11 +328,13 @@ class CallExecutor:
                     backend.generate([r for r in requests if isinstance(r, GenerationRequest)])
                 )
         except BackendError as err:
-            return [err] * len(requests)
+            if err.retryable or len(requests) == 1:
+                return [err] * len(requests)
+            return self._split(kind, requests)  # refused: perhaps one request's doing
         except Exception as err:  # a crashing backend fails its calls; it never yields a score
-            return [
-                BackendError(f"backend error: {type(err).__name__}: {err}", retryable=True)
-            ] * len(requests)
+            if len(requests) == 1:
+                return [BackendCrash(err)]
+            return self._split(kind, requests)
         if len(batch) != len(requests):
             error = BackendError(
                 f"backend returned {len(batch)} results for {len(requests)} requests",
@@ -331,6 +342,22 @@ class CallExecutor:
             )
             return [error] * len(requests)
         return batch
+
+    def _split(
+        self, kind: type, requests: list[GenerationRequest | ChoiceRequest]
+    ) -> list[BackendResponse]:
+        """``requests`` sent again in two halves, after the backend raised on all of them.
+
+        One request that makes the backend raise (a text its tokenizer chokes on, a prompt too
+        large to allocate beside the others) would otherwise fail its whole batch: other
+        prompts, other callers' rollouts gathered with it, all masked, and itself among them,
+        escaping its own low reward. Halving until the requests that raise on their own are
+        found costs about two calls per culprit per halving; each found one fails as a
+        ``BackendCrash``, which attribution charges to its response when the same call
+        without the judged text is answered. A backend that raises on everything costs
+        2n - 1 calls per attempt, each failing at once."""
+        half = len(requests) // 2
+        return self._invoke(kind, requests[:half]) + self._invoke(kind, requests[half:])
 
     def close(self) -> None:
         if self._backend is not None:

@@ -58,8 +58,20 @@ def drawn(request: ChoiceRequest) -> dict[str, float]:
     return {"Yes": yes, "No": 1 - yes}
 
 
+CRASH_MARKER = "Marker-crash"
+
+
+def drawn_or_crash(request: ChoiceRequest) -> dict[str, float]:
+    """``drawn``, but the backend raises for its whole batch when shown the marker."""
+    if CRASH_MARKER in request.chat[-1]["content"]:
+        raise RuntimeError("index out of range in self")
+    return drawn(request)
+
+
 @contextmanager
-def serving(database_url: str, **api: Any) -> Iterator[tuple[str, str, ScriptedBackend]]:
+def serving(
+    database_url: str, probs: Any = drawn, **api: Any
+) -> Iterator[tuple[str, str, ScriptedBackend]]:
     """A real HTTP server (uvicorn, in a thread) on ``database_url`` with the rubric approved;
     its base URL, a scoring key, and its judge backend."""
     import uvicorn
@@ -68,7 +80,7 @@ def serving(database_url: str, **api: Any) -> Iterator[tuple[str, str, ScriptedB
     with session_scope(engine) as session:
         key = create_key(session, "coalesce", [Scope.SCORE.value]).secret
         approve(session, save_rubric(session, RubricSpec.model_validate(RUBRIC)).version)
-    backend = ScriptedBackend(probs=drawn, delay=0.05, exclusive=True)
+    backend = ScriptedBackend(probs=probs, delay=0.05, exclusive=True)
     app = create_app(settings_for(database_url, **api), engine, build_backend=lambda _: backend)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
@@ -140,3 +152,33 @@ def test_concurrent_one_rollout_requests_are_judged_in_few_batches(
     assert backend.batch_sizes == [distinct * criteria]
     assert [b["rewards"][0] for b in bodies] == pytest.approx(together.json()["rewards"])
     assert len(set(together.json()["rewards"])) > 3  # the rewards tell the rollouts apart
+
+
+def test_a_rollout_that_crashes_the_judge_pays_and_spares_the_rollouts_gathered_with_it(
+    database_url: str, migrated_sqlite_template: Path, tmp_path: Path
+) -> None:
+    """A rollout gathered with other callers' rollouts into one backend batch makes the backend
+    raise: the others still get their rewards (the batch is halved until the crash stands
+    alone), and it gets the worst reward, not a masked one it could hide behind."""
+    texts = TEXTS[:11]
+    crashing = f"{CRASH_MARKER}: go to bed whenever."
+    items = [{"prompt_id": "p-coalesce", "completion": text} for text in [*texts, crashing]]
+    settings = {"reward_batch_window_ms": 50, "reward_batch_max_wait_ms": 2000}
+    with serving(database_url, probs=drawn_or_crash, **settings) as (base, key, backend):
+        answers = one_at_a_time(base, key, items)
+    assert [a.status_code for a in answers] == [200] * len(items), [a.text for a in answers]
+    criteria = len(RUBRIC["criteria"])
+    assert max(backend.batch_sizes) >= 2 * criteria  # callers' rollouts were gathered
+    bodies = [a.json() for a in answers]
+    *spared, charged = bodies
+    assert all(b["failed"] == 0 for b in spared)
+    assert charged["failed"] == criteria
+    # Nothing met, the pitfall present: the rubric's worst reward, -1 of 4 weight units.
+    assert charged["rewards"] == [pytest.approx(-1 / 4)]
+
+    alone = tmp_path / "alone.sqlite"
+    shutil.copy(migrated_sqlite_template, alone)
+    with serving(f"sqlite:///{alone}", reward_batch_max_items=1) as (base, key, _):
+        together = reward_request(base, key, items[:-1])
+    assert together.status_code == 200, together.text
+    assert [b["rewards"][0] for b in spared] == pytest.approx(together.json()["rewards"])

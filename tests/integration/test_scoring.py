@@ -172,8 +172,71 @@ def test_a_crashing_backend_never_yields_a_score(session: Session) -> None:
     report = _run(session, ScriptedBackend(probs=crash), VerdictMode.CRITERION_PROB, retries=1)
     assert report.failed == 4
     assert report.scores[0].value is None
+    # The canary crashes too: the judge's failure whatever it is shown, masked, and counted
+    # as the judge being unavailable (a reward client is told to come back later).
+    assert report.failures == {"infrastructure": 4, "judge": 0, "response": 0}
+    assert report.unavailable == 4
     error = session.scalars(select(Judgment.error)).first()
-    assert error == "backend error: RuntimeError: CUDA out of memory"
+    assert error is not None
+    assert error.startswith("backend error: RuntimeError: CUDA out of memory; it fails without")
+
+
+CRASH_MARKER = "Marker-crash"
+
+
+def _crash_on_marker(request: GenerationRequest) -> str:
+    """A judge whose backend raises, for its whole batch, when it is shown the marker."""
+    if CRASH_MARKER in request.chat[-1]["content"]:
+        raise RuntimeError("index out of range in self")
+    return "It does.\nVERDICT: YES"
+
+
+def test_a_response_that_crashes_the_backend_pays_for_it_and_spares_its_batch(
+    session: Session,
+) -> None:
+    healthy = [f"Keep a schedule, tip {i}." for i in range(6)]
+    _setup(session, [*healthy, f"{CRASH_MARKER}: keep a schedule."])
+    backend = ScriptedBackend(text=_crash_on_marker)
+    report = _run(session, backend, retries=1)
+    # The batch the backend raised on was halved until the crashing calls stood alone; the
+    # rest of the batch was judged, and the crash charged to the response that provoked it.
+    assert report.failures == {"infrastructure": 0, "judge": 0, "response": 4}
+    assert report.unavailable == 0
+    by_id = {s.completion_id: s for s in report.scores}
+    scored = sorted(by_id.values(), key=lambda s: s.completion_id)
+    assert [s.value for s in scored[:6]] == [pytest.approx((5 + 3 + 2 - 4) / 14)] * 6
+    # Every criterion at its worst: nothing met, the pitfall present.
+    assert scored[6].value == pytest.approx(-4 / 14) and scored[6].status != "masked"
+    crashed = session.scalars(select(Judgment).where(Judgment.failure == "response")).all()
+    assert len(crashed) == 4
+    for judgment in crashed:
+        assert judgment.error is not None
+        assert judgment.error.startswith("backend error: RuntimeError: index out of range")
+        assert judgment.detail is not None
+        assert judgment.detail["attribution"]["canary"] == "parsed"
+
+
+def test_a_crash_is_never_charged_on_a_canary_answered_before(session: Session) -> None:
+    """A canary kept from an earlier failure must not charge crashes of a backend that has
+    since started raising on everything: a crash's canary is asked again."""
+    _setup(session, ["Marker-garbage: keep a schedule.", "Keep a schedule."])
+
+    def garbage_on_marker(request: GenerationRequest) -> str:
+        if "Marker-garbage" in request.chat[-1]["content"]:
+            return "I cannot say."
+        return "It does.\nVERDICT: YES"
+
+    first = _run(session, ScriptedBackend(text=garbage_on_marker), retries=0)
+    assert first.failures["response"] == 4  # the canaries parsed, and are kept
+    session.execute(Judgment.__table__.delete())  # judge the healthy one again, afresh
+    session.commit()
+
+    def broken(_request: GenerationRequest) -> str:
+        raise RuntimeError("device-side assert triggered")
+
+    second = _run(session, ScriptedBackend(text=broken), retries=0)
+    assert second.failures == {"infrastructure": 8, "judge": 0, "response": 0}
+    assert all(s.status == "masked" for s in second.scores)
 
 
 FORGERIES = [

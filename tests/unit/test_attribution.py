@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rubricsvc.judging.backends.base import BackendError
+from rubricsvc.judging.backends.base import BackendCrash, BackendError
 from rubricsvc.judging.failures import FailureClass
 from rubricsvc.judging.modes import Call, CompletionView, Item
 from rubricsvc.judging.modes.citation import CitedPair
@@ -13,6 +13,7 @@ from rubricsvc.scoring.attribution import (
     Probe,
     canary_completion,
     canary_items,
+    fresh_canary,
     needs_attribution,
 )
 
@@ -57,6 +58,16 @@ def test_which_failures_are_attributed() -> None:
     unavailable = BackendError("overloaded", retryable=True, status=503)
     assert not needs_attribution(FailureClass.INFRASTRUCTURE, unavailable)
     assert not needs_attribution(FailureClass.RESPONSE, None)
+    # An in-process backend's refusal has no status: the judged text may be why.
+    refused_here = BackendError("cannot encode judged text safely", retryable=False)
+    assert needs_attribution(FailureClass.INFRASTRUCTURE, refused_here)
+    unauthorized = BackendError("bad key", retryable=False, status=401)
+    assert not needs_attribution(FailureClass.INFRASTRUCTURE, unauthorized)
+    # A call the backend raised on, alone: retryable, yet the response may have caused it;
+    # its canary is always asked afresh.
+    crash = BackendCrash(RuntimeError("index out of range in self"))
+    assert crash.retryable and needs_attribution(FailureClass.INFRASTRUCTURE, crash)
+    assert fresh_canary(crash) and not fresh_canary(refused)
 
 
 def test_canary_outcomes_are_kept_per_judge_and_request_for_a_while() -> None:

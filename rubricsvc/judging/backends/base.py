@@ -41,6 +41,16 @@ class ContextLengthError(BackendError):
         self.unit = unit
 
 
+class BackendCrash(BackendError):
+    """The backend raised (rather than answered) on this one request, sent on its own: what
+    it was shown may be why (a text that breaks its tokenizer, a prompt too large to allocate),
+    or the backend may be broken. Retried like any crash; then the canary call
+    (``scoring.attribution``) decides which."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(f"backend error: {type(error).__name__}: {error}", retryable=True)
+
+
 @runtime_checkable
 class JudgeBackend(Protocol):
     """A model that judges. Both primitives take a batch and return one item per request,

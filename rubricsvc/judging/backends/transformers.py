@@ -9,6 +9,7 @@ requests with a ``json_schema`` are decoded to it (``guided``), as vLLM and Open
 from __future__ import annotations
 
 import copy
+import inspect
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -69,6 +70,7 @@ class TransformersBackend:
         # float32: bfloat16 output of small models degenerates on CPU.
         self.lm = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         self.lm.eval()
+        self._keeps_logits = "logits_to_keep" in inspect.signature(self.lm.forward).parameters
         self.batch_size = batch_size
         self.prefix_reuse = prefix_reuse
         self.context_limit = max_context or int(
@@ -149,8 +151,21 @@ class TransformersBackend:
         """Next-token logits after each sequence: one left-padded batch, no reuse."""
         ids, mask = self._left_padded(sequences)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits = self.lm(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+        logits = self.lm(
+            input_ids=ids, attention_mask=mask, position_ids=positions, **self._keep([-1])
+        ).logits
         return [logits[row, -1] for row in range(len(sequences))]
+
+    def _keep(self, positions: list[int]) -> dict[str, Any]:
+        """The forward pass's option to compute logits at ``positions`` only (negative: from
+        the end), where the model has one. The vocabulary projection of every position of a
+        batch is the largest tensor of a pass (batch x width x vocabulary: 25 GB for 16
+        prompts of 8k tokens with a 49k vocabulary), and a verdict reads one row of it."""
+        if not self._keeps_logits:
+            return {}
+        if positions == [-1]:
+            return {"logits_to_keep": 1}
+        return {"logits_to_keep": self._torch.tensor(positions)}
 
     def _last_logits_shared(self, sequences: list[list[int]]) -> list[Any]:
         """Next-token logits after each sequence, computing their common prefix once."""
@@ -178,14 +193,17 @@ class TransformersBackend:
             # The forward pass appends to the cache: each chunk works on its own copy.
             chunk_cache = copy.deepcopy(cache)
             chunk_cache.batch_repeat_interleave(len(chunk))
+            last = sorted({len(seq) - 1 for seq in chunk})
             logits = self.lm(
                 input_ids=ids,
                 attention_mask=mask,
                 position_ids=positions,
                 past_key_values=chunk_cache,
                 use_cache=True,
+                **self._keep(last),
             ).logits
-            out.extend(logits[row, len(seq) - 1] for row, seq in enumerate(chunk))
+            column = {p: (last.index(p) if self._keeps_logits else p) for p in last}
+            out.extend(logits[row, column[len(seq) - 1]] for row, seq in enumerate(chunk))
         return out
 
     # -- generation -------------------------------------------------------------------
@@ -197,7 +215,11 @@ class TransformersBackend:
         )
         guided: list[tuple[int, list[int]]] = []
         for index, request in enumerate(requests):
-            ids = self.encode(request.chat)
+            try:
+                ids = self.encode(request.chat)
+            except BackendError as err:  # this request's alone, not its batch's
+                results[index] = err
+                continue
             if len(ids) + request.max_tokens > self.context_limit:
                 results[index] = ContextLengthError(
                     len(ids) + request.max_tokens, self.context_limit

@@ -213,10 +213,10 @@ class VLLMBackend:
         prompts: list[dict[str, Any]] = []
         params: list[Any] = []
         for index, request in enumerate(requests):
-            ids = self.encode(request.chat)
             try:
+                ids = self.encode(request.chat)
                 self._check_fits(len(ids) + request.max_tokens)
-            except ContextLengthError as err:
+            except BackendError as err:  # this request's alone, not its batch's
                 results[index] = err
                 continue
             accepted.append(index)
