@@ -187,6 +187,7 @@ def _result_from_json(item: dict[str, Any]) -> RewardResult:
         criteria=list(item.get("criteria") or []),
         failures={**empty_counts(), **(item.get("failures") or {})},
         confidence=None if item.get("confidence") is None else float(item["confidence"]),
+        prompt_mean=None if item.get("prompt_mean") is None else float(item["prompt_mean"]),
     )
 
 

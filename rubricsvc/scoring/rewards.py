@@ -73,6 +73,10 @@ class RewardResult:
     failures: dict[str, int] = field(default_factory=empty_counts)
     # A jury's: 1 - the spread of its members' scores (None for a single judge), to weight by.
     confidence: float | None = None
+    # Where the reward is masked: the mean of the scores its prompt's completions have under
+    # this judge and aggregation (``prompt_means``), if any. A trainer that needs a number for
+    # every sample (verl, OpenRLHF) sends it, so the sample moves nothing: never a 0.
+    prompt_mean: float | None = None
 
 
 @dataclass(kw_only=True)
@@ -153,7 +157,21 @@ def compute_rewards(
         reward_result(completion.id, scored.get((completion.id, request.rubric), []))
         for request, completion in zip(requests, completions, strict=True)
     ]
+    _add_prompt_means(session, batch)
     return batch
+
+
+def _add_prompt_means(session: Session, batch: RewardBatch) -> None:
+    """Each masked result's prompt mean (``RewardResult.prompt_mean``), the batch's own
+    scores included: a query only when something is masked."""
+    masked = [r for r in batch.results if r.reward is None and r.completion_id is not None]
+    if not masked:
+        return
+    ids = [r.completion_id for r in masked if r.completion_id is not None]
+    means = prompt_means(session, ids, batch.judge_config_hash, batch.aggregation)
+    for result in masked:
+        if result.completion_id is not None:
+            result.prompt_mean = means.get(result.completion_id)
 
 
 def find_prompts(session: Session, requests: Sequence[RewardRequest]) -> list[Prompt]:

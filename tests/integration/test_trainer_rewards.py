@@ -26,7 +26,7 @@ from sqlalchemy import select
 from rubricsvc.db import make_engine, session_scope
 from rubricsvc.errors import RubricsvcError
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
-from tests.helpers import approve_rubrics, blue_sea_rubric
+from tests.helpers import approve_rubrics, blue_sea_rubric, check_criterion
 from tests.requirements import prepared_model_dir, require_module, unavailable
 from trainer.adapters.verl import compute_score
 from trainer.config import ScorerSettings, ScorerVia
@@ -113,6 +113,7 @@ def test_verl_compute_score_with_verls_signature(database: str) -> None:
     assert by_ground_truth == {
         "score": 1.0,
         "masked": 0.0,
+        "masked_fallback": 0.0,
         "coverage": 1.0,
         "failures_infrastructure": 0.0,
         "failures_judge": 0.0,
@@ -135,11 +136,46 @@ def test_verl_compute_score_with_verls_signature(database: str) -> None:
     assert masked == {
         "score": -1.0,
         "masked": 1.0,
+        "masked_fallback": 0.0,
         "coverage": 0.0,
         "failures_infrastructure": 1.0,
         "failures_judge": 0.0,
         "failures_response": 0.0,
     }
+
+
+MIXED: dict[str, Any] = {
+    "name": "tr/mixed",
+    "prompt": {"external_id": "tr-mixed", "text": "Describe a storm at sea."},
+    "criteria": [
+        check_criterion("Uses the word wind", {"type": "contains", "text": "wind"}),
+        {"text": "Describes the sound of the storm", "weight": 1},
+    ],
+}
+
+
+def test_verls_masked_score_is_its_prompts_mean_never_a_zero(sqlite_url: str) -> None:
+    """A masked score sent to verl moves nothing under group-normalized advantages: it is the
+    mean of its prompt's scores under the same judge so far, not 0."""
+    seed(sqlite_url, MIXED)
+    settings = {"database_url": sqlite_url, "judge": "always-fails"}
+    # With half the criteria enough, the judged one failing leaves a partial score: the check's.
+    partial = [
+        compute_score("s", text, "tr-mixed", {}, min_coverage=0.5, **settings)
+        for text in ("The wind howls.", "Rain falls.", "The wind rises.")
+    ]
+    assert [p["score"] for p in partial] == [1.0, 0.0, 1.0]
+    assert [p["masked"] for p in partial] == [0.0] * 3
+    masked = compute_score("s", "Thunder.", "tr-mixed", {}, min_coverage=1.0, **settings)
+    assert (masked["masked"], masked["masked_fallback"]) == (1.0, 0.0)
+    assert masked["score"] == pytest.approx(2 / 3)
+    assert masked["failures_infrastructure"] == 1.0
+    # Nothing of its prompt scored yet under this judge: 0.0, and said so.
+    seed(sqlite_url, JUDGED)
+    alone = compute_score("s", "Wind.", "tr-judged", {}, **settings)
+    assert (alone["score"], alone["masked"], alone["masked_fallback"]) == (0.0, 1.0, 1.0)
+    with pytest.raises(RubricsvcError, match="give 'mean' or a number"):
+        compute_score("s", "Wind.", "tr-judged", {}, masked_score="median", **settings)
 
 
 # --- over HTTP: the real API (`rubricsvc serve`) on a free port ------------------------------

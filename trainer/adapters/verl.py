@@ -23,10 +23,15 @@ errors, time-outs, 429 and 5xx (``trainer/async_rewards.py``). The prompt is
 ``extra_info["prompt"]`` (found by the hash of its messages).
 
 verl needs a number for every response, so a masked score (no usable rubric, or judge
-failures below the coverage floor) is returned as ``masked_score`` (default 0.0) with
-``masked: 1.0`` beside it in the result dict, which verl logs with the other extra keys, as
-it does the failed judgments by class (``failures_infrastructure``, ``failures_judge``,
-``failures_response``). A response that overflows the judge gets its worst value, not a mask.
+failures outside the response's reach below the coverage floor) is returned as
+``masked_score`` with ``masked: 1.0`` beside it in the result dict, which verl logs with the
+other extra keys, as it does the failed judgments by class (``failures_infrastructure``,
+``failures_judge``, ``failures_response``). By default (``"mean"``) that is the mean of the
+scores its prompt's responses have under this judge (the rollouts of its group judged so far
+included), so the response moves nothing under GRPO's group-normalized advantages; 0.0 only
+when nothing of its prompt has a score yet (``masked_fallback: 1.0`` then says so). A number
+sends that number. A failure the response provoked (it overflows the judge, or breaks it
+where the judge answers without it) gets its worst value, never a mask.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from functools import lru_cache
 from typing import Any
 
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.scoring.rewards import RewardRequest, RewardResult
+from rubricsvc.scoring.rewards import MaskedReward, RewardRequest, RewardResult, parse_masked
 from trainer.async_rewards import DEFAULT_MAX_CONCURRENCY, AsyncRewardClient
 from trainer.config import ScorerSettings, ScorerVia
 from trainer.scorers import Scorer, make_scorer
@@ -91,13 +96,14 @@ def compute_score(
     solution_str: str,
     ground_truth: Any,
     extra_info: dict[str, Any] | None = None,
-    masked_score: float = 0.0,
+    masked_score: float | str = "mean",
     **settings: Any,
 ) -> dict[str, Any]:
     """verl's reward signature; ``score`` is the rubric reward, the other keys are logged."""
+    masked = parse_masked(str(masked_score))
     scorer = _scorer(scorer_settings(settings).model_dump_json())
     result = scorer.score([reward_request(solution_str, ground_truth, extra_info)])[0]
-    return verl_result(result, masked_score)
+    return verl_result(result, masked)
 
 
 async def compute_score_async(
@@ -105,23 +111,32 @@ async def compute_score_async(
     solution_str: str,
     ground_truth: Any,
     extra_info: dict[str, Any] | None = None,
-    masked_score: float = 0.0,
+    masked_score: float | str = "mean",
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
     **settings: Any,
 ) -> dict[str, Any]:
     """``compute_score``, awaited: for verl's reward loop, which awaits a coroutine function."""
+    masked = parse_masked(str(masked_score))
     client = _client(scorer_settings(settings), max_concurrency)
     request = reward_request(solution_str, ground_truth, extra_info)
     (result,) = await client.score([request])
-    return verl_result(result, masked_score)
+    return verl_result(result, masked)
 
 
-def verl_result(result: RewardResult, masked_score: float) -> dict[str, Any]:
+def verl_result(result: RewardResult, masked_score: MaskedReward) -> dict[str, Any]:
     """The dict verl takes: ``score``, and what it logs beside it."""
     masked = result.reward is None
+    fallback = masked and masked_score == "mean" and result.prompt_mean is None
+    if not masked:
+        score = float(result.reward or 0.0)
+    elif masked_score == "mean":
+        score = 0.0 if result.prompt_mean is None else result.prompt_mean
+    else:
+        score = float(masked_score)
     return {
-        "score": masked_score if masked else float(result.reward or 0.0),
+        "score": score,
         "masked": 1.0 if masked else 0.0,
+        "masked_fallback": 1.0 if fallback else 0.0,
         "coverage": result.coverage,
         **{f"failures_{name}": float(n) for name, n in result.failures.items()},
     }

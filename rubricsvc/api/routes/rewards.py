@@ -29,6 +29,7 @@ from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, AggregationName
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.failures import empty_counts
+from rubricsvc.prompts import prompt_hash
 from rubricsvc.scoring.coalescing import Ungatherable, compares
 from rubricsvc.scoring.options import score_options
 from rubricsvc.scoring.rewards import (
@@ -37,7 +38,6 @@ from rubricsvc.scoring.rewards import (
     compute_rewards,
     fill_masked_by_prompt,
     parse_masked,
-    prompt_means,
     without_end_tokens,
 )
 
@@ -199,14 +199,12 @@ async def openrlhf_reward(
     # A masked score never stops the run: it is sent as the configured value and counted.
     # One rollout per request (as OpenRLHF sends them) has no other rewards of its prompt
     # to take the mean of: its prompt's stored mean stands in.
-    prompts = [r.prompt_id if r.prompt_id is not None else r.messages() for r in requests]
-    keys = [repr(p) for p in prompts]
-    lonely = _masked_without_peers(batch, keys) if policy == "mean" else []
-    stored: dict[int, float] = {}
-    if lonely:
-        stored = await run_in_threadpool(
-            _stored_means, state, lonely, batch.judge_config_hash, batch.aggregation
-        )
+    keys = [r.prompt_id if r.prompt_id is not None else prompt_hash(r.messages()) for r in requests]
+    stored = {
+        r.completion_id: r.prompt_mean
+        for r in batch.results
+        if r.completion_id is not None and r.prompt_mean is not None
+    }
     filled = fill_masked_by_prompt(batch.results, keys, policy, stored)
     return OpenRLHFOut(
         rewards=filled,
@@ -220,20 +218,3 @@ async def openrlhf_reward(
             },
         },
     )
-
-
-def _masked_without_peers(batch: RewardBatch, prompts: list[str]) -> list[int]:
-    """The completions whose reward is masked and whose prompt has no other reward here."""
-    known = {p for p, r in zip(prompts, batch.results, strict=True) if r.reward is not None}
-    return [
-        r.completion_id
-        for p, r in zip(prompts, batch.results, strict=True)
-        if r.reward is None and r.completion_id is not None and p not in known
-    ]
-
-
-def _stored_means(
-    state: AppState, completion_ids: list[int], judge_config_hash: str, aggregation: str
-) -> dict[int, float]:
-    with session_scope(state.engine) as session:
-        return prompt_means(session, completion_ids, judge_config_hash, aggregation)
