@@ -86,3 +86,23 @@ def test_the_shared_prefix_is_long(backend) -> None:  # type: ignore[no-untyped-
     assert shared / max(len(s) for s in sequences) > 0.8
     # What is reused is a prefix of every sequence, and leaves each its last token.
     assert all(s[:shared] == sequences[0][:shared] and len(s) > shared for s in sequences)
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_logits_at_the_read_positions_only_change_no_probability(backend, reuse: bool) -> None:  # type: ignore[no-untyped-def]
+    """The vocabulary projection is computed only where a verdict is read (one position per
+    row; with prefix reuse, each row's own last token in a right-padded chunk of suffixes of
+    several lengths), and gives the probabilities the full projection gives."""
+    requests = _requests()
+    assert backend._keeps_logits  # the embedded model takes ``logits_to_keep``
+    backend.prefix_reuse = reuse
+    try:
+        kept = backend.choice_probs(requests)
+        backend._keeps_logits = False
+        full = backend.choice_probs(requests)
+    finally:
+        backend._keeps_logits = True
+        backend.prefix_reuse = True
+    for only_read, everywhere in zip(kept, full, strict=True):
+        assert only_read.probs == pytest.approx(everywhere.probs, abs=1e-6)
+    assert len({round(r.probs["Yes"], 6) for r in kept}) > 1
