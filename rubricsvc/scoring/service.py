@@ -53,7 +53,6 @@ from rubricsvc.models import (
     Criterion,
     CriterionKind,
     JudgeConfig,
-    Judgment,
     JudgmentStatus,
     Prompt,
     RubricVersion,
@@ -61,7 +60,7 @@ from rubricsvc.models import (
 from rubricsvc.scoring.executor import CallExecutor, JudgeResult
 from rubricsvc.scoring.judge_configs import ensure_judge_config
 from rubricsvc.scoring.selection import Selection, select_work, without_reasons
-from rubricsvc.scoring.store import judgments_by_key, save_judgments, save_scores
+from rubricsvc.scoring.store import StoredVerdict, save_judgments, save_scores, stored_verdicts
 
 
 @dataclass(frozen=True)
@@ -185,7 +184,7 @@ def score(
     planned = [item.key for items in distinct_items(u.plan for u in units) for item in items]
     report.judgments = len(planned)
 
-    stored = judgments_by_key(session, planned)
+    stored = stored_verdicts(session, planned)
     cached = {k: j for k, j in stored.items() if _settled(j)}
     report.cached = sum(1 for key in planned if key in cached)
     executor = CallExecutor(backend_factory, spec, mode.calls, spec.prompt_template())
@@ -333,7 +332,7 @@ def plan_run(session: Session, spec: JudgeSpec, selection: Selection) -> RunPlan
     # Each judgment once, counted with the first unit (and so version) that plans it.
     asked = list(distinct_items(u.plan for u in units))
     keys = [item.key for items in asked for item in items]
-    cached = {k for k, j in judgments_by_key(session, keys).items() if _settled(j)}
+    cached = {k for k, j in stored_verdicts(session, keys).items() if _settled(j)}
     plan = RunPlan(judge=spec.name, mode=spec.mode)
     plan.completions = len({u.completion.id for u in units})
     plan.scores = len(units)
@@ -355,7 +354,7 @@ def plan_run(session: Session, spec: JudgeSpec, selection: Selection) -> RunPlan
     return plan
 
 
-def _settled(judgment: Judgment) -> bool:
+def _settled(judgment: StoredVerdict) -> bool:
     """Not worth judging again: a verdict, or a response that cannot fit this judge (the
     same content overflows the same judge every time)."""
     return judgment.status == JudgmentStatus.OK or judgment.failure == FailureClass.RESPONSE.value
@@ -396,7 +395,7 @@ def _tally_units(
 
 
 def _uncached(
-    chunk: Sequence[_Unit], cached: dict[str, Judgment]
+    chunk: Sequence[_Unit], cached: Mapping[str, StoredVerdict]
 ) -> list[tuple[CompletionView, list[Item]]]:
     """Each unit's judgments still to make, each key once: the members of a compared group
     plan the same judgments, which the first of them asks for."""
@@ -556,7 +555,7 @@ class _Pace:
 
 
 def _paced_chunks(
-    units: Sequence[_Unit], cached: dict[str, Judgment], pace: _Pace
+    units: Sequence[_Unit], cached: Mapping[str, StoredVerdict], pace: _Pace
 ) -> Iterator[list[_Unit]]:
     """Consecutive units (whole completions) holding about ``pace.size()`` uncached
     judgments each, the size read anew for every chunk; units with nothing to judge ride
@@ -575,7 +574,7 @@ def _paced_chunks(
 
 def _store_results(
     session: Session, judge_id: int, chunk: Sequence[_Unit], results: dict[str, JudgeResult]
-) -> dict[str, Judgment]:
+) -> dict[str, StoredVerdict]:
     origin: dict[str, tuple[int, int | None, int | None]] = {}
     for unit in chunk:
         for item in unit.plan.items:
@@ -606,7 +605,7 @@ def _store_results(
             }
         )
     save_judgments(session, rows)
-    return judgments_by_key(session, results)
+    return stored_verdicts(session, results)
 
 
 def _origin(unit: _Unit, item: Item) -> tuple[int, int | None, int | None]:
@@ -659,7 +658,7 @@ def _score_unit(
     return scored, row
 
 
-def _ruling(judgment: Judgment) -> Ruling:
+def _ruling(judgment: StoredVerdict) -> Ruling:
     """A stored judgment as a score reads it."""
     ok = judgment.status == JudgmentStatus.OK
     return Ruling(

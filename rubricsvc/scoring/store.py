@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -48,6 +48,35 @@ def judgments_by_key(session: Session, keys: Iterable[str]) -> dict[str, Judgmen
         query = select(Judgment).where(Judgment.cache_key.in_(batch))
         for row in session.scalars(query.execution_options(populate_existing=True)):
             found[row.cache_key] = row
+    return found
+
+
+class StoredVerdict(NamedTuple):
+    """What a score reads of a stored judgment: a plain row, not an ORM instance (loading
+    and tracking one per judgment was a large share of a run's own time)."""
+
+    id: int
+    cache_key: str
+    status: JudgmentStatus
+    value: float | None
+    verdict: str | None
+    detail: dict[str, Any] | None
+    failure: str | None
+    error: str | None
+
+
+_VERDICT_COLUMNS = tuple(Judgment.__table__.c[name] for name in StoredVerdict._fields)
+
+
+def stored_verdicts(session: Session, keys: Iterable[str]) -> dict[str, StoredVerdict]:
+    """``judgments_by_key``, as ``StoredVerdict`` rows."""
+    keys = list(dict.fromkeys(keys))
+    found: dict[str, StoredVerdict] = {}
+    for batch in batches(keys):
+        query = select(*_VERDICT_COLUMNS).where(Judgment.cache_key.in_(batch))
+        for row in session.execute(query):
+            verdict = StoredVerdict(*row)
+            found[verdict.cache_key] = verdict
     return found
 
 
