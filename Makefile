@@ -120,6 +120,8 @@ bench: setup bench-peers-env
 	$(BIN)/python -m benchmarks.bench_api_load
 	@echo "==> B8 (a): 64 one-rollout reward requests at once against the same rollouts in one request, a fixed-cost judge and the embedded one, SQLite and PostgreSQL"
 	$(BIN)/python -m benchmarks.bench_reward_serving
+	@echo "==> B8 (b): the platform's own time per judgment with an instant backend, score() and the reward path, against the baseline commit; 1 and 2 processes"
+	$(BIN)/python -m benchmarks.bench_platform_time
 	@echo "==> B7: the review queue and a version's analytics on PostgreSQL, 10 and 1,000 versions (RUBRICSVC_TEST_POSTGRES_URL)"
 	$(BIN)/python -m benchmarks.bench_ui
 	@echo "==> B6: cache lookup, job submission, job report and cached rewards per judgment at 10^4, 10^5 and 10^6 stored judgments on PostgreSQL (RUBRICSVC_TEST_POSTGRES_URL)"

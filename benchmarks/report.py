@@ -416,6 +416,42 @@ def reward_serving(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def platform_time(result: dict[str, Any]) -> list[str]:
+    labels = {"score": "`score()`", "rewards": "reward path (`compute_rewards`)"}
+    rows = [
+        [
+            labels[path],
+            spread_text(figures["before_ms"], " ms"),
+            spread_text(figures["now_ms"], " ms"),
+            spread_text(figures["now_ceiling_per_s"], "/s"),
+            spread_text(figures["ceiling_ratio"], "x"),
+            spread_text(figures["two_processes_scaling"], "x"),
+        ]
+        for path, figures in result["paths"].items()
+    ]
+    return [
+        f"Workload: {result['rollouts']} new completions of one prompt x {result['criteria']} "
+        f"criteria = {result['judgments']} criterion-prob judgments per run, instant backend, "
+        f"SQLite. Baseline commit `{result['baseline_commit'][:10]}`. {result['runs']} rounds, "
+        "the baseline and this checkout in turn, each process the median of "
+        f"{result['measured_runs_per_process']} runs after one warm-up run of each path; "
+        "median [min-max] of the rounds.",
+        "",
+        *table(
+            [
+                "path",
+                "baseline, per judgment",
+                "now, per judgment",
+                "now, ceiling of one process",
+                "ceiling, now / baseline",
+                "two processes / one",
+            ],
+            rows,
+            labels=1,
+        ),
+    ]
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "judging": judging,
     "overhead": overhead,
@@ -423,6 +459,7 @@ RENDERERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "queue": queue,
     "api_load": api_load,
     "reward_serving": reward_serving,
+    "platform_time": platform_time,
     "ui": ui,
     "scale": scale,
 }
