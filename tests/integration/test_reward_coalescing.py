@@ -182,3 +182,49 @@ def test_a_rollout_that_crashes_the_judge_pays_and_spares_the_rollouts_gathered_
         together = reward_request(base, key, items[:-1])
     assert together.status_code == 200, together.text
     assert [b["rewards"][0] for b in spared] == pytest.approx(together.json()["rewards"])
+
+
+def test_the_embedded_judges_rewards_do_not_depend_on_the_rollouts_gathered_with_them(
+    migrated_sqlite_template: Path, tmp_path: Path
+) -> None:
+    """Gathering puts other callers' rollouts in a rollout's backend batch. With the embedded
+    judge (criterion-prob, prefix reuse per rollout), each reward is exactly the one it gets
+    judged alone, on a database of its own: what else a batch holds changes nothing."""
+    require_module("transformers", "transformers")
+    from rubricsvc.judging.backends.transformers import TransformersBackend
+    from rubricsvc.judging.config import BUILTIN_JUDGES
+    from rubricsvc.scoring.rewards import RewardRequest, compute_rewards
+    from rubricsvc.scoring.service import ScoreOptions
+
+    backend = TransformersBackend()
+    texts = [
+        "Go to bed at the same time every night.",
+        "Avoid coffee after noon, keep the room dark and cool, put the phone away before bed.",
+        "Sleep is important.",
+        "Take melatonin every night without asking anyone.",
+        "Exercise in the morning; a regular wake-up time anchors your body clock.",
+    ]
+    judge = BUILTIN_JUDGES["embedded"]
+
+    def rewards(name: str, batches: list[list[str]]) -> list[float | None]:
+        path = tmp_path / f"{name}.sqlite"
+        shutil.copy(migrated_sqlite_template, path)
+        engine = make_engine(f"sqlite:///{path}")
+        with session_scope(engine) as session:
+            approve(session, save_rubric(session, RubricSpec.model_validate(RUBRIC)).version)
+        found: list[float | None] = []
+        for batch in batches:
+            with session_scope(engine) as session:
+                requests = [RewardRequest(t, prompt_id="p-coalesce") for t in batch]
+                found += compute_rewards(
+                    session, judge, requests, ScoreOptions(), lambda _: lambda: backend
+                ).rewards
+        engine.dispose()
+        return found
+
+    backend.close = lambda: None  # type: ignore[method-assign]  # one model for both runs
+    together = rewards("together", [texts])
+    alone = rewards("alone", [[t] for t in texts])
+    assert None not in together
+    assert together == alone
+    assert len(set(together)) == len(texts)  # the rewards tell the rollouts apart
