@@ -42,8 +42,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +53,7 @@ import yaml
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from benchmarks.checkouts import checkout
 from benchmarks.results import headline, save, spread
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,23 +97,6 @@ def make_database(kind: str, workdir: Path, label: str) -> tuple[str, Callable[[
         admin.dispose()
 
     return make_url(kind).set(database=name).render_as_string(hide_password=False), drop
-
-
-@contextmanager
-def baseline_checkout(workdir: Path) -> Iterator[Path]:
-    """``BASELINE_COMMIT`` checked out in a worktree under ``workdir``, removed afterwards."""
-    path = workdir / "baseline"
-    subprocess.run(
-        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), BASELINE_COMMIT],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    try:
-        yield path
-    finally:
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)],
-            check=False, capture_output=True,
-        )  # fmt: skip
 
 
 @dataclass
@@ -348,7 +331,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8931, help="before's; after's is the next")
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory() as tmp, baseline_checkout(Path(tmp)) as baseline:
+    with tempfile.TemporaryDirectory() as tmp, checkout(BASELINE_COMMIT, Path(tmp)) as baseline:
         workdir = Path(tmp)
         drops: list[Callable[[], None]] = []
         servers: list[subprocess.Popen[bytes]] = []

@@ -32,11 +32,10 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from benchmarks.checkouts import checkout
 from benchmarks.results import headline, save, spread
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,23 +139,6 @@ print(json.dumps(result))
 """
 
 
-@contextmanager
-def baseline_checkout(workdir: Path) -> Iterator[Path]:
-    """``BASELINE_COMMIT`` checked out in a worktree under ``workdir``, removed afterwards."""
-    path = workdir / "baseline"
-    subprocess.run(
-        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), BASELINE_COMMIT],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    try:
-        yield path
-    finally:
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)],
-            check=False, capture_output=True,
-        )  # fmt: skip
-
-
 def start(code: Path, database: Path, rollouts: int) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(code)}
     args = [str(database), str(rollouts), str(CRITERIA), str(MEASURED_RUNS)]
@@ -194,7 +176,7 @@ def main() -> None:
     now: dict[str, list[float]] = {p: [] for p in paths}
     ceiling_ratio: dict[str, list[float]] = {p: [] for p in paths}
     scaling: dict[str, list[float]] = {p: [] for p in paths}
-    with tempfile.TemporaryDirectory() as tmp, baseline_checkout(Path(tmp)) as baseline:
+    with tempfile.TemporaryDirectory() as tmp, checkout(BASELINE_COMMIT, Path(tmp)) as baseline:
         workdir = Path(tmp)
         for round_ in range(args.runs):
             order = [("before", baseline), ("now", ROOT)]
