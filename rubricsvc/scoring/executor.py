@@ -159,12 +159,20 @@ class CallExecutor:
         results: dict[str, JudgeResult],
     ) -> None:
         """Class each suspect failure by its canary: the response's when the same call without
-        the judged text gives a verdict, else as it failed."""
-        crashed = [s for s in suspects if fresh_canary(s.failure.error)]
-        if crashed and len(crashed) < len(suspects):
-            self._attribute(crashed, items_by_key, results)
-            suspects = [s for s in suspects if not fresh_canary(s.failure.error)]
-        fresh = bool(crashed) and len(crashed) == len(suspects)
+        the judged text gives a verdict, else as it failed. Crashes' canaries are asked afresh
+        (``fresh_canary``), the others' may come from the cache: two rounds of calls."""
+        for fresh in (False, True):
+            group = [s for s in suspects if fresh_canary(s.failure.error) == fresh]
+            if group:
+                self._attribute_group(group, items_by_key, results, fresh)
+
+    def _attribute_group(
+        self,
+        suspects: Sequence[_Suspect],
+        items_by_key: Mapping[str, Item],
+        results: dict[str, JudgeResult],
+        fresh: bool,
+    ) -> None:
         judge = self.spec.config_hash()
         canaries = [
             self._probe(s.completion, [items_by_key[k] for k in s.call.keys]) for s in suspects
