@@ -1,9 +1,17 @@
-"""The in-process transformers backend with the real embedded model: prefix reuse is exact."""
+"""The in-process transformers backend with the real embedded model: prefix reuse is exact,
+logits only where a verdict reads them change nothing, and neither does what else a batch holds."""
 
 from __future__ import annotations
 
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
 import pytest
 
+from rubricsvc.db import make_engine, session_scope
+from rubricsvc.judging.backends.kept import KeptView
 from rubricsvc.judging.config import BUILTIN_JUDGES
 from rubricsvc.judging.modes import (
     CallContext,
@@ -13,6 +21,10 @@ from rubricsvc.judging.modes import (
     criterion_prob_calls,
 )
 from rubricsvc.judging.types import ChoiceRequest
+from rubricsvc.rubrics.schemas import RubricSpec
+from rubricsvc.rubrics.service import approve, save_rubric
+from rubricsvc.scoring.rewards import RewardRequest, compute_rewards
+from rubricsvc.scoring.service import ScoreOptions
 from tests.requirements import require_module
 
 require_module("transformers", "transformers")
@@ -108,3 +120,55 @@ def test_logits_at_the_read_positions_only_change_no_probability(backend, reuse:
         # float32 products of other shapes round differently: a few 1e-6 apart, never more.
         assert only_read.probs == pytest.approx(everywhere.probs, abs=1e-5)
     assert len({round(r.probs["Yes"], 6) for r in kept}) > 1
+
+
+SLEEP: dict[str, Any] = {
+    "name": "t/sleep-batch",
+    "prompt": {"external_id": "p-sleep", "text": "How can I sleep better?"},
+    "criteria": [
+        {"text": "Recommends a regular sleep schedule", "weight": 2},
+        {"text": "Mentions limiting caffeine", "weight": 1},
+        {"text": "Recommends sleeping pills without a doctor", "weight": -1},
+    ],
+}
+
+
+def test_the_embedded_judges_rewards_do_not_depend_on_the_rollouts_gathered_with_them(
+    backend,  # type: ignore[no-untyped-def]
+    migrated_sqlite_template: Path,
+    tmp_path: Path,
+) -> None:
+    """Gathering puts other callers' rollouts in a rollout's backend batch. With the embedded
+    judge (criterion-prob, prefix reuse per rollout), each reward is exactly the one it gets
+    judged alone, on a database of its own: what else a batch holds changes nothing."""
+    kept = KeptView(backend, threading.RLock())  # one model for both runs: close keeps it
+    texts = [
+        "Go to bed at the same time every night.",
+        "Avoid coffee after noon, keep the room dark and cool, put the phone away before bed.",
+        "Sleep is important.",
+        "Take melatonin every night without asking anyone.",
+        "Exercise in the morning; a regular wake-up time anchors your body clock.",
+    ]
+    judge = BUILTIN_JUDGES["embedded"]
+
+    def rewards(name: str, batches: list[list[str]]) -> list[float | None]:
+        path = tmp_path / f"{name}.sqlite"
+        shutil.copy(migrated_sqlite_template, path)
+        engine = make_engine(f"sqlite:///{path}")
+        with session_scope(engine) as session:
+            approve(session, save_rubric(session, RubricSpec.model_validate(SLEEP)).version)
+        found: list[float | None] = []
+        for batch in batches:
+            with session_scope(engine) as session:
+                requests = [RewardRequest(t, prompt_id="p-sleep") for t in batch]
+                found += compute_rewards(
+                    session, judge, requests, ScoreOptions(), lambda _: lambda: kept
+                ).rewards
+        engine.dispose()
+        return found
+
+    together = rewards("together", [texts])
+    alone = rewards("alone", [[t] for t in texts])
+    assert None not in together
+    assert together == alone
+    assert len(set(together)) == len(texts)  # the rewards tell the rollouts apart
