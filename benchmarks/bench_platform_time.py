@@ -43,107 +43,15 @@ BASELINE_COMMIT = "b42cf52e65bf8a38769d18907134d9a15634c24b"
 CRITERIA = 4
 MEASURED_RUNS = 3
 
-# Run in a fresh interpreter with the checkout under test first on the path; uses only what
-# both checkouts have (score, compute_rewards, add_completions, the rubric service).
-DRIVER = r"""
-import json, statistics, sys, time
-from rubricsvc.completions import CompletionRecord, add_completions
-from rubricsvc.db import make_engine, session_scope, upgrade
-from rubricsvc.judging.config import JudgeSpec, VerdictMode
-from rubricsvc.judging.types import ChoiceResult
-from rubricsvc.rubrics.schemas import RubricSpec
-from rubricsvc.rubrics.service import approve, save_rubric
-from rubricsvc.scoring.rewards import RewardRequest, compute_rewards
-from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreOptions, score
-
-database, rollouts, criteria, measured = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-
-
-class Instant:
-    name = "instant"
-    model = "instant"
-
-    def __init__(self):
-        self.seconds = 0.0
-
-    def choice_probs(self, requests):
-        started = time.perf_counter()
-        answers = [ChoiceResult({"Yes": 0.9, "No": 0.1}, 10) for _ in requests]
-        self.seconds += time.perf_counter() - started
-        return answers
-
-    def generate(self, requests):
-        raise NotImplementedError
-
-    def close(self):
-        pass
-
-
-url = f"sqlite:///{database}"
-upgrade(url)
-engine = make_engine(url)
-with session_scope(engine) as session:
-    spec = RubricSpec.model_validate({
-        "name": "bench/platform",
-        "prompt": {"external_id": "p-platform", "text": "How can I sleep better?"},
-        "criteria": [{"text": f"Recommends habit number {i} for better sleep", "weight": 1}
-                     for i in range(criteria)],
-    })
-    approve(session, save_rubric(session, spec).version)
-judge = JudgeSpec(name="instant", backend="scripted", mode=VerdictMode.CRITERION_PROB)
-backend = Instant()
-texts = lambda tag: [f"{tag}: keep a regular schedule, rollout {i}." for i in range(rollouts)]
-
-
-def score_path(tag):
-    with session_scope(engine) as session:
-        records = [("bench", CompletionRecord(prompt_external_id="p-platform", text=t,
-                                              external_id=f"{tag}-{i}"))
-                   for i, t in enumerate(texts(tag))]
-        add_completions(session, records)
-    with session_scope(engine) as session:
-        from rubricsvc.models import Completion
-        from sqlalchemy import select
-        ids = tuple(session.scalars(select(Completion.id).where(
-            Completion.external_id.like(f"{tag}-%"))))
-    backend.seconds = 0.0
-    started = time.perf_counter()
-    with session_scope(engine) as session:
-        report = score(session, judge, Selection(completion_ids=ids), ScoreOptions(),
-                       lambda: backend)
-    elapsed = time.perf_counter() - started
-    assert report.computed == rollouts * criteria, report
-    return elapsed - backend.seconds
-
-
-def reward_path(tag):
-    backend.seconds = 0.0
-    requests = [RewardRequest(completion=t, prompt_id="p-platform") for t in texts(tag)]
-    started = time.perf_counter()
-    with session_scope(engine) as session:
-        batch = compute_rewards(session, judge, requests, ScoreOptions(), lambda _: lambda: backend)
-    elapsed = time.perf_counter() - started
-    assert batch.computed == rollouts * criteria and None not in batch.rewards
-    return elapsed - backend.seconds
-
-
-score_path("warm-score")
-reward_path("warm-reward")
-judgments = rollouts * criteria
-result = {
-    "score_ms": statistics.median(1000 * score_path(f"s{k}") / judgments for k in range(measured)),
-    "rewards_ms": statistics.median(1000 * reward_path(f"r{k}") / judgments for k in range(measured)),
-}
-print(json.dumps(result))
-"""
+# Run by path in a fresh interpreter, the checkout under test first on the path.
+DRIVER = Path(__file__).with_name("platform_time_driver.py")
 
 
 def start(code: Path, database: Path, rollouts: int) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(code)}
     args = [str(database), str(rollouts), str(CRITERIA), str(MEASURED_RUNS)]
     return subprocess.Popen(
-        [sys.executable, "-c", DRIVER, *args],
+        [sys.executable, str(DRIVER), *args],
         cwd=code, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 

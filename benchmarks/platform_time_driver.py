@@ -1,0 +1,138 @@
+"""B8 (b)'s driver: one process's own time per judgment, with a backend that answers at once.
+
+Run by path by ``bench_platform_time`` with the checkout under test first on ``PYTHONPATH``
+(this folder holds no ``rubricsvc``, so the checkout's is the one imported); it uses only
+what both the baseline commit and this checkout have. Prints one JSON line:
+``{"score_ms": ..., "rewards_ms": ...}``, each the median of ``MEASURED`` runs after one
+warm-up run of each path.
+
+Usage: ``python benchmarks/platform_time_driver.py DATABASE ROLLOUTS CRITERIA MEASURED``
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+
+from sqlalchemy import select
+
+from rubricsvc.completions import CompletionRecord, add_completions
+from rubricsvc.db import make_engine, session_scope, upgrade
+from rubricsvc.judging.backends.base import BackendError
+from rubricsvc.judging.config import JudgeSpec, VerdictMode
+from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
+from rubricsvc.models import Completion
+from rubricsvc.rubrics.schemas import RubricSpec
+from rubricsvc.rubrics.service import approve, save_rubric
+from rubricsvc.scoring.rewards import RewardRequest, compute_rewards
+from rubricsvc.scoring.selection import Selection
+from rubricsvc.scoring.service import ScoreOptions, score
+
+PROMPT = "p-platform"
+
+
+class Instant:
+    """Every verdict at once, the time spent answering kept (to leave out of the figure)."""
+
+    name = "instant"
+    model = "instant"
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def choice_probs(self, requests: Sequence[ChoiceRequest]) -> list[ChoiceResult | BackendError]:
+        started = time.perf_counter()
+        answers: list[ChoiceResult | BackendError] = [
+            ChoiceResult({"Yes": 0.9, "No": 0.1}, 10) for _ in requests
+        ]
+        self.seconds += time.perf_counter() - started
+        return answers
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation | BackendError]:
+        raise NotImplementedError("criterion-prob only")
+
+    def close(self) -> None:
+        pass
+
+
+def main() -> None:
+    database, rollouts, criteria, measured = sys.argv[1], *map(int, sys.argv[2:5])
+    url = f"sqlite:///{database}"
+    upgrade(url)
+    engine = make_engine(url)
+    with session_scope(engine) as session:
+        rubric = {
+            "name": "bench/platform",
+            "prompt": {"external_id": PROMPT, "text": "How can I sleep better?"},
+            "criteria": [
+                {"text": f"Recommends habit number {i} for better sleep", "weight": 1}
+                for i in range(criteria)
+            ],
+        }
+        approve(session, save_rubric(session, RubricSpec.model_validate(rubric)).version)
+    judge = JudgeSpec(name="instant", backend="scripted", mode=VerdictMode.CRITERION_PROB)
+    backend = Instant()
+    judgments = rollouts * criteria
+
+    def texts(tag: str) -> list[str]:
+        return [f"{tag}: keep a regular schedule, rollout {i}." for i in range(rollouts)]
+
+    def score_path(tag: str) -> float:
+        """``score()`` over completions stored beforehand (storing them is not timed)."""
+        with session_scope(engine) as session:
+            add_completions(
+                session,
+                [
+                    (
+                        "bench",
+                        CompletionRecord(
+                            prompt_external_id=PROMPT, text=t, external_id=f"{tag}-{i}"
+                        ),
+                    )
+                    for i, t in enumerate(texts(tag))
+                ],
+            )
+        with session_scope(engine) as session:
+            query = select(Completion.id).where(Completion.external_id.like(f"{tag}-%"))
+            ids = tuple(session.scalars(query))
+        backend.seconds = 0.0
+        started = time.perf_counter()
+        with session_scope(engine) as session:
+            report = score(
+                session, judge, Selection(completion_ids=ids), ScoreOptions(), lambda: backend
+            )
+        elapsed = time.perf_counter() - started
+        assert report.computed == judgments, report
+        return elapsed - backend.seconds
+
+    def reward_path(tag: str) -> float:
+        """``compute_rewards`` over new rollouts, storing them on the way (timed)."""
+        backend.seconds = 0.0
+        requests = [RewardRequest(completion=t, prompt_id=PROMPT) for t in texts(tag)]
+        started = time.perf_counter()
+        with session_scope(engine) as session:
+            batch = compute_rewards(
+                session, judge, requests, ScoreOptions(), lambda _: lambda: backend
+            )
+        elapsed = time.perf_counter() - started
+        assert batch.computed == judgments and None not in batch.rewards
+        return elapsed - backend.seconds
+
+    score_path("warm-score")
+    reward_path("warm-reward")
+    result = {
+        "score_ms": statistics.median(
+            1000 * score_path(f"s{k}") / judgments for k in range(measured)
+        ),
+        "rewards_ms": statistics.median(
+            1000 * reward_path(f"r{k}") / judgments for k in range(measured)
+        ),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
