@@ -6,7 +6,6 @@ from __future__ import annotations
 import shutil
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,10 +20,10 @@ from rubricsvc.judging.modes import (
     criterion_prob_calls,
 )
 from rubricsvc.judging.types import ChoiceRequest
-from rubricsvc.rubrics.schemas import RubricSpec
 from rubricsvc.rubrics.service import approve, save_rubric
 from rubricsvc.scoring.rewards import RewardRequest, compute_rewards
 from rubricsvc.scoring.service import ScoreOptions
+from tests.helpers import rubric_spec
 from tests.requirements import require_module
 
 require_module("transformers", "transformers")
@@ -122,15 +121,10 @@ def test_logits_at_the_read_positions_only_change_no_probability(backend, reuse:
     assert len({round(r.probs["Yes"], 6) for r in kept}) > 1
 
 
-SLEEP: dict[str, Any] = {
-    "name": "t/sleep-batch",
-    "prompt": {"external_id": "p-sleep", "text": "How can I sleep better?"},
-    "criteria": [
-        {"text": "Recommends a regular sleep schedule", "weight": 2},
-        {"text": "Mentions limiting caffeine", "weight": 1},
-        {"text": "Recommends sleeping pills without a doctor", "weight": -1},
-    ],
-}
+# The shared sleep rubric, on a prompt of its own (its text is what the judge is asked about).
+SLEEP = rubric_spec(
+    "t/sleep-batch", prompt={"external_id": "p-sleep", "text": "How can I sleep better?"}
+)
 
 
 def test_the_embedded_judges_rewards_do_not_depend_on_the_rollouts_gathered_with_them(
@@ -156,7 +150,7 @@ def test_the_embedded_judges_rewards_do_not_depend_on_the_rollouts_gathered_with
         shutil.copy(migrated_sqlite_template, path)
         engine = make_engine(f"sqlite:///{path}")
         with session_scope(engine) as session:
-            approve(session, save_rubric(session, RubricSpec.model_validate(SLEEP)).version)
+            approve(session, save_rubric(session, SLEEP).version)
         found: list[float | None] = []
         for batch in batches:
             with session_scope(engine) as session:
