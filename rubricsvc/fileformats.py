@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import json.decoder
-import json.scanner
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -159,60 +159,80 @@ def _yaml_line(text: str, where: Where, loader: type[UniqueKeyLoader]) -> int | 
     return None if node is None else int(node.start_mark.line) + 1
 
 
-class _At:
-    """A JSON value and the offset where its text starts."""
-
-    __slots__ = ("start", "value")
-
-    def __init__(self, value: Any, start: int) -> None:
-        self.value = value
-        self.start = start
-
-
-# The pure-Python parts of the json module that _json_line assembles (not in its stubs).
-_JSON_OBJECT: Callable[..., tuple[Any, int]] = json.decoder.JSONObject  # type: ignore[attr-defined]
-_JSON_ARRAY: Callable[..., tuple[Any, int]] = json.decoder.JSONArray  # type: ignore[attr-defined]
-_MAKE_SCANNER: Callable[[Any], Callable[[str, int], tuple[Any, int]]] = json.scanner.py_make_scanner  # type: ignore[attr-defined]
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+# A scalar that is not a string: a number (NaN and Infinity as Python writes them) or a name.
+_JSON_SCALAR = re.compile(r"-?(?:Infinity|NaN|[0-9][0-9.eE+-]*)|true|false|null|NaN|Infinity")
+_scan_string: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 
 
 def _json_line(text: str, where: Where) -> int | None:
-    """The line of the value at ``where`` in the JSON document ``text`` (its nearest ancestor
-    found), read again by the pure-Python scanner with every value's offset kept: objects as
-    lists of (key, value) pairs, arrays as lists of values. Only for an error's message."""
-
-    def located(string: str, index: int) -> tuple[_At, int]:
-        value, end = scan(string, index)
-        return _At(value, index), end
-
-    def parse_object(state: tuple[str, int], strict: bool, *_: Any) -> tuple[Any, int]:
-        return _JSON_OBJECT(state, strict, located, None, list)
-
-    def parse_array(state: tuple[str, int], *_: Any) -> tuple[Any, int]:
-        return _JSON_ARRAY(state, located)
-
-    decoder: Any = json.JSONDecoder()
-    decoder.parse_object = parse_object
-    decoder.parse_array = parse_array
-    scan = _MAKE_SCANNER(decoder)
-    start = len(text) - len(text.lstrip())
+    """The line of the value at ``where`` in the JSON document ``text`` (which parsed), or of
+    its nearest ancestor found. Read along ``where`` only, stepping over other values without
+    recursion: how deep the document nests must not decide whether an error names its line."""
     try:
-        node, _ = located(text, start)
-    except (ValueError, RecursionError):
+        at = _JSON_SPACE.match(text, 0).end()  # type: ignore[union-attr]
+        for part in where:
+            found = _json_item(text, at, part)
+            if found is None:
+                break
+            at = found
+    except (ValueError, IndexError):
         return None
-    for part in where:
-        children = node.value
-        if not isinstance(children, list):
-            break
+    return text.count("\n", 0, at) + 1
+
+
+def _json_item(text: str, at: int, part: str | int) -> int | None:
+    """The offset of item ``part`` of the array (an int) or object (a key: its last value, as
+    the parser keeps) starting at ``at``; None if there is none."""
+    opener = "[" if isinstance(part, int) else "{"
+    if text[at] != opener:
+        return None
+    closer = "]" if opener == "[" else "}"
+    at = _skip_space(text, at + 1)
+    index, found = 0, None
+    while text[at] != closer:
         if isinstance(part, int):
-            if part >= len(children) or not isinstance(children[part], _At):
-                break
-            node = children[part]
+            if index == part:
+                return at
         else:
-            found = [v for k, v in children if isinstance(k, str) and printable(k) == part]
-            if not found:
-                break
-            node = found[-1]
-    return text.count("\n", 0, node.start) + 1
+            key, at = _scan_string(text, at + 1)
+            at = _skip_space(text, at)
+            at = _skip_space(text, at + 1)  # past the colon
+            if printable(key) == part:
+                found = at
+        at = _skip_space(text, _value_end(text, at))
+        index += 1
+        if text[at] == ",":
+            at = _skip_space(text, at + 1)
+    return found
+
+
+def _value_end(text: str, at: int) -> int:
+    """The offset just past the JSON value starting at ``at``, nesting counted, not recursed."""
+    depth = 0
+    while True:
+        char = text[at]
+        if char == '"':
+            at = _scan_string(text, at + 1)[1]
+        elif char in "[{":
+            depth += 1
+            at += 1
+        elif char in "]}":
+            depth -= 1
+            at += 1
+        elif char in ", \t\n\r:":
+            at += 1
+        else:
+            scalar = _JSON_SCALAR.match(text, at)
+            if scalar is None:
+                raise ValueError(f"not JSON at offset {at}")
+            at = scalar.end()
+        if depth == 0:
+            return at
+
+
+def _skip_space(text: str, at: int) -> int:
+    return _JSON_SPACE.match(text, at).end()  # type: ignore[union-attr]
 
 
 def jsonl_lines(text: str) -> list[str]:

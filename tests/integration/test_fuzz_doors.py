@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,17 @@ def _at(value: Any, path: tuple[Any, ...]) -> Any:
     for part in path:
         value = value[part]
     return value
+
+
+@pytest.fixture(autouse=True)
+def _room_for_deep_values() -> Iterator[None]:
+    """The hostile values nest up to 400 levels and ``_encode`` recurses twice per level. Under
+    a test the stack already holds pytest, Hypothesis and (with pytest-xdist) a worker's
+    frames, deeper than a command's own, so the limit is raised for this file's tests."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 4000))
+    yield
+    sys.setrecursionlimit(limit)
 
 
 class Mutated:

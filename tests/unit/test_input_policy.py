@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import unicodedata
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -165,6 +166,29 @@ def test_files_refuse_with_file_line_and_field(
     message = str(refused.value)
     assert message == message.strip() and "\n" not in message
     assert message.startswith(f"{tmp_path}/{error}"), message
+
+
+def _nested_call(depth: int, call: Callable[[], object]) -> object:
+    return call() if depth == 0 else _nested_call(depth - 1, call)
+
+
+@pytest.mark.parametrize("stack", [0, 600])
+def test_a_json_files_refusal_names_its_line_however_deep_the_file_and_the_stack(
+    tmp_path: Path, stack: int
+) -> None:
+    """The line of a refusal is found without recursion: a value nested 99 levels next to a
+    repeated key (under the depth limit, so the key is the refusal) must not lose its line when
+    the caller already holds hundreds of frames (an API thread, a worker, a test runner)."""
+    deep = "[" * 99 + "1" + "]" * 99
+    path = tmp_path / "r.json"
+    path.write_text(
+        f'[\n  {{"title": "T",\n   "name": {deep}, "x": [{deep}, "\\"]"],\n   "name": "again"}}\n]'
+    )
+    with pytest.raises(ValidationFailed) as refused:
+        _nested_call(stack, lambda: read_records(path))
+    assert str(refused.value) == (
+        f"{path}:4: [0].name: the key is given more than once in one object"
+    )
 
 
 def test_bytes_that_are_not_utf8_and_raw_nul_name_their_line(tmp_path: Path) -> None:
