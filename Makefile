@@ -20,7 +20,7 @@ VERIFIERS_VENV := .venv-verifiers
 VERIFIERS := verifiers==0.4.0
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo test lint format browser bench bench-peers-env clean
+.PHONY: setup demo test test-fast lint format browser bench bench-peers-env clean
 
 $(BIN)/python:
 	@echo "==> Creating the virtual environment $(VENV)"
@@ -83,9 +83,18 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist), each test module in one of them so
+# that a module's model load and servers are shared by its tests. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: setup lint browser
-	@echo "==> pytest"
-	$(BIN)/pytest
+	@echo "==> pytest ($(TEST_WORKERS) processes)"
+	$(BIN)/pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile
+
+# The inner loop: no model, no PostgreSQL, broker or browser, nothing marked slow.
+test-fast: setup
+	@echo "==> pytest, fast tests only ($(TEST_WORKERS) processes)"
+	$(BIN)/pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile \
+		-m "not model and not postgres and not broker and not browser and not slow"
 
 # The browser tests drive Debian's Chromium (Playwright never downloads a browser here).
 # Installed when missing and this user can (root with apt-get); otherwise those tests skip

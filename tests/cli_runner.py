@@ -99,9 +99,15 @@ def _run_in_process(args: tuple[str, ...], env: dict[str, str]) -> CliResult:
 
 
 def _reset_process_state() -> None:
-    """Forget what a command cached from its environment (settings, its database engine)."""
+    """Forget what a command cached from its environment (settings, its database engine, the
+    consoles' width: rich reads COLUMNS once, when the console is made at import, and this
+    process may have imported the CLI under another environment)."""
     from rubricsvc.cli import context
     from rubricsvc.config import get_settings
+
+    columns = os.environ.get("COLUMNS", "")
+    for console in (context.console, context.err_console):
+        console.width = int(columns) if columns.isdigit() else 80  # rich's own fallback
 
     if context.engine.cache_info().currsize:
         context.engine().dispose()

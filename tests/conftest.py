@@ -12,6 +12,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
@@ -20,7 +21,20 @@ from sqlalchemy.orm import Session
 
 from rubricsvc import db
 from rubricsvc.models import Base
-from tests.requirements import IN_CI, unavailable  # noqa: F401 - IN_CI is imported from here too
+from tests.requirements import (  # noqa: F401 - IN_CI is imported from here too
+    COLLECTED,
+    CURRENT_TEST,
+    FIXTURE_MARKERS,
+    IN_CI,
+    unavailable,
+    uses,
+)
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Several test processes share the machine's cores: one torch thread each (set before
+    # torch is imported; the commands and servers a test starts inherit it). On a busy
+    # 2-core machine one thread is also faster than two that fight over a core.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 POSTGRES_URL = os.environ.get(
     "RUBRICSVC_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -41,6 +55,64 @@ def _postgres_unavailable_reason() -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: COLLECTED holds every test
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with what its fixtures need (tests/requirements.py FIXTURE_MARKERS),
+    then put the heaviest modules first."""
+    for item in items:
+        for fixture in getattr(item, "fixturenames", ()):
+            for marker in FIXTURE_MARKERS.get(fixture, ()):
+                if item.get_closest_marker(marker) is None:
+                    item.add_marker(marker)
+    COLLECTED[:] = items
+    # pytest-xdist (`make test`) hands whole modules to its processes in this order: a heavy
+    # module handed out last would keep one process busy while the other idles. Modules with
+    # a test marked slow go first, then those with one marked model, then the rest. The sort
+    # is stable, so each module's tests stay together and in their order.
+    tier: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        rank = (
+            0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("model") else 2
+        )
+        tier[module] = min(tier.get(module, 2), rank)
+    items.sort(key=lambda item: tier[item.nodeid.split("::", 1)[0]])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    CURRENT_TEST.append(item)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    CURRENT_TEST.clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _model_loads_need_the_model_mark() -> Iterator[None]:
+    """Loading a model in this process (a CLI command, the API, a trainer) is using it: the
+    test must be marked ``model`` (``uses``). The backends import their libraries lazily, so
+    this costs nothing where no model is loaded."""
+    from rubricsvc.judging.backends.transformers import TransformersBackend
+    from rubricsvc.judging.backends.vllm import VLLMBackend
+
+    originals = {cls: cls.__init__ for cls in (TransformersBackend, VLLMBackend)}
+
+    def checked(original: Any) -> Any:
+        def init(self: Any, *args: Any, **kwargs: Any) -> None:
+            uses("model")
+            original(self, *args, **kwargs)
+
+        return init
+
+    for cls, original in originals.items():
+        cls.__init__ = checked(original)  # type: ignore[method-assign]
+    yield
+    for cls, original in originals.items():
+        cls.__init__ = original  # type: ignore[method-assign]
+
+
 @pytest.fixture(autouse=True)
 def _fresh_canaries() -> None:
     """Forget canary outcomes between tests: scripted judges change their behaviour under one
@@ -53,6 +125,7 @@ def _fresh_canaries() -> None:
 @pytest.fixture(scope="session")
 def postgres_server() -> str:
     """The admin URL of a reachable PostgreSQL server (skip, or fail in CI, if there is none)."""
+    uses("postgres")
     reason = _postgres_unavailable_reason()
     if reason is not None:
         unavailable(reason)

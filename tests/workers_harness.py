@@ -44,7 +44,7 @@ from rubricsvc.rubrics import service as rubrics
 from rubricsvc.scoring.judge_configs import ensure_judge_config
 from tests.cli_runner import DEMO_RUBRICS, EXAMPLES, CliResult
 from tests.helpers import rubric_spec
-from tests.requirements import prepared_model_dir, require_module, unavailable
+from tests.requirements import prepared_model_dir, require_module, unavailable, uses
 from tests.servers import free_port
 
 REDIS_URL = os.environ.get("RUBRICSVC_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
@@ -70,6 +70,7 @@ def require(reason: str | None) -> None:
 
 
 def redis_unavailable(url: str = REDIS_URL) -> str | None:
+    uses("broker")
     try:
         import redis
 
@@ -80,6 +81,7 @@ def redis_unavailable(url: str = REDIS_URL) -> str | None:
 
 
 def rabbitmq_unavailable(url: str = RABBITMQ_URL) -> str | None:
+    uses("broker")
     try:
         from kombu import Connection
 
@@ -475,6 +477,7 @@ class PrivatePostgres:
 
 @contextmanager
 def private_postgres() -> Iterator[PrivatePostgres]:
+    uses("postgres")
     server = PrivatePostgres()
     require(server.unavailable())
     server.init()
@@ -486,6 +489,7 @@ def private_postgres() -> Iterator[PrivatePostgres]:
 
 @contextmanager
 def private_redis() -> Iterator[PrivateRedis]:
+    uses("broker")
     server = PrivateRedis()
     require(None if server.binary else "redis-server not found on PATH")
     server.start()

@@ -121,6 +121,7 @@ def test_bad_completions_store_nothing(sqlite_url: str, tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.model
 def test_scoring_with_the_embedded_model_then_from_the_cache(sqlite_url: str) -> None:
     """The demo's path: approve, score with the bundled model, score again from the cache."""
 

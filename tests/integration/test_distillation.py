@@ -210,6 +210,7 @@ def test_a_gated_judge_is_a_reward_only_once_approved(sqlite_url: str) -> None:
         engine.dispose()
 
 
+@pytest.mark.model
 def test_bad_input_is_refused_in_one_line_and_registers_nothing(
     sqlite_url: str, tmp_path: Path
 ) -> None:
@@ -248,6 +249,7 @@ def test_bad_input_is_refused_in_one_line_and_registers_nothing(
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.model
 def test_a_single_prompt_cannot_be_split(sqlite_url: str, tmp_path: Path) -> None:
     base = prepared_model_dir()
     _import(tmp_path, sqlite_url, records=(60,))

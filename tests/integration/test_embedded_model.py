@@ -36,6 +36,7 @@ def test_prepare_converts_once(tmp_path: Path) -> None:
     assert getattr(config, "quantization_config", None) is None
 
 
+@pytest.mark.model
 def test_prepared_model_answers() -> None:
     """The folder `make test` prepared loads in float32 and answers a question sensibly."""
     target = prepared_model_dir()

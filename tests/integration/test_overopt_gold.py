@@ -18,6 +18,7 @@ from trainer.scorers import InProcessScorer
 OVEROPT = Path(__file__).resolve().parents[2] / "examples" / "overopt"
 
 
+@pytest.mark.model
 def test_gold_scores_the_hand_written_answers_exactly(sqlite_url: str) -> None:
     cli_ok("rubrics", "add", str(OVEROPT / "rubrics.yaml"), database_url=sqlite_url)
     tasks = load_task_set(OVEROPT / "tasks.yaml").tasks

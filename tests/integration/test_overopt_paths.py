@@ -24,7 +24,7 @@ from trainer.config import ScorerSettings, ScorerVia
 from trainer.overopt import Split, load_task_set
 from trainer.rewards import RubricReward
 
-pytestmark = [pytest.mark.model, pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.model, pytest.mark.postgres, pytest.mark.broker, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 OVEROPT = ROOT / "examples" / "overopt"

@@ -27,7 +27,7 @@ from tests.workers_harness import (
     require,
 )
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.postgres, pytest.mark.broker, pytest.mark.slow]
 
 require_module("celery", "workers")
 

@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.helpers import approve_rubrics, check_criterion
 from tests.requirements import prepared_model_dir, require_module
 from trainer.callbacks import RunCallback
@@ -114,6 +116,7 @@ def test_the_run_callback_keeps_metrics_and_raises_the_saturation_alarm(tmp_path
     json.dumps(metrics)  # what was written is plain JSON
 
 
+@pytest.mark.model
 def test_the_run_callback_generates_held_out_answers_and_records_the_alarm(
     sqlite_url: str, tmp_path: Path
 ) -> None:

@@ -126,6 +126,7 @@ def test_a_completion_without_a_trajectory_is_masked_on_a_trajectory_criterion()
     assert assessment.value is None  # masked, never 0
 
 
+@pytest.mark.model
 def test_the_real_model_judges_the_rendered_trajectory() -> None:
     require_module("transformers", "transformers")
     from rubricsvc.judging.backends.transformers import TransformersBackend

@@ -26,6 +26,8 @@ from rubricsvc.scoring.service import ScoreOptions
 from tests.helpers import rubric_spec
 from tests.requirements import require_module
 
+pytestmark = pytest.mark.model
+
 require_module("transformers", "transformers")
 
 RESPONSE = (

@@ -46,7 +46,7 @@ from tests.workers_harness import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.postgres, pytest.mark.broker, pytest.mark.slow]
 
 require_module("celery", "workers")
 

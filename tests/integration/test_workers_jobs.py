@@ -363,6 +363,7 @@ def test_jobs_list_status_cancel(seeded: Engine, database_url: str) -> None:
     assert (missing.code, missing.stderr.strip()) == (3, "error: no score job with id 999")
 
 
+@pytest.mark.broker
 def test_resume_puts_the_chunks_on_the_judges_queue(seeded: Engine, database_url: str) -> None:
     require_module("celery", "workers")
     require(redis_unavailable())

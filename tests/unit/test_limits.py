@@ -166,6 +166,7 @@ def provider_limiting_api(monkeypatch: pytest.MonkeyPatch, broker_url: str) -> B
         get_settings.cache_clear()
 
 
+@pytest.mark.broker
 def test_a_provider_puts_judges_with_limits_behind_them(monkeypatch: pytest.MonkeyPatch) -> None:
     require(redis_unavailable())
     provider = provider_limiting_api(monkeypatch, REDIS_URL)
