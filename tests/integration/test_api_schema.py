@@ -32,6 +32,7 @@ def api_app(sqlite_url: str) -> Iterator[tuple[Any, str]]:
         yield client.app, keys["admin"]
 
 
+@pytest.mark.slow
 def test_no_operation_gives_a_server_error(api_app: tuple[Any, str]) -> None:
     app, admin_key = api_app
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)

@@ -109,6 +109,7 @@ def metrics_count(base: str, secret: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
+@pytest.mark.slow
 def test_serve_workers_answers_from_several_processes_with_one_session(
     two_process_server: tuple[str, str],
 ) -> None:

@@ -117,6 +117,7 @@ def test_healthbench_keeps_repeated_items_and_their_verdicts(sqlite_url: str) ->
     ]
 
 
+@pytest.mark.slow
 def test_importing_twice_adds_nothing_and_scoring_needs_no_judge(sqlite_url: str) -> None:
     _ok("import", "healthbench", str(HEALTHBENCH_FILE), database_url=sqlite_url)
     first = _counts(sqlite_url)

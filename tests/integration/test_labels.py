@@ -109,6 +109,7 @@ def _agreement(
     return len(judged), sum(1 for item, v in judged.items() if majorities[item] == v)
 
 
+@pytest.mark.slow
 def test_pandalm_import_keeps_every_label_and_verdict(database_url: str) -> None:
     out = cli_ok("labels", "import", "pandalm", str(PANDALM), database_url=database_url).stdout
     assert "pandalm-human: 2997 labels (pairwise 2997); added" in out

@@ -101,6 +101,7 @@ def _env(database_url: str, **extra: str) -> dict[str, str]:
     return {**os.environ, "RUBRICSVC_DATABASE_URL": database_url, "COLUMNS": "200", **extra}
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_finished_batches_and_a_rerun_completes_them(
     database_url: str, tmp_path: Path
 ) -> None:

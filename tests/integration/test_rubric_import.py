@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -225,6 +226,7 @@ def _all_rubrics(database_url: str) -> dict[str, tuple[str, dict[str, Any]]]:
     return rubrics
 
 
+@pytest.mark.slow
 def test_export_then_import_reproduces_every_rubric(
     database_url: str, tmp_path: Path, migrated_sqlite_template: Path
 ) -> None:

@@ -57,6 +57,7 @@ def _hashes(session: Session, judgment: Judgment) -> tuple[str, str]:
     return shown[0].content_hash, shown[1].content_hash
 
 
+@pytest.mark.slow
 def test_published_pandalm_verdicts_reproduce_exactly(database_url: str) -> None:
     """SOURCE.txt's figures: gpt-3.5-turbo 692 of 936 parseable (0.7393; 69.27% of 999),
     PandaLM-7B 667 of 999; stored against each judge and shown by `judges show`."""
@@ -93,6 +94,7 @@ def test_published_pandalm_verdicts_reproduce_exactly(database_url: str) -> None
     assert judged == 936
 
 
+@pytest.mark.slow
 def test_the_bootstrap_resamples_prompts(sqlite_url: str) -> None:
     """Items of one prompt move together: the interval is wider than one over independent
     items would be, and the same seed gives the same interval."""
