@@ -170,7 +170,7 @@ def _json_line(text: str, where: Where) -> int | None:
     its nearest ancestor found. Read along ``where`` only, stepping over other values without
     recursion: how deep the document nests must not decide whether an error names its line."""
     try:
-        at = _JSON_SPACE.match(text, 0).end()  # type: ignore[union-attr]
+        at = _skip_space(text, 0)
         for part in where:
             found = _json_item(text, at, part)
             if found is None:

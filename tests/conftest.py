@@ -124,8 +124,8 @@ def _fresh_canaries() -> None:
 
 @pytest.fixture(scope="session")
 def postgres_server() -> str:
-    """The admin URL of a reachable PostgreSQL server (skip, or fail in CI, if there is none)."""
-    uses("postgres")
+    """The admin URL of a reachable PostgreSQL server (skip, or fail in CI, if there is none).
+    Its users are marked ``postgres`` at collection (FIXTURE_MARKERS)."""
     reason = _postgres_unavailable_reason()
     if reason is not None:
         unavailable(reason)

@@ -10,15 +10,41 @@ from tests.requirements import COLLECTED, CURRENT_TEST, FIXTURE_MARKERS, RESOURC
 
 
 def test_every_collected_test_using_a_resource_fixture_carries_its_marker() -> None:
-    users = 0
-    for item in COLLECTED:
+    for item in COLLECTED:  # the whole run's tests, also those `-m` deselected
         for fixture in getattr(item, "fixturenames", ()):
             for marker in FIXTURE_MARKERS.get(fixture, ()):
-                users += 1
                 assert item.get_closest_marker(marker) is not None, (item.nodeid, marker)
-    # Run alone, this file is all that is collected; with the suite (also `make test-fast`,
-    # whose deselected tests are still collected) the fixtures have users.
-    assert users > 0 or all(item.path == COLLECTED[0].path for item in COLLECTED)
+
+
+class _Item:
+    """What the collection hook reads and writes of a test item."""
+
+    def __init__(self, nodeid: str, fixtures: list[str]) -> None:
+        self.nodeid = nodeid
+        self.fixturenames = fixtures
+        self.markers: list[str] = []
+
+    def get_closest_marker(self, name: str) -> str | None:
+        return name if name in self.markers else None
+
+    def add_marker(self, name: str) -> None:
+        self.markers.append(name)
+
+
+def test_collection_marks_a_fixtures_users_and_puts_heavy_modules_first() -> None:
+    from tests.conftest import pytest_collection_modifyitems
+
+    light = _Item("tests/a.py::t", ["tmp_path"])
+    cluster = _Item("tests/b.py::t", ["make_cluster"])
+    cluster.markers.append("slow")
+    saved = list(COLLECTED)
+    try:
+        items = [light, cluster]
+        pytest_collection_modifyitems(items)  # type: ignore[arg-type]
+    finally:
+        COLLECTED[:] = saved
+    assert sorted(cluster.markers) == ["broker", "postgres", "slow"] and light.markers == []
+    assert items == [cluster, light]
 
 
 def test_fixture_markers_name_declared_markers(pytestconfig: pytest.Config) -> None:
