@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 
 from rubricsvc import __version__
-from rubricsvc.api.auth import KeyGate
+from rubricsvc.api.auth import KeyGate, UndeclaredRoutes, mark_open, undeclared_routes
 from rubricsvc.api.errors import install_error_handlers
 from rubricsvc.api.limits import BodySizeLimit
 from rubricsvc.api.logs import install_redaction
@@ -50,7 +50,12 @@ def create_app(
     state = AppState(settings=settings, engine=engine, build_backend=build_backend)
 
     @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Closed by default, checked when the server starts, so that a route a plugin added
+        # after create_app() is seen too (the gate admits only admin keys to it till then).
+        undeclared = undeclared_routes(app.routes)
+        if undeclared:
+            raise UndeclaredRoutes(undeclared)
         # After the server configured its logging: keys in access log lines are redacted.
         install_redaction()
         yield
@@ -63,6 +68,9 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.rubricsvc = state
+    # FastAPI's own pages (the schema and the docs that read it) describe the API to anyone.
+    for route in app.routes:
+        mark_open(route, "the API's schema and its documentation pages")
     install_error_handlers(app)
     for module in (operations, prompts, rubrics, completions, jobs, rewards):
         app.include_router(module.router)

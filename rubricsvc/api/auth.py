@@ -7,6 +7,12 @@ and, when that route needs a key, authenticates it (``Authorization: Bearer``, o
 ``?api_key=`` on the routes that accept it), counts it against its rate limit and checks the
 route's scope before the app receives anything. A refused request's body is never read. The
 admitted key is left in the ASGI scope, where the route's dependency finds it.
+
+Closed by default: every route declares either the scope a key needs (``deps.require``) or
+that it is open and why (``deps.public``; the docs pages and the review pages' own sign-in
+are marked open by ``create_app``). A route that declares neither, a plugin's added after
+``create_app`` included, stops the server at start-up, naming it (``undeclared_routes``),
+and until then the gate admits only an admin key to it.
 """
 
 from __future__ import annotations
@@ -40,6 +46,19 @@ class KeyRule:
     query_key: bool = False
 
 
+@dataclass(frozen=True)
+class Open:
+    """A route the gate lets through without a key, and why (say who may use it)."""
+
+    reason: str
+
+
+# What a route that declares nothing gets from the gate until start-up refuses it.
+UNDECLARED = KeyRule(KeyScope.ADMIN)
+# Where ``mark_open`` records a route's ``Open`` when it has no dependencies to declare it in.
+_OPEN_ATTRIBUTE = "rubricsvc_open"
+
+
 class KeyCheck:
     """Base of the dependencies that declare a route's ``KeyRule`` (see ``deps.require``)."""
 
@@ -47,15 +66,68 @@ class KeyCheck:
         self.rule = rule
 
 
-def rule_of(route: BaseRoute) -> KeyRule | None:
-    """The key rule of a route's dependencies (declared on the route or in its parameters)."""
+class OpenCheck:
+    """The dependency that declares a route open (see ``deps.public``); it checks nothing."""
+
+    def __init__(self, reason: str) -> None:
+        if not reason.strip():
+            raise ValueError("say why the route is open: who may use it without a key")
+        self.open = Open(reason)
+
+    async def __call__(self) -> None:
+        return None
+
+
+def mark_open(route: BaseRoute, reason: str) -> None:
+    """Declare open a route that has no dependencies (the docs pages, a static mount)."""
+    setattr(route, _OPEN_ATTRIBUTE, Open(reason))
+
+
+def access_of(route: BaseRoute) -> KeyRule | Open | None:
+    """What a route declares: its key rule or that it is open (declared on the route, its
+    router or in its parameters), or None when it declares neither."""
+    marked = getattr(route, _OPEN_ATTRIBUTE, None)
+    if isinstance(marked, Open):
+        return marked
     pending = list(getattr(getattr(route, "dependant", None), "dependencies", None) or [])
     while pending:
         dependant = pending.pop()
         if isinstance(dependant.call, KeyCheck):
             return dependant.call.rule
+        if isinstance(dependant.call, OpenCheck):
+            return dependant.call.open
         pending.extend(dependant.dependencies)
     return None
+
+
+def rule_of(route: BaseRoute) -> KeyRule | None:
+    """The key rule the gate applies to a route: its own, none when it is open, and
+    ``UNDECLARED`` (an admin key) when it declares neither."""
+    access = access_of(route)
+    if isinstance(access, Open):
+        return None
+    return access if access is not None else UNDECLARED
+
+
+def route_name(route: BaseRoute) -> str:
+    methods = ",".join(sorted(getattr(route, "methods", None) or [])) or "ANY"
+    return f"{methods} {getattr(route, 'path', repr(route))}"
+
+
+def undeclared_routes(routes: Sequence[BaseRoute]) -> list[str]:
+    """The routes that declare neither a key scope nor that they are open."""
+    return [route_name(route) for route in routes if access_of(route) is None]
+
+
+class UndeclaredRoutes(RuntimeError):
+    def __init__(self, names: Sequence[str]) -> None:
+        super().__init__(
+            "closed by default: these routes declare neither the scope a key needs "
+            "(dependencies=[Depends(require(Scope.READ))], rubricsvc.api.deps) nor that they "
+            "are open (dependencies=[Depends(public('who may use it and why'))]): "
+            + "; ".join(names)
+        )
+        self.names = list(names)
 
 
 def presented_secret(scope: Scope, rule: KeyRule) -> str | None:

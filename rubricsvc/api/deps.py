@@ -1,8 +1,9 @@
 """Dependencies of the routes: the app state, a database session, the caller's API key.
 
-A route's key dependency declares what it needs (``require(scope)``); ``KeyGate`` enforces it
-before the body is read and leaves the admitted key in the request, where the dependency
-finds it. Without the gate in front (an app assembled otherwise), the dependency checks the
+A route's key dependency declares what it needs (``require(scope)``), or ``public(reason)``
+that it needs no key; a route with neither is refused (``rubricsvc.api.auth``). ``KeyGate``
+enforces it before the body is read and leaves the admitted key in the request, where the
+dependency finds it. Without the gate in front (an app assembled otherwise), the dependency checks the
 key itself.
 """
 
@@ -15,7 +16,15 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from rubricsvc.api.auth import ADMITTED_KEY, BAD_KEY, NO_KEY, KeyCheck, KeyRule, scope_error
+from rubricsvc.api.auth import (
+    ADMITTED_KEY,
+    BAD_KEY,
+    NO_KEY,
+    KeyCheck,
+    KeyRule,
+    OpenCheck,
+    scope_error,
+)
 from rubricsvc.api.errors import ApiError
 from rubricsvc.api.state import AppState
 from rubricsvc.apikeys import Scope
@@ -95,3 +104,9 @@ def require(scope: Scope) -> Callable[..., Awaitable[ApiKey]]:
 def require_with_query_key(scope: Scope) -> Callable[..., Awaitable[ApiKey]]:
     """As ``require``, also accepting ``?api_key=``: for clients that cannot send headers."""
     return _HeaderOrQueryKey(KeyRule(scope, query_key=True))
+
+
+def public(reason: str) -> Callable[[], Awaitable[None]]:
+    """A dependency that declares a route open to requests without a key, saying why
+    (``dependencies=[Depends(public("liveness probes"))]``)."""
+    return OpenCheck(reason)

@@ -13,6 +13,7 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy import Engine
 from starlette.responses import RedirectResponse, Response
 
+from rubricsvc.api.auth import mark_open
 from rubricsvc.config import Settings
 from rubricsvc.ui.deps import PageRefused, SignInRequired, UiState, sign_in_url
 from rubricsvc.ui.routes import auth, completions, judges, queue, versions
@@ -34,6 +35,7 @@ def install_ui(app: FastAPI, settings: Settings, engine: Engine) -> None:
         StaticFiles(directory=str(Path(__file__).parent / "static")),
         name="ui-static",
     )
+    mark_open(app.routes[-1], "the review pages' style sheet and scripts")
 
     @app.exception_handler(SignInRequired)
     async def _sign_in(request: Request, _exc: SignInRequired) -> Response:

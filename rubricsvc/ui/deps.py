@@ -19,12 +19,17 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 from starlette.datastructures import FormData
 
+from rubricsvc.api.auth import OpenCheck
 from rubricsvc.apikeys import Scope, allows
 from rubricsvc.config import Settings
 from rubricsvc.db import session_scope
 from rubricsvc.inputpolicy import printable, text_problem
 from rubricsvc.models import ApiKey
 from rubricsvc.ui.session import SESSION_COOKIE, SessionSigner
+
+# The API's key gate lets the pages through: each page checks its own session cookie (signed
+# in with a key on /ui/login) through ``current_reviewer``.
+SESSION_PAGES = OpenCheck("review pages: each checks its own signed-in session (a key's)")
 
 
 class PageRefused(Exception):

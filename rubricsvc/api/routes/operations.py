@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
 from rubricsvc.api.boundary import CheckedRoute
-from rubricsvc.api.deps import app_state, db, require
+from rubricsvc.api.deps import app_state, db, public, require
 from rubricsvc.api.metrics import CONTENT_TYPE
 from rubricsvc.api.schemas import JudgeOut
 from rubricsvc.api.state import AppState
@@ -21,7 +21,11 @@ from rubricsvc.scoring.judge_configs import current_judge_configs
 router = APIRouter(tags=["operations"], route_class=CheckedRoute)
 
 
-@router.get("/healthz", responses={503: {"description": "The database is unreachable or behind."}})
+@router.get(
+    "/healthz",
+    responses={503: {"description": "The database is unreachable or behind."}},
+    dependencies=[Depends(public("liveness and readiness probes, which hold no key"))],
+)
 async def healthz(state: AppState = Depends(app_state)) -> JSONResponse:
     """Alive, and the database reachable at the newest migration (no key needed)."""
 

@@ -10,6 +10,7 @@ from starlette.responses import RedirectResponse, Response
 from rubricsvc.apikeys import authenticate
 from rubricsvc.db import session_scope
 from rubricsvc.ui.deps import (
+    SESSION_PAGES,
     PageRefused,
     Reviewer,
     UiState,
@@ -24,7 +25,9 @@ from rubricsvc.ui.session import SESSION_COOKIE, SIGN_IN_COOKIE, SIGN_IN_SECONDS
 from rubricsvc.ui.templating import render
 
 router = APIRouter(
-    prefix="/ui", include_in_schema=False, dependencies=[Depends(checked_parameters)]
+    prefix="/ui",
+    include_in_schema=False,
+    dependencies=[Depends(SESSION_PAGES), Depends(checked_parameters)],
 )
 
 

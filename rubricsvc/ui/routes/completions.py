@@ -12,11 +12,20 @@ from sqlalchemy.orm import Session, selectinload
 from starlette.responses import Response
 
 from rubricsvc.models import Completion, Judgment, RubricVersion, Score
-from rubricsvc.ui.deps import PageRefused, Reviewer, checked_parameters, current_reviewer, page_db
+from rubricsvc.ui.deps import (
+    SESSION_PAGES,
+    PageRefused,
+    Reviewer,
+    checked_parameters,
+    current_reviewer,
+    page_db,
+)
 from rubricsvc.ui.templating import render
 
 router = APIRouter(
-    prefix="/ui/completions", include_in_schema=False, dependencies=[Depends(checked_parameters)]
+    prefix="/ui/completions",
+    include_in_schema=False,
+    dependencies=[Depends(SESSION_PAGES), Depends(checked_parameters)],
 )
 
 

@@ -12,11 +12,13 @@ from sqlalchemy.orm import Session, selectinload
 from starlette.responses import Response
 
 from rubricsvc.models import JudgeAudit, JudgeConfig, JudgeEvaluation, Judgment
-from rubricsvc.ui.deps import Reviewer, checked_parameters, current_reviewer, page_db
+from rubricsvc.ui.deps import SESSION_PAGES, Reviewer, checked_parameters, current_reviewer, page_db
 from rubricsvc.ui.templating import render
 
 router = APIRouter(
-    prefix="/ui", include_in_schema=False, dependencies=[Depends(checked_parameters)]
+    prefix="/ui",
+    include_in_schema=False,
+    dependencies=[Depends(SESSION_PAGES), Depends(checked_parameters)],
 )
 
 

@@ -10,13 +10,15 @@ from starlette.responses import Response
 
 from rubricsvc.models import Origin, VersionStatus
 from rubricsvc.rubrics.queue import QueueFilter, review_queue
-from rubricsvc.ui.deps import Reviewer, checked_parameters, current_reviewer, page_db
+from rubricsvc.ui.deps import SESSION_PAGES, Reviewer, checked_parameters, current_reviewer, page_db
 from rubricsvc.ui.templating import render
 
 E = TypeVar("E", VersionStatus, Origin)
 
 router = APIRouter(
-    prefix="/ui", include_in_schema=False, dependencies=[Depends(checked_parameters)]
+    prefix="/ui",
+    include_in_schema=False,
+    dependencies=[Depends(SESSION_PAGES), Depends(checked_parameters)],
 )
 
 STATUSES = ["draft", "approved", "retired", "any"]

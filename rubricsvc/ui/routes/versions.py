@@ -17,6 +17,7 @@ from rubricsvc.rubrics.analytics import chart_bars, rubric_analytics
 from rubricsvc.rubrics.diff import diff_versions
 from rubricsvc.rubrics.review import authors_of, check_not_own
 from rubricsvc.ui.deps import (
+    SESSION_PAGES,
     PageRefused,
     Reviewer,
     UiState,
@@ -32,7 +33,9 @@ from rubricsvc.ui.routes.common import redirect
 from rubricsvc.ui.templating import render
 
 router = APIRouter(
-    prefix="/ui/versions", include_in_schema=False, dependencies=[Depends(checked_parameters)]
+    prefix="/ui/versions",
+    include_in_schema=False,
+    dependencies=[Depends(SESSION_PAGES), Depends(checked_parameters)],
 )
 
 
