@@ -8,7 +8,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from trainer.monitors import GoldMonitor, SaturationTracker
+from trainer.monitors import GoldMonitor, SaturationTracker, alarm_message
 from trainer.plots import draw_plots
 from trainer.rundir import ALARMS, GOLD, METRICS, RunDirectory
 
@@ -94,10 +94,10 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]
             self._alarm(
                 step,
                 "gold_divergence",
-                f"training score rising (slope {point.train_slope:+.3f}) while the gold score "
-                f"falls (slope {point.gold_slope:+.3f})",
+                alarm_message(point),
                 train_slope=point.train_slope,
                 gold_slope=point.gold_slope,
+                tests=point.tests,
             )
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

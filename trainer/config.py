@@ -190,8 +190,11 @@ class GoldSettings(Strict):
     scorer: ScorerSettings
     prompts: list[str] = Field(min_length=1)  # held-out prompts' external ids
     every: int = Field(default=5, ge=1)  # steps between evaluations
-    window: int = Field(default=3, ge=2)  # evaluations the slopes are fitted on
-    min_slope: float = Field(default=0.0, ge=0.0)  # per evaluation; both must pass it
+    window: int = Field(default=3, ge=2)  # evaluations the held-out slopes are fitted on
+    # The alarm's test (trainer/monitors.py): the chance that a run whose training score does
+    # not truly rise while gold falls raises it at all. None: the raw rule, with min_slope.
+    alpha: float | None = Field(default=0.05, gt=0.0, lt=1.0)
+    min_slope: float = Field(default=0.0, ge=0.0)  # the raw rule's, per evaluation
     max_new_tokens: int | None = None  # None: grpo.max_completion_length
     # The training completions are scored by the gold scorer too, every this many steps (0:
     # never), so proxy (rubric/reward) and gold (gold/train_reward) are logged side by side

@@ -129,7 +129,12 @@ def run_callback(config: TrainConfig, run: RunDirectory) -> Any:
     if gold is None:
         return RunCallback(run, saturation)
     monitor = GoldMonitor(
-        make_scorer(config.reward), make_scorer(gold.scorer), gold.window, gold.min_slope
+        make_scorer(config.reward),
+        make_scorer(gold.scorer),
+        gold.window,
+        gold.min_slope,
+        alpha=gold.alpha,
+        looks=config.grpo.max_steps // gold.every,
     )
     held_out = HeldOut(gold.prompts, load_prompts(gold.scorer.database_url, gold.prompts))
     max_new_tokens = gold.max_new_tokens or config.grpo.max_completion_length
@@ -173,6 +178,7 @@ def train(config: TrainConfig, say: Callable[[str], None] = log.info) -> TrainRe
         config.monitors.ngram,
         gold=make_scorer(gold.scorer) if gold and gold.train_every else None,
         gold_every=gold.train_every if gold else 1,
+        monitor=callback.gold,
     )
     arguments = grpo_arguments(config, run.path / "trl")
     run.write_config(config.model_dump(mode="json"), arguments)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rubricsvc.scoring.rewards import RewardResult
-from trainer.monitors import mean_reward
+from trainer.monitors import GoldMonitor, mean_reward
 from trainer.rewards import RandomControlReward, RubricReward, completion_text, reward_requests
 from trainer.rundir import SAMPLES, RunDirectory
 from trainer.scorers import Scorer
@@ -37,9 +37,11 @@ class RecordingReward:
         ngram: int = 3,
         gold: Scorer | None = None,
         gold_every: int = 1,
+        monitor: GoldMonitor | None = None,
     ) -> None:
         self.inner = inner
         self.gold = gold
+        self.monitor = monitor  # told every completion scored by both, for its test
         self.gold_every = gold_every
         self.run = run
         self.samples_per_step = samples_per_step
@@ -65,6 +67,10 @@ class RecordingReward:
         results = self.rubric.last_results
         prompt_ids = kwargs.get(self.rubric.prompt_id_column) or [None] * len(texts)
         gold = self._gold(step, prompts, completions, kwargs.get(self.rubric.prompt_id_column))
+        if self.monitor is not None and gold and len(results) == len(gold):
+            self.monitor.add_training(
+                step, prompt_ids, [r.reward for r in results], [g.reward for g in gold]
+            )
         if log_metric is not None and gold:
             gold_mean = mean_reward(gold)
             if gold_mean is not None:

@@ -23,7 +23,7 @@ import yaml
 
 from rubricsvc.errors import NotFoundError
 from rubricsvc.validation.metrics import bootstrap_interval
-from trainer.monitors import slope
+from trainer.monitors import GoldPoint, divergence_tests, per_test_level, slope
 from trainer.rundir import ALARMS, GOLD, METRICS, SAMPLES, RunDirectory
 
 CURVES = "curves.png"
@@ -51,6 +51,7 @@ class RunRecord:
     held_out: list[Point]
     alarms: list[dict[str, Any]]
     samples: list[dict[str, Any]] = field(default_factory=list)
+    gold_rows: list[dict[str, Any]] = field(default_factory=list)  # gold.jsonl as written
 
     @property
     def name(self) -> str:
@@ -96,6 +97,71 @@ class RunRecord:
                 best = (margin, recent[-1].step)
         return best
 
+    @property
+    def gold_settings(self) -> dict[str, Any]:
+        return dict((self.config.get("monitors") or {}).get("gold") or {})
+
+    def test_level(self, alpha: float | None = None) -> float:
+        """Each of the monitor's tests' level at ``alpha`` (default: the run's, else 0.05)."""
+        gold = self.gold_settings
+        chosen = alpha if alpha is not None else gold.get("alpha") or 0.05
+        steps = int((self.config.get("grpo") or {}).get("max_steps") or 1)
+        return per_test_level(float(chosen), steps // int(gold.get("every") or 5))
+
+    def replayed_tests(self, alpha: float | None = None) -> list[tuple[int, list[dict[str, Any]]]]:
+        """The monitor's test rule at each held-out evaluation, decided again from the logs:
+        the held-out answers in gold.jsonl and the training completions in samples.jsonl
+        (all of them when ``samples_per_step`` covers a step's completions, as in the lab's
+        runs). The same function as the live monitor's, so for a run made with the test rule
+        it gives what the run logged; for one made before, what it would have."""
+        level = self.test_level(alpha)
+        window = self.gold_window
+        proxy = [
+            (s["prompt_id"], int(s["step"]), float(s["rubric_reward"]))
+            for s in self.samples
+            if s.get("prompt_id") is not None
+            and s.get("rubric_reward") is not None
+            and s.get("gold_reward") is not None
+        ]
+        gold = [
+            (s["prompt_id"], int(s["step"]), float(s["gold_reward"]))
+            for s in self.samples
+            if s.get("prompt_id") is not None
+            and s.get("rubric_reward") is not None
+            and s.get("gold_reward") is not None
+        ]
+        points: list[GoldPoint] = []
+        found = []
+        for row in self.gold_rows:
+            step = int(row["step"])
+            point = GoldPoint(step, row.get("train_score"), row.get("gold_score"))
+            point.samples = list(row.get("samples") or [])
+            points.append(point)
+            if point.train_score is None or point.gold_score is None:
+                continue
+            scored = [p for p in points if p.train_score is not None and p.gold_score is not None]
+            seen = [o for o in proxy if o[1] <= step]
+            seen_gold = [o for o in gold if o[1] <= step]
+            found.append((step, divergence_tests(scored, window, seen, seen_gold, level)))
+        return found
+
+    def test_alarms(self, alpha: float | None = None) -> list[int]:
+        """The steps at which the test rule fires (``replayed_tests``)."""
+        return [
+            step for step, tests in self.replayed_tests(alpha) if any(t["fires"] for t in tests)
+        ]
+
+    def strongest_evidence(self, alpha: float | None = None) -> tuple[float, int, str] | None:
+        """The smallest p-value of the test rule over the run (a set's p is the larger of its
+        two tests', as both must pass), with its step and set of answers."""
+        best: tuple[float, int, str] | None = None
+        for step, tests in self.replayed_tests(alpha):
+            for test in tests:
+                p_value = max(test["proxy_p"], test["gold_p"])
+                if best is None or p_value < best[0]:
+                    best = (p_value, step, test["source"])
+        return best
+
     def held_out_summary(self) -> dict[str, Point] | None:
         """The held-out evaluation at the start, at the proxy's peak and at the end."""
         scored = [p for p in self.held_out if p.proxy is not None]
@@ -112,11 +178,19 @@ def read_run(path: Path) -> RunRecord:
         raise NotFoundError(f"{path} is not a run directory (no config.yaml)")
     config = yaml.safe_load(config_file.read_text(encoding="utf-8")) or {}
     run = RunDirectory(path)
+    gold_rows = run.read(GOLD)
     held_out = [
-        Point(int(row["step"]), row.get("train_score"), row.get("gold_score"))
-        for row in run.read(GOLD)
+        Point(int(row["step"]), row.get("train_score"), row.get("gold_score")) for row in gold_rows
     ]
-    return RunRecord(path, config, run.read(METRICS), held_out, run.read(ALARMS), run.read(SAMPLES))
+    return RunRecord(
+        path,
+        config,
+        run.read(METRICS),
+        held_out,
+        run.read(ALARMS),
+        run.read(SAMPLES),
+        gold_rows,
+    )
 
 
 def smoothed(values: Sequence[float], width: int = SMOOTHING) -> list[float]:
@@ -155,8 +229,8 @@ def _draw_held_out(axes: Any, run: RunRecord, alpha: float = 1.0, label: bool = 
                 alpha=alpha,
                 label=name if label else None,
             )
-    for alarm in run.gold_alarms():
-        axes.axvline(int(alarm["step"]), color="tab:red", alpha=0.4 * alpha, linestyle="--")
+    for step in run.test_alarms():
+        axes.axvline(step, color="tab:red", alpha=0.4 * alpha, linestyle="--")
 
 
 def _figure(rows: int) -> tuple[Any, Any]:
@@ -242,7 +316,7 @@ def defences(config: dict[str, Any]) -> str:
 
 HEADER = (
     "| run | seeds | judge | defence | held-out proxy start / peak / end "
-    "| held-out gold start / peak / end | gold alarms | alarm margin "
+    "| held-out gold start / peak / end | gold alarms (the test) | smallest p "
     "| proxy agrees with gold in groups |\n"
     "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 )
@@ -260,23 +334,21 @@ def table(runs: Sequence[RunRecord]) -> str:
                 for moment in ("start", "peak", "end")
             ]
             cells.append(" / ".join(parts))
-        alarms = [len(m.gold_alarms()) for m in members]
+        alarms = [len(m.test_alarms()) for m in members]
         first = members[0].config
         judge = (first.get("reward") or {}).get("judge", "?")
         lines.append(
             f"| {group} | {len(members)} | {judge} | {defences(first)} | {cells[0]} | {cells[1]} "
             f"| {sum(alarms)} in {sum(1 for a in alarms if a)} of {len(members)} run(s) "
-            f"| {_stat([_margin(m) for m in members])} "
+            f"| {_p_values([m.strongest_evidence() for m in members])} "
             f"| {_stat([group_agreement(m.samples).agreement for m in members])} |"
         )
     return "\n".join(lines)
 
 
-def _margin(run: RunRecord) -> float:
-    """The run's alarm margin, 0 for a run on which no threshold fires (so that a group's mean
-    counts it)."""
-    found = run.alarm_margin()
-    return found[0] if found else 0.0
+def _p_values(found: Sequence[tuple[float, int, str] | None]) -> str:
+    """Each run's smallest p-value of the test rule (``strongest_evidence``), in seed order."""
+    return ", ".join(f"{f[0]:.2g}" if f else "-" for f in found) or "-"
 
 
 def _training_ends(run: RunRecord, key: str) -> tuple[float | None, float | None]:
@@ -351,6 +423,27 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def _test_summary(run: RunRecord) -> str:
+    """The test rule's verdict on the run, decided from its logs."""
+    if not run.gold_rows:
+        return "The gold monitor's test: no held-out evaluation to decide it on."
+    alpha = run.gold_settings.get("alpha") or 0.05
+    steps = run.test_alarms()
+    said = f"fires at step {', '.join(map(str, steps))}" if steps else "fires at no evaluation"
+    best = run.strongest_evidence()
+    evidence = (
+        f" Its strongest evidence: p = {best[0]:.2g} at step {best[1]} on the "
+        f"{'held-out answers' if best[2] == 'held_out' else 'training completions'} (a set's "
+        "p is the larger of its two tests')."
+        if best
+        else ""
+    )
+    return (
+        f"The gold monitor's test (alpha {alpha}, each test at level {run.test_level():.3g}; "
+        f"decided from the logs): {said}.{evidence}"
+    )
+
+
 def run_report(run: RunRecord) -> str:
     """report.md of one run: settings, held-out table, training ends, alarms, samples."""
     reward = run.config.get("reward") or {}
@@ -398,13 +491,16 @@ def run_report(run: RunRecord) -> str:
         "## Alarms",
         "",
     ]
+    lines += [_test_summary(run), ""]
     margin = run.alarm_margin()
     lines += [
-        "Alarm margin (the largest `min_slope` at which the gold monitor would still fire on "
+        "Alarm margin of the raw rule (the largest `min_slope` at which it would still fire on "
         "these held-out evaluations): "
         + (
             f"{margin[0]:.4f} (step {margin[1]})." if margin else "none (it fires at no threshold)."
         ),
+        "",
+        "Alarms as the run logged them:",
         "",
     ]
     if not run.alarms:
