@@ -31,6 +31,9 @@ from rubricsvc.api.ratelimit import RateLimiter, retry_after
 from rubricsvc.apikeys import Scope as KeyScope
 from rubricsvc.apikeys import allows
 from rubricsvc.models import ApiKey
+from rubricsvc.routeaccess import Open, OpenCheck, declared_open, mark_open
+
+__all__ = ["Open", "OpenCheck", "mark_open"]  # declared in rubricsvc.routeaccess
 
 # Where KeyGate leaves the key it admitted (an ASGI scope extension).
 ADMITTED_KEY = "rubricsvc.api_key"
@@ -46,17 +49,8 @@ class KeyRule:
     query_key: bool = False
 
 
-@dataclass(frozen=True)
-class Open:
-    """A route the gate lets through without a key, and why (say who may use it)."""
-
-    reason: str
-
-
 # What a route that declares nothing gets from the gate until start-up refuses it.
 UNDECLARED = KeyRule(KeyScope.ADMIN)
-# Where ``mark_open`` records a route's ``Open`` when it has no dependencies to declare it in.
-_OPEN_ATTRIBUTE = "rubricsvc_open"
 
 
 class KeyCheck:
@@ -66,28 +60,11 @@ class KeyCheck:
         self.rule = rule
 
 
-class OpenCheck:
-    """The dependency that declares a route open (see ``deps.public``); it checks nothing."""
-
-    def __init__(self, reason: str) -> None:
-        if not reason.strip():
-            raise ValueError("say why the route is open: who may use it without a key")
-        self.open = Open(reason)
-
-    async def __call__(self) -> None:
-        return None
-
-
-def mark_open(route: BaseRoute, reason: str) -> None:
-    """Declare open a route that has no dependencies (the docs pages, a static mount)."""
-    setattr(route, _OPEN_ATTRIBUTE, Open(reason))
-
-
 def access_of(route: BaseRoute) -> KeyRule | Open | None:
     """What a route declares: its key rule or that it is open (declared on the route, its
     router or in its parameters), or None when it declares neither."""
-    marked = getattr(route, _OPEN_ATTRIBUTE, None)
-    if isinstance(marked, Open):
+    marked = declared_open(route)
+    if marked is not None:
         return marked
     pending = list(getattr(getattr(route, "dependant", None), "dependencies", None) or [])
     while pending:

@@ -13,8 +13,8 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy import Engine
 from starlette.responses import RedirectResponse, Response
 
-from rubricsvc.api.auth import mark_open
 from rubricsvc.config import Settings
+from rubricsvc.routeaccess import mark_open
 from rubricsvc.ui.deps import PageRefused, SignInRequired, UiState, sign_in_url
 from rubricsvc.ui.routes import auth, completions, judges, queue, versions
 from rubricsvc.ui.session import SessionSigner

@@ -19,12 +19,12 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 from starlette.datastructures import FormData
 
-from rubricsvc.api.auth import OpenCheck
 from rubricsvc.apikeys import Scope, allows
 from rubricsvc.config import Settings
 from rubricsvc.db import session_scope
 from rubricsvc.inputpolicy import printable, text_problem
 from rubricsvc.models import ApiKey
+from rubricsvc.routeaccess import OpenCheck
 from rubricsvc.ui.session import SESSION_COOKIE, SessionSigner
 
 # The API's key gate lets the pages through: each page checks its own session cookie (signed
