@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging import keys
-from rubricsvc.judging.backends.base import JudgeBackend
+from rubricsvc.judging.backends import JudgeBackend, replays_only
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.modes import get_mode
 from rubricsvc.models import (
@@ -52,7 +52,6 @@ from rubricsvc.scoring.service import (
 from rubricsvc.scoring.store import judgments_by_key
 from rubricsvc.validation import metrics as m
 
-IMPORTED_BACKEND = "imported"
 MET, NOT_MET = "met", "not met"
 PAIR_LABELS = ("first", "second", "tie")  # also the order that breaks a tie between them
 TAG_MIN_ITEMS = 10  # a tag's own figures only with at least this many items
@@ -166,9 +165,9 @@ def _judge_what_is_missing(
     progress: Progress | None,
     checkpoint: Callable[[], None] | None,
 ) -> ScoreReport | None:
-    """Score the selection (the cache answers what is judged already); an imported judge has
-    no backend: its verdicts are only read (None)."""
-    if spec.backend == IMPORTED_BACKEND:
+    """Score the selection (the cache answers what is judged already); a judge whose backend
+    only replays stored verdicts (imported ones) judges nothing: they are only read (None)."""
+    if replays_only(spec.backend):
         return None
     return score(
         session,
@@ -387,7 +386,7 @@ def _pairwise(
         if label is None:
             continue
         forward, backward = order_keys[pair]
-        if spec.backend == IMPORTED_BACKEND:
+        if replays_only(spec.backend):
             # A source's verdict on this very record, in the order it was shown.
             sides = [_imported_probs(judged.get(forward), labels[0].item), None]
         else:
@@ -436,7 +435,7 @@ def _scalar(
         version_ids=(label_set.rubric_version_id,) if label_set.rubric_version_id else (),
         include_drafts=True,
     )
-    if spec.backend == IMPORTED_BACKEND:
+    if replays_only(spec.backend):
         raise ValidationFailed(
             f"judge {spec.name} only replays imported verdicts: scalar labels need a judge "
             "that scores"
