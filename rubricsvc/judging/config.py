@@ -11,8 +11,8 @@ from rubricsvc.errors import ValidationFailed
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging import neutral
 from rubricsvc.judging.backends import operational_options
-from rubricsvc.judging.calibration import CALIBRATED_MODES, CalibrationMap
-from rubricsvc.judging.modes import check_mode_name, get_mode, mode_names
+from rubricsvc.judging.calibration import CalibrationMap
+from rubricsvc.judging.modes import check_mode_name, get_mode, mode_names, modes_that
 from rubricsvc.judging.templates import PromptTemplate, load_template
 
 
@@ -97,10 +97,10 @@ class JudgeSpec(BaseModel):
 
     @model_validator(mode="after")
     def _calibrates_probabilities(self) -> JudgeSpec:
-        if self.calibration is not None and self.mode not in CALIBRATED_MODES:
+        if self.calibration is not None and not get_mode(self.mode).gives_probability:
             raise ValueError(
                 f"a calibration maps probabilities, which mode {self.mode} does not give: only "
-                f"{', '.join(sorted(CALIBRATED_MODES))} judges can be calibrated"
+                f"{', '.join(modes_that(gives_probability=True))} judges can be calibrated"
             )
         return self
 

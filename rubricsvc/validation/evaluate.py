@@ -27,7 +27,7 @@ from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging import keys
 from rubricsvc.judging.backends import JudgeBackend, replays_only
 from rubricsvc.judging.config import JudgeSpec
-from rubricsvc.judging.modes import get_mode
+from rubricsvc.judging.modes import get_mode, modes_that
 from rubricsvc.models import (
     Completion,
     Criterion,
@@ -186,6 +186,11 @@ def _score_options(spec: JudgeSpec) -> ScoreOptions:
     return ScoreOptions(aggregation=score_aggregation(spec, ScoreOptions()))
 
 
+def _either(names: Sequence[str]) -> str:
+    """``a, b or c``."""
+    return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else "".join(names)
+
+
 def _majority_met(labels: Sequence[Label]) -> float | None:
     verdict = m.majority([MET if label.value >= 0.5 else NOT_MET for label in labels])
     return None if verdict is None else float(verdict == MET)
@@ -224,7 +229,7 @@ def _pointwise(
     if get_mode(spec.mode).compares:
         raise ValidationFailed(
             f"judge {spec.name} compares completions ({spec.mode}); pointwise labels need a "
-            "judge of criteria: pass --mode criterion-prob, criterion-text or multi-criterion"
+            f"judge of criteria: pass --mode {_either(modes_that(per_criterion=True))}"
         )
     versions = {items.criteria[c].version_id for _, c in items.pointwise}
     completion_ids = tuple(sorted({c for c, _ in items.pointwise}))
@@ -350,10 +355,11 @@ def _pairwise(
 ) -> list[PairObservation]:
     if not items.pairwise:
         return []
-    if spec.mode != "pairwise":
+    if not get_mode(spec.mode).judges_pairs:
+        pair_modes = _either(modes_that(judges_pairs=True))
         raise ValidationFailed(
-            f"pairwise labels need a judge in the pairwise mode; judge {spec.name} is "
-            f"{spec.mode}: pass --mode pairwise"
+            f"pairwise labels need a judge in the {pair_modes} mode; judge {spec.name} is "
+            f"{spec.mode}: pass --mode {pair_modes}"
         )
     pairs = tuple(sorted(items.pairwise))
     completion_ids = tuple(sorted({c for pair in pairs for c in pair}))
