@@ -16,8 +16,8 @@ from rubricsvc.cli.render import build_table
 from rubricsvc.config import get_settings
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.backends.provider import BackendProvider
-from rubricsvc.judging.calibration import CALIBRATED_MODES
 from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec
+from rubricsvc.judging.modes import get_mode, modes_that
 from rubricsvc.scoring.judge_configs import ensure_judge_config, find_judge
 from rubricsvc.validation.calibration import (
     CalibrationPoint,
@@ -117,10 +117,10 @@ def _check_calibratable(spec: JudgeSpec, target: str) -> None:
         raise ValidationFailed(
             f"judge {spec.name!r} is a jury: calibrate its members, then make a jury of them"
         )
-    if spec.mode not in CALIBRATED_MODES:
+    if not get_mode(spec.mode).gives_probability:
         raise ValidationFailed(
             f"judge {spec.name!r} gives {spec.mode} verdicts, not probabilities: only "
-            f"{', '.join(sorted(CALIBRATED_MODES))} judges can be calibrated"
+            f"{', '.join(modes_that(gives_probability=True))} judges can be calibrated"
         )
     if spec.calibration is not None:
         raise ValidationFailed(

@@ -21,8 +21,8 @@ from sqlalchemy.orm import Session, selectinload
 from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging import neutral
-from rubricsvc.judging.config import JudgeSpec, VerdictMode
-from rubricsvc.judging.modes import get_mode
+from rubricsvc.judging.config import JudgeSpec
+from rubricsvc.judging.modes import get_mode, modes_that
 from rubricsvc.judging.modes.base import CallContext
 from rubricsvc.judging.types import ChoiceRequest
 from rubricsvc.models import (
@@ -40,11 +40,6 @@ from rubricsvc.models import (
 from rubricsvc.scoring.service import case_plan, completion_view
 from rubricsvc.validation.calibration import split_prompts
 
-# Teachers whose judgments decide one criterion each (a holistic or comparing judge's verdicts
-# are not per criterion, so there is nothing per criterion to learn from them).
-PER_CRITERION_MODES = frozenset(
-    {VerdictMode.CRITERION_PROB, VerdictMode.CRITERION_TEXT, VerdictMode.MULTI_CRITERION}
-)
 # The verdict tokens a criterion-prob student is asked for ("Answer with one word: Yes or No").
 YES, NO = "Yes", "No"
 
@@ -92,11 +87,14 @@ def teacher_targets(session: Session, teacher: str) -> tuple[list[Target], Sourc
             f"judge {teacher!r} has no stored judgments to learn from (no stored config of "
             "that name): score completions with it first, or pass --labels"
         )
-    usable = [c for c in configs if c.verdict_mode in PER_CRITERION_MODES]
+    # A teacher's judgments each say whether one criterion is met (a holistic or comparing
+    # judge's verdicts are not per criterion, so there is nothing per criterion to learn).
+    teaching = modes_that(per_criterion=True)
+    usable = [c for c in configs if c.verdict_mode in teaching]
     if not usable:
         raise ValidationFailed(
             f"judge {teacher!r} gives {configs[-1].verdict_mode} verdicts, not one per criterion: "
-            f"a teacher judges criteria ({', '.join(sorted(PER_CRITERION_MODES))})"
+            f"a teacher judges criteria ({', '.join(teaching)})"
         )
     query = (
         select(Judgment.completion_id, Judgment.criterion_id, Judgment.value, Completion.prompt_id)

@@ -5,8 +5,9 @@ stores it in a judge config, where it is part of the hash: the calibrated judge'
 its own, never replayed from the uncalibrated judge's or mixed with them. The executor applies
 it to each parsed verdict and keeps the judge's own value in the verdict's detail.
 
-Only a mode whose verdict values are probabilities can be calibrated (``CALIBRATED_MODES``);
-a decoded verdict (yes = 1, no = 0) or a Likert score has no confidence to correct.
+Only a mode whose verdict values are probabilities can be calibrated (one that declares
+``gives_probability``, ``judging.modes``); a decoded verdict (yes = 1, no = 0) or a Likert
+score has no confidence to correct.
 """
 
 from __future__ import annotations
@@ -17,9 +18,6 @@ from itertools import pairwise
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
-
-# The modes whose verdict values are the judge's probability that a criterion is met.
-CALIBRATED_MODES = frozenset({"criterion-prob"})
 
 # Probabilities are clamped into [EPSILON, 1 - EPSILON] before their logit is taken, so a judge
 # that is certain (p = 0 or 1) still maps to a finite logit.

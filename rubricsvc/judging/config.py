@@ -10,8 +10,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, 
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging import neutral
-from rubricsvc.judging.calibration import CALIBRATED_MODES, CalibrationMap
-from rubricsvc.judging.modes import check_mode_name, get_mode, mode_names
+from rubricsvc.judging.backends import operational_options
+from rubricsvc.judging.calibration import CalibrationMap
+from rubricsvc.judging.modes import check_mode_name, get_mode, mode_names, modes_that
 from rubricsvc.judging.templates import PromptTemplate, load_template
 
 
@@ -37,21 +38,6 @@ def _registered(name: str) -> str:
 
 # The name of a registered verdict mode, for settings and schemas.
 ModeName = Annotated[str, AfterValidator(_registered)]
-
-# Backend options that change speed or plumbing but never a verdict: not hashed.
-OPERATIONAL_OPTIONS = frozenset(
-    {
-        "batch_size",
-        "max_concurrency",
-        "timeout",
-        "threads",
-        "api_key_env",
-        "prefix_reuse",
-        "kv_cache_memory_bytes",
-        "enforce_eager",
-        "enable_prefix_caching",
-    }
-)
 
 
 class JudgeSpec(BaseModel):
@@ -111,10 +97,10 @@ class JudgeSpec(BaseModel):
 
     @model_validator(mode="after")
     def _calibrates_probabilities(self) -> JudgeSpec:
-        if self.calibration is not None and self.mode not in CALIBRATED_MODES:
+        if self.calibration is not None and not get_mode(self.mode).gives_probability:
             raise ValueError(
                 f"a calibration maps probabilities, which mode {self.mode} does not give: only "
-                f"{', '.join(sorted(CALIBRATED_MODES))} judges can be calibrated"
+                f"{', '.join(modes_that(gives_probability=True))} judges can be calibrated"
             )
         return self
 
@@ -147,6 +133,8 @@ class JudgeSpec(BaseModel):
         if self.jury is not None:
             return {"backend": JURY_BACKEND, "jury": self.jury.hashed_settings()}
         options = get_mode(self.mode).options
+        # Options that change speed or plumbing but never a verdict, as the backends declare.
+        operational = operational_options()
         return {
             "backend": self.backend,
             "model": self.model,
@@ -165,9 +153,7 @@ class JudgeSpec(BaseModel):
                 if name in options
             },
             "backend_options": {
-                k: v
-                for k, v in sorted(self.backend_options.items())
-                if k not in OPERATIONAL_OPTIONS
+                k: v for k, v in sorted(self.backend_options.items()) if k not in operational
             },
             # Only when set: every config without one keeps the hash it always had.
             **({"calibration": self.calibration.model_dump()} if self.calibration else {}),

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.fileformats import describe_validation_error, read_records
 from rubricsvc.hashing import content_hash
-from rubricsvc.judging.config import OPERATIONAL_OPTIONS
+from rubricsvc.judging.backends import operational_options
 from rubricsvc.judging.templates import PromptTemplate, load_template
 from rubricsvc.models import Category
 
@@ -107,7 +107,7 @@ class GeneratorSpec(BaseModel):
             "backend_options": {
                 k: v
                 for k, v in sorted(self.backend_options.items())
-                if k not in OPERATIONAL_OPTIONS
+                if k not in operational_options()
             },
         }
 

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.errors import ConflictError, NotFoundError, RubricsvcError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error, read_records
+from rubricsvc.judging.backends import backends_that
 from rubricsvc.judging.config import BUILTIN_JUDGES, JURY_BACKEND, JudgeSpec
 from rubricsvc.models import JudgeConfig, JudgeGate, JudgeGateStatus
 
@@ -132,18 +133,16 @@ def find_reward_judge(session: Session, name: str, mode: str | None = None) -> J
     return spec
 
 
-# Backends that load a judge's ``model`` (a folder or a hub id) in this process: the same
-# model and revision are the same weights in either, so a gate on one holds for the other.
-IN_PROCESS_BACKENDS = frozenset({"transformers", "vllm"})
-
-
 def _same_weights(spec: JudgeSpec) -> list[ColumnElement[bool]]:
     """Where a stored config serves the weights ``spec`` serves, whatever its mode, template
-    or sampling: the same backend (the in-process ones alike), model and revision. A spec with
-    no revision serves whatever the model is now, so a config of any revision of it counts."""
-    backends = IN_PROCESS_BACKENDS if spec.backend in IN_PROCESS_BACKENDS else {spec.backend}
+    or sampling: the same backend (those that load the model in process alike: the same model
+    and revision are the same weights in each), model and revision. A spec with no revision
+    serves whatever the model is now, so a config of any revision of it counts."""
+    in_process = backends_that(loads_model_in_process=True)
+    loads_here = spec.backend in in_process
+    backends = set(in_process) if loads_here else {spec.backend}
     models = {_model_label(spec)[:300]}
-    if spec.backend in IN_PROCESS_BACKENDS and spec.model and Path(spec.model).exists():
+    if loads_here and spec.model and Path(spec.model).exists():
         models.add(str(Path(spec.model).resolve())[:300])  # a student is stored resolved
     where: list[ColumnElement[bool]] = [
         JudgeConfig.backend.in_(sorted(backends)),

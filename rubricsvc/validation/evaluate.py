@@ -25,9 +25,9 @@ from sqlalchemy.orm import Session, selectinload
 
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging import keys
-from rubricsvc.judging.backends.base import JudgeBackend
+from rubricsvc.judging.backends import JudgeBackend, replays_only
 from rubricsvc.judging.config import JudgeSpec
-from rubricsvc.judging.modes import get_mode
+from rubricsvc.judging.modes import get_mode, modes_that
 from rubricsvc.models import (
     Completion,
     Criterion,
@@ -52,7 +52,6 @@ from rubricsvc.scoring.service import (
 from rubricsvc.scoring.store import judgments_by_key
 from rubricsvc.validation import metrics as m
 
-IMPORTED_BACKEND = "imported"
 MET, NOT_MET = "met", "not met"
 PAIR_LABELS = ("first", "second", "tie")  # also the order that breaks a tie between them
 TAG_MIN_ITEMS = 10  # a tag's own figures only with at least this many items
@@ -166,9 +165,9 @@ def _judge_what_is_missing(
     progress: Progress | None,
     checkpoint: Callable[[], None] | None,
 ) -> ScoreReport | None:
-    """Score the selection (the cache answers what is judged already); an imported judge has
-    no backend: its verdicts are only read (None)."""
-    if spec.backend == IMPORTED_BACKEND:
+    """Score the selection (the cache answers what is judged already); a judge whose backend
+    only replays stored verdicts (imported ones) judges nothing: they are only read (None)."""
+    if replays_only(spec.backend):
         return None
     return score(
         session,
@@ -185,6 +184,11 @@ def _judge_what_is_missing(
 def _score_options(spec: JudgeSpec) -> ScoreOptions:
     """The default scoring options, under the aggregation the judge's mode stores scores by."""
     return ScoreOptions(aggregation=score_aggregation(spec, ScoreOptions()))
+
+
+def _either(names: Sequence[str]) -> str:
+    """``a, b or c``."""
+    return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else "".join(names)
 
 
 def _majority_met(labels: Sequence[Label]) -> float | None:
@@ -225,7 +229,7 @@ def _pointwise(
     if get_mode(spec.mode).compares:
         raise ValidationFailed(
             f"judge {spec.name} compares completions ({spec.mode}); pointwise labels need a "
-            "judge of criteria: pass --mode criterion-prob, criterion-text or multi-criterion"
+            f"judge of criteria: pass --mode {_either(modes_that(per_criterion=True))}"
         )
     versions = {items.criteria[c].version_id for _, c in items.pointwise}
     completion_ids = tuple(sorted({c for c, _ in items.pointwise}))
@@ -351,10 +355,11 @@ def _pairwise(
 ) -> list[PairObservation]:
     if not items.pairwise:
         return []
-    if spec.mode != "pairwise":
+    if not get_mode(spec.mode).judges_pairs:
+        pair_modes = _either(modes_that(judges_pairs=True))
         raise ValidationFailed(
-            f"pairwise labels need a judge in the pairwise mode; judge {spec.name} is "
-            f"{spec.mode}: pass --mode pairwise"
+            f"pairwise labels need a judge in the {pair_modes} mode; judge {spec.name} is "
+            f"{spec.mode}: pass --mode {pair_modes}"
         )
     pairs = tuple(sorted(items.pairwise))
     completion_ids = tuple(sorted({c for pair in pairs for c in pair}))
@@ -387,7 +392,7 @@ def _pairwise(
         if label is None:
             continue
         forward, backward = order_keys[pair]
-        if spec.backend == IMPORTED_BACKEND:
+        if replays_only(spec.backend):
             # A source's verdict on this very record, in the order it was shown.
             sides = [_imported_probs(judged.get(forward), labels[0].item), None]
         else:
@@ -436,7 +441,7 @@ def _scalar(
         version_ids=(label_set.rubric_version_id,) if label_set.rubric_version_id else (),
         include_drafts=True,
     )
-    if spec.backend == IMPORTED_BACKEND:
+    if replays_only(spec.backend):
         raise ValidationFailed(
             f"judge {spec.name} only replays imported verdicts: scalar labels need a judge "
             "that scores"

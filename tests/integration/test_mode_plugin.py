@@ -53,6 +53,9 @@ class AllMet:
     options: frozenset[str] = frozenset()
     wording = "1"  # the text of its question, below
     compares = False
+    gives_probability = False  # P(yes), but of the whole rubric met, not of one criterion
+    per_criterion = False  # one judgment for the whole rubric
+    judges_pairs = False
 
     def plan(self, case: modes.Case) -> modes.Plan:
         key = content_hash(

@@ -1,29 +1,55 @@
-"""Judge backends, chosen by name; each module imports its heavy dependencies only when used."""
+"""Judge backends, chosen by name from one registry (``registry.py``); each built-in module
+imports its heavy dependencies only when used."""
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any, Protocol
 
-from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.backends.base import BackendError, ContextLengthError, JudgeBackend
+from rubricsvc.judging.backends.registry import (
+    BackendFactory,
+    RegisteredBackend,
+    backend_names,
+    backends_that,
+    find_backend,
+    get_backend,
+    make_backend,
+    operational_options,
+    register_backend,
+    replays_only,
+)
 
-# name -> (module, class). Modules are imported on first use.
-BACKENDS: dict[str, tuple[str, str]] = {
-    "transformers": ("rubricsvc.judging.backends.transformers", "TransformersBackend"),
-    "vllm": ("rubricsvc.judging.backends.vllm", "VLLMBackend"),
-    "openai": ("rubricsvc.judging.backends.openai", "OpenAIBackend"),
-    "scripted": ("rubricsvc.judging.backends.scripted", "ScriptedBackend"),
-    # Wraps another backend, failing a share of its requests at random (tests of failures).
-    "faulty": ("rubricsvc.judging.backends.faulty", "FaultyBackend"),
-    # Verdicts imported from a data set: replayed from the store, never asked for new ones.
-    "imported": ("rubricsvc.judging.backends.imported", "ImportedBackend"),
-}
-
-
-# Backends that run the embedded model when given no model: they take the folder it is kept in.
-EMBEDDED_MODEL_BACKENDS = frozenset({"transformers", "vllm", "faulty"})
+# The built-in backends, registered as a plugin's are; their modules are imported on first use.
+register_backend(
+    "transformers",
+    "rubricsvc.judging.backends.transformers:TransformersBackend",
+    runs_embedded_model=True,
+    loads_model_in_process=True,
+    operational_options=("batch_size", "prefix_reuse", "threads"),
+)
+register_backend(
+    "vllm",
+    "rubricsvc.judging.backends.vllm:VLLMBackend",
+    runs_embedded_model=True,
+    loads_model_in_process=True,
+    operational_options=("kv_cache_memory_bytes", "enforce_eager", "enable_prefix_caching"),
+)
+register_backend(
+    "openai",
+    "rubricsvc.judging.backends.openai:OpenAIBackend",
+    operational_options=("api_key_env", "max_concurrency", "timeout"),
+)
+register_backend("scripted", "rubricsvc.judging.backends.scripted:ScriptedBackend")
+# Wraps another backend, failing a share of its requests at random (tests of failures); it
+# passes the embedded model's folder on to the backend it wraps.
+register_backend(
+    "faulty", "rubricsvc.judging.backends.faulty:FaultyBackend", runs_embedded_model=True
+)
+# Verdicts imported from a data set: replayed from the store, never asked for new ones.
+register_backend(
+    "imported", "rubricsvc.judging.backends.imported:ImportedBackend", replays_only=True
+)
 
 
 def create_backend(
@@ -32,17 +58,9 @@ def create_backend(
     """An instance of backend ``name`` configured with ``options`` (see each backend's class);
     ``model_dir`` is where the embedded model is kept (``RUBRICSVC_JUDGE_MODEL_DIR``), for
     the backends that can run it."""
-    try:
-        module_name, class_name = BACKENDS[name]
-    except KeyError:
-        raise ValidationFailed(
-            f"unknown judge backend {name!r}; choose one of {', '.join(sorted(BACKENDS))}"
-        ) from None
-    backend_class = getattr(importlib.import_module(module_name), class_name)
-    if model_dir is not None and name in EMBEDDED_MODEL_BACKENDS:
+    if model_dir is not None and get_backend(name).runs_embedded_model:
         options["model_dir"] = model_dir
-    backend: JudgeBackend = backend_class(**options)
-    return backend
+    return make_backend(name, **options)
 
 
 class BackendChoice(Protocol):
@@ -66,11 +84,20 @@ def backend_from_spec(spec: BackendChoice, model_dir: str | Path | None = None) 
 
 
 __all__ = [
-    "BACKENDS",
     "BackendChoice",
     "BackendError",
+    "BackendFactory",
     "ContextLengthError",
     "JudgeBackend",
+    "RegisteredBackend",
     "backend_from_spec",
+    "backend_names",
+    "backends_that",
     "create_backend",
+    "find_backend",
+    "get_backend",
+    "make_backend",
+    "operational_options",
+    "register_backend",
+    "replays_only",
 ]

@@ -38,7 +38,13 @@ from rubricsvc.judging.modes.reference import (
     ReferenceRelative,
     reference_relative_calls,
 )
-from rubricsvc.judging.modes.registry import check_mode_name, get_mode, mode_names, register_mode
+from rubricsvc.judging.modes.registry import (
+    check_mode_name,
+    get_mode,
+    mode_names,
+    modes_that,
+    register_mode,
+)
 from rubricsvc.judging.modes.text import render_conversation
 
 for _mode in (
@@ -78,6 +84,7 @@ __all__ = [
     "group_calls",
     "holistic_calls",
     "mode_names",
+    "modes_that",
     "multi_criterion_calls",
     "pairwise_calls",
     "reference_relative_calls",

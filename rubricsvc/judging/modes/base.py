@@ -227,6 +227,17 @@ class VerdictModeImpl(Protocol):
     # Whether a judgment compares several completions of a prompt (pairwise, group): scoring
     # then gives each case its peers and keeps a prompt's completions in one job chunk.
     compares: bool
+    # Whether each verdict's value is the judge's probability that a criterion is met (not a
+    # decoded yes or no, a score or a comparison): what a calibration map corrects, so only
+    # such a mode's judges can be calibrated.
+    gives_probability: bool
+    # Whether each judgment says whether one criterion is met (a probability, or 1 or 0): what
+    # pointwise labels are compared with and what a student judge learns from its teacher.
+    per_criterion: bool
+    # Whether each judgment compares two completions shown in one order, keyed by
+    # ``keys.pair_keys`` with the probabilities of first, second and tie in its detail: what
+    # pairwise labels are compared with.
+    judges_pairs: bool
 
     def plan(self, case: Case) -> Plan:
         """The judgments ``case`` needs, each keyed by exactly the content it depends on."""

@@ -93,6 +93,7 @@ class CriterionProb(PerCriterionMode):
     template = "criterion_prob"
     decodes = False  # one forward pass: no decoding settings apply
     options = frozenset({"reference"})
+    gives_probability = True  # P(yes) / (P(yes) + P(no)): what a calibration corrects
 
     def calls(self, context: CallContext, items: Sequence[Item]) -> list[Call]:
         citing, rest = split_citation_items(items)

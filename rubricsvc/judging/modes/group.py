@@ -124,6 +124,9 @@ class Group:
     options: frozenset[str] = frozenset({"group_size", "group_repeats"})
     wording = "1"
     compares = True
+    gives_probability = False
+    per_criterion = False
+    judges_pairs = False  # a group of completions at once
 
     def plan(self, case: Case) -> Plan:
         members = (own_view(case), *case.peers)

@@ -101,6 +101,9 @@ class Holistic:
     # 2: criteria with their explanations and level descriptions; the rubric's own scale.
     wording = "2"
     compares = False
+    gives_probability = False  # a Likert score
+    per_criterion = False  # the whole rubric at once
+    judges_pairs = False
 
     def plan(self, case: Case) -> Plan:
         prompt_hash = case.prompt_hash

@@ -126,6 +126,10 @@ class Pairwise:
     options: frozenset[str] = frozenset({"group_size"})
     wording = "1"
     compares = True
+    # P(first better) is a probability, but of a win, not of a criterion met.
+    gives_probability = False
+    per_criterion = False
+    judges_pairs = True
 
     def plan(self, case: Case) -> Plan:
         rubric = tuple(c.view for c in case.criteria)

@@ -41,6 +41,9 @@ class PerCriterionMode:
     # questions and passage budget: modes.citation).
     wording: str = "2"
     compares = False
+    gives_probability: bool = False  # decoded verdicts: 1 or 0 (ordinal: a level)
+    per_criterion: bool = True
+    judges_pairs = False
 
     def key(self, case: Case, criterion: RubricCriterion) -> str:
         """The cache key of ``criterion``'s judgment: the judge, criterion, prompt and response

@@ -78,6 +78,9 @@ class ReferenceRelative(PerCriterionMode):
 
     name = "reference-relative"
     template = "reference_relative"
+    # Each judgment rates the target on one dimension beside the reference report: not
+    # whether a criterion is met.
+    per_criterion = False
 
     def key(self, case: Case, criterion: RubricCriterion) -> str:
         """Also the reference report: another reference is another comparison."""

@@ -1,4 +1,10 @@
-"""Verdict modes by name: the built-in ones and any a plugin registers."""
+"""Verdict modes by name: the built-in ones and any a plugin registers.
+
+What a mode can do is declared on the mode (``base.VerdictModeImpl``: ``compares``,
+``gives_probability``, ``per_criterion``, ``judges_pairs``, ``decodes``); code elsewhere asks
+the registry (``get_mode(name).gives_probability``, ``modes_that(...)``) and never compares a
+mode's name.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,19 @@ from rubricsvc.judging.modes.base import VerdictModeImpl
 
 _MODES: dict[str, VerdictModeImpl] = {}
 
+# The yes-or-no capabilities every mode declares.
+CAPABILITIES = ("compares", "gives_probability", "per_criterion", "judges_pairs", "decodes")
+
 
 def register_mode(mode: VerdictModeImpl) -> VerdictModeImpl:
     """Make ``mode`` known by its name (a name registered again is replaced)."""
     if not mode.name:
         raise ValueError(f"a verdict mode needs a name: {mode!r}")
+    undeclared = [c for c in CAPABILITIES if not isinstance(getattr(mode, c, None), bool)]
+    if undeclared:
+        raise TypeError(
+            f"verdict mode {mode.name!r} must declare {', '.join(undeclared)} (True or False)"
+        )
     _MODES[mode.name] = mode
     return mode
 
@@ -33,3 +47,27 @@ def check_mode_name(name: str) -> str:
 def get_mode(name: str) -> VerdictModeImpl:
     """The mode registered as ``name``."""
     return _MODES[check_mode_name(name)]
+
+
+def modes_that(
+    *,
+    compares: bool | None = None,
+    gives_probability: bool | None = None,
+    per_criterion: bool | None = None,
+    judges_pairs: bool | None = None,
+    decodes: bool | None = None,
+) -> list[str]:
+    """The names of the registered modes with each capability given as asked, sorted (for
+    messages that list them)."""
+    wanted = {
+        "compares": compares,
+        "gives_probability": gives_probability,
+        "per_criterion": per_criterion,
+        "judges_pairs": judges_pairs,
+        "decodes": decodes,
+    }
+    return sorted(
+        name
+        for name, mode in _MODES.items()
+        if all(getattr(mode, c) == value for c, value in wanted.items() if value is not None)
+    )
