@@ -391,6 +391,19 @@ def test_pointwise_and_scalar_verdicts(database_url: str, tmp_path: Path) -> Non
         "error: judge 'scorer' holds scalar verdicts (mode holistic); this file holds pointwise "
         "verdicts with 'met' (mode criterion-text): import them under another --judge"
     )
+    other_model = cli_error(
+        "judges", "import", str(tmp_path / "met.jsonl"), "--judge", "texts", "--model", "gpt-x",
+        database_url=database_url,
+    )  # fmt: skip
+    assert other_model == (
+        "error: judge 'texts' is stored with model 'texts', not 'gpt-x' (configs are never "
+        "edited): give another --judge"
+    )
+    with_rubric = cli_error(
+        "judges", "import", str(tmp_path / "met.jsonl"), "--judge", "texts", "--rubric", RUBRIC,
+        database_url=database_url,
+    )  # fmt: skip
+    assert "--rubric applies to pairwise and scalar verdicts" in with_rubric
     builtin = cli_error(
         "judges", "import", str(tmp_path / "met.jsonl"), "--judge", "embedded",
         database_url=database_url,
