@@ -1,4 +1,5 @@
-"""``rubricsvc judges evaluate`` and ``rubricsvc judges show``: how far a judge can be trusted."""
+"""``rubricsvc judges evaluate``, ``judges show`` and ``judges import``: how far a judge can be
+trusted, and the verdicts of judges run elsewhere."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rubricsvc.cli.context import console, db_session
 from rubricsvc.cli.progress import progress_bar
 from rubricsvc.cli.render import build_table, dumps
 from rubricsvc.config import get_settings
+from rubricsvc.importers.judge_verdicts import import_judge_verdicts
 from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.judging.modes import mode_names
 from rubricsvc.models import JudgeAudit, JudgeConfig
@@ -62,6 +64,48 @@ def judges_evaluate(
         console.print(f"report written to {report_dir}")
 
 
+def judges_import(
+    file: Path = typer.Argument(..., help="JSON Lines, one verdict per line (docs/validation.md)."),
+    judge: str = typer.Option(..., help="The imported judge's name (created if new)."),
+    model: str | None = typer.Option(
+        None, help="The model that gave the verdicts (default: the stored judge's, else NAME)."
+    ),
+    rubric: str | None = typer.Option(
+        None,
+        help="Pairwise and scalar verdicts: the rubric version (NAME@N) they are keyed under "
+        "(default: each prompt's own newest); use the label set's.",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
+) -> None:
+    """Store a judge's verdicts as judgments of an imported judge (only ever read, never
+    called); importing the same file again adds nothing."""
+    with db_session() as session:
+        report = import_judge_verdicts(session, file, judge, model=model, rubric=rubric)
+    if as_json:
+        console.print_json(dumps(report.as_dict()))
+        return
+    state = "created" if report.judge_created else "stored already"
+    lines = [
+        f"imported {report.verdicts} verdicts from {report.path}",
+        f"  judge:     {report.judge} (backend imported, model {report.model}, mode "
+        f"{report.mode}; {report.judge_config_hash[:12]}, {state})",
+    ]
+    if report.rubrics:
+        lines.append(f"  rubric:    {', '.join(report.rubrics)}")
+    lines += [
+        f"  verdicts:  {report.ok} valid, {report.failed} without a valid verdict (stored as "
+        f"failed); {report.added} added, {report.already_stored} already stored",
+        f"  judgments: {report.judgments_added} added, {report.judgments_already_stored} already "
+        f"stored ({report.judgments_extended} given verdicts on new items)",
+    ]
+    if report.repeats:
+        lines.append(
+            f"  repeats:   {report.repeats} verdicts on content an earlier line holds "
+            f"({report.conflicts} items with another verdict than their judgment's: kept per item)"
+        )
+    console.print("\n".join(lines), soft_wrap=True, markup=False)
+
+
 def _fmt(value: Any) -> str:
     if value is None:
         return "-"
@@ -94,6 +138,27 @@ def _print_evaluation(report: dict[str, Any]) -> None:
         rows.append(["position consistency (both orders)", _fmt(position["consistency"]), "-"])
         rows.append(
             ["verdicts for the response shown first", _fmt(position["first_shown_wins"]), "-"]
+        )
+    for order, figures in report.get("orders", {}).items():
+        shown = order.replace("_", " ")
+        rows.append(
+            [
+                f"agreement, {shown} order ({figures['correct']} of {figures['n']}; "
+                f"{figures['failed']} failed)",
+                _fmt(figures["agreement"]),
+                "-",
+            ]
+        )
+    if "both_orders_correct" in report:
+        both = report["both_orders_correct"]
+        consistency = report["position_consistency"]
+        rows.append(["pairs right in both orders", f"{both['correct']} of {both['n']}", "-"])
+        rows.append(
+            [
+                f"same response in both orders ({consistency['same']} of {consistency['n']})",
+                _fmt(consistency["share"]),
+                "-",
+            ]
         )
     bias = report.get("length_bias", {})
     rows.append(["judge vs length (Spearman)", _fmt(bias.get("judge_vs_length_spearman")), "-"])

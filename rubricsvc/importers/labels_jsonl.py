@@ -90,7 +90,7 @@ def import_labels_jsonl(
     under the rubric version ``rubric`` (optional); the caller owns the transaction."""
     lines = [(location, _parse_line(location, data)) for location, data in read_jsonl(path)]
     version = resolve_version(session, rubric) if rubric is not None else None
-    resolver = _Resolver(session, _external_ids(lines))
+    resolver = Resolver(session, _external_ids(lines))
     labels = []
     for location, line in lines:
         with located(location):
@@ -129,7 +129,7 @@ def _external_ids(lines: list[tuple[str, _Common]]) -> set[str]:
     return names
 
 
-class _Resolver:
+class Resolver:
     """Stored rows by the names a label file uses, each looked up once."""
 
     def __init__(self, session: Session, external_ids: set[str]) -> None:

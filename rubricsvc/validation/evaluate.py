@@ -95,6 +95,8 @@ class PairObservation:
     orders: tuple[str | None, ...]
     length_difference: int  # characters of the first minus the second
     tags: tuple[str, ...] = ()
+    # Per order (this order, then the other): judged, but without a valid verdict.
+    failed: tuple[bool, ...] = (False, False)
 
     @property
     def consistent(self) -> bool | None:
@@ -266,13 +268,17 @@ def _pointwise(
             continue  # the labellers split evenly: no majority to compare with
         judgment = judged.get(key_of[(completion_id, criterion_id)])
         completion = items.completions[completion_id]
+        if replays_only(spec.backend):
+            value = _imported_verdict(judgment, labels[0].item, pairwise=False)[1]
+        else:
+            value = _value(judgment)
         observations.append(
             PointwiseObservation(
                 completion.prompt_id,
                 completion_id,
                 criterion_id,
                 label,
-                _value(judgment),
+                value,
                 len(completion.text),
                 _tags(labels),
             )
@@ -311,32 +317,67 @@ def _pair_versions(
         version = session.get(RubricVersion, label_set.rubric_version_id)
         assert version is not None
         return dict.fromkeys(prompt_ids, version)
-    work, without = select_work(
-        session, Selection(completion_ids=tuple(completion_ids), include_drafts=True)
-    )
+    found, without = own_rubric_versions(session, completion_ids)
     if without:
         raise ValidationFailed(
             f"label set {label_set.name}: the prompt of completion {without[0].id} has no "
             "rubric to compare its pairs under (import the labels with --rubric NAME@N)"
         )
-    found: dict[int, RubricVersion] = {}
-    for completion, version in sorted(work, key=lambda cv: cv[1].rubric_id):
-        found.setdefault(completion.prompt_id, version)
     return found
 
 
-def _imported_probs(judgment: Judgment | None, item: str) -> dict[str, float] | None:
-    """An imported pairwise verdict on one source record. A source that judged records with
-    the same content more than once (sampling) may have said different things: the importer
-    keeps each record's verdict in ``detail.by_item`` (None: unparseable), and that record's
-    is the one its labels are compared with."""
+def own_rubric_versions(
+    session: Session, completion_ids: Sequence[int]
+) -> tuple[dict[int, RubricVersion], list[Completion]]:
+    """Each prompt's own newest rubric version (drafts too; with several rubrics, the first
+    made), by prompt id, and the completions whose prompt has none. The version pairs (and,
+    for an imported judge, scalar verdicts) are compared under when the label set names none;
+    ``judges import`` keys verdicts under the same one."""
+    work, without = select_work(
+        session, Selection(completion_ids=tuple(completion_ids), include_drafts=True)
+    )
+    found: dict[int, RubricVersion] = {}
+    for completion, version in sorted(work, key=lambda cv: cv[1].rubric_id):
+        found.setdefault(completion.prompt_id, version)
+    return found, without
+
+
+def _imported_verdict(judgment: Judgment | None, item: str, pairwise: bool) -> tuple[bool, Any]:
+    """An imported judgment's verdict on one label item: (whether it holds one for the item,
+    its verdict: a pairwise verdict or a value, None when the judge gave no valid verdict).
+
+    A source that judged records with the same content more than once (sampling) may have
+    said different things: the importers keep each record's verdict in ``detail.by_item``,
+    and a judgment holding verdicts tied to items counts only for those items (the same pair
+    shown in the other order on another record is that record's verdict, not this one's). A
+    judgment with none is a verdict on its content, for every item on it."""
     if judgment is None:
-        return None
+        return False, None
     by_item = (judgment.detail or {}).get("by_item") or {}
-    if item in by_item:
-        verdict = by_item[item]
-        return None if verdict is None else {n: float(verdict == n) for n in PAIR_LABELS}
-    return _pair_probs(judgment, mirrored=False)
+    if by_item:
+        return (True, by_item[item]) if item in by_item else (False, None)
+    if judgment.status != JudgmentStatus.OK:
+        return True, None
+    return True, judgment.verdict if pairwise else judgment.value
+
+
+def _order(
+    judgment: Judgment | None, mirrored: bool, imported: bool, item: str
+) -> tuple[dict[str, float] | None, bool]:
+    """One order's probabilities of first / second / tie (seen as ``_pair_probs`` sees them)
+    and whether that order was judged without a valid verdict (a failed judgment)."""
+    if not imported:
+        probs = _pair_probs(judgment, mirrored)
+        return probs, judgment is not None and probs is None
+    held, verdict = _imported_verdict(judgment, item, pairwise=True)
+    if not held:
+        return None, False
+    if verdict is None:
+        return None, True
+    probs = {name: float(verdict == name) for name in PAIR_LABELS}
+    if mirrored:
+        probs = {"first": probs["second"], "second": probs["first"], "tie": probs["tie"]}
+    return probs, False
 
 
 def _argmax(probs: dict[str, float]) -> str:
@@ -392,14 +433,13 @@ def _pairwise(
         if label is None:
             continue
         forward, backward = order_keys[pair]
-        if replays_only(spec.backend):
-            # A source's verdict on this very record, in the order it was shown.
-            sides = [_imported_probs(judged.get(forward), labels[0].item), None]
-        else:
-            sides = [
-                _pair_probs(judged.get(forward), mirrored=False),
-                _pair_probs(judged.get(backward), mirrored=True),
-            ]
+        # An imported source's verdicts on this very record, in each order it was shown.
+        imported = replays_only(spec.backend)
+        read = [
+            _order(judged.get(forward), False, imported, labels[0].item),
+            _order(judged.get(backward), True, imported, labels[0].item),
+        ]
+        sides = [probs for probs, _ in read]
         seen = [probs for probs in sides if probs is not None]
         combined = (
             {name: math.fsum(p[name] for p in seen) / len(seen) for name in PAIR_LABELS}
@@ -418,6 +458,7 @@ def _pairwise(
                 tuple(_argmax(p) if p is not None else None for p in sides),
                 len(first.text) - len(second.text),
                 _tags(labels),
+                tuple(failed for _, failed in read),
             )
         )
     return observations
@@ -442,18 +483,16 @@ def _scalar(
         include_drafts=True,
     )
     if replays_only(spec.backend):
-        raise ValidationFailed(
-            f"judge {spec.name} only replays imported verdicts: scalar labels need a judge "
-            "that scores"
+        by_completion = _imported_scores(session, spec, judge_row, label_set, items)
+    else:
+        report = _judge_what_is_missing(
+            session, spec, judge_row, selection, backend_factory, progress, checkpoint
         )
-    report = _judge_what_is_missing(
-        session, spec, judge_row, selection, backend_factory, progress, checkpoint
-    )
-    assert report is not None  # an imported judge was refused above
-    by_completion: dict[int, list[float]] = defaultdict(list)
-    for scored in report.scores:
-        if scored.value is not None:
-            by_completion[scored.completion_id].append(scored.value)
+        assert report is not None  # not an imported judge
+        by_completion = defaultdict(list)
+        for scored in report.scores:
+            if scored.value is not None:
+                by_completion[scored.completion_id].append(scored.value)
     observations = []
     for completion_id, labels in items.scalar.items():
         values = [
@@ -473,6 +512,43 @@ def _scalar(
             )
         )
     return observations
+
+
+def _imported_scores(
+    session: Session, spec: JudgeSpec, judge_row: JudgeConfig, label_set: LabelSet, items: _Items
+) -> dict[int, list[float]]:
+    """An imported holistic judge's scores (its values, in [0, 1]) of the labelled
+    completions, read under the version ``judges import`` keys them under: the label set's,
+    else each prompt's own (``own_rubric_versions``)."""
+    mode = get_mode(spec.mode)
+    if mode.per_criterion or mode.compares:
+        whole = _either(modes_that(per_criterion=False, compares=False))
+        raise ValidationFailed(
+            f"judge {spec.name} holds imported {spec.mode} verdicts: scalar labels need a judge "
+            f"that scores, or imported scalar verdicts (mode {whole})"
+        )
+    completion_ids = sorted(items.scalar)
+    if label_set.rubric_version_id is not None:
+        chosen = session.get(RubricVersion, label_set.rubric_version_id)
+        assert chosen is not None
+        version_of = {items.completions[c].prompt_id: chosen for c in completion_ids}
+    else:
+        version_of, _ = own_rubric_versions(session, completion_ids)
+    key_of: dict[int, str] = {}
+    for completion_id in completion_ids:
+        completion = items.completions[completion_id]
+        version = version_of.get(completion.prompt_id)
+        if version is not None:
+            plan = case_plan(spec, judge_row.config_hash, completion, version)
+            key_of[completion_id] = plan.items[0].key
+    judged = judgments_by_key(session, key_of.values())
+    scores: dict[int, list[float]] = defaultdict(list)
+    for completion_id, key in key_of.items():
+        item = items.scalar[completion_id][0].item
+        value = _imported_verdict(judged.get(key), item, pairwise=False)[1]
+        if value is not None:
+            scores[completion_id].append(value)
+    return scores
 
 
 # --- figures --------------------------------------------------------------------------------
@@ -624,6 +700,8 @@ def pairwise_figures(
             else None
         ),
     }
+    if any(o.orders[1] is not None or o.failed[1] for o in observations):
+        result.update(order_figures(observations))
     label_value = {"first": 1.0, "second": 0.0, "tie": 0.5}
     result["length_bias"] = _length_bias(
         [o.first_wins or 0.0 for o in judged],
@@ -635,6 +713,40 @@ def pairwise_figures(
         lambda ix: m.accuracy([predicted[i] for i in ix], [truth[i] for i in ix]),
     )
     return result
+
+
+def order_figures(observations: Sequence[PairObservation]) -> dict[str, Any]:
+    """Each order on its own, for a judge with verdicts in both orders: ``as_labelled`` shows
+    the label's first response first, ``swapped`` its second. Per order, ``n`` counts the pairs
+    with a valid verdict in that order, ``correct`` those whose verdict is the label (a tie
+    agrees only with a tie) and ``failed`` the pairs judged in that order without a valid
+    verdict (not in ``n``). Over the pairs with valid verdicts in both orders:
+    ``both_orders_correct`` (both are the label) and ``position_consistency`` (both name the
+    same response, or both a tie)."""
+    orders: dict[str, dict[str, Any]] = {}
+    for index, name in enumerate(("as_labelled", "swapped")):
+        valid = [o for o in observations if o.orders[index] is not None]
+        correct = sum(1 for o in valid if o.orders[index] == o.label)
+        orders[name] = {
+            "n": len(valid),
+            "correct": correct,
+            "agreement": correct / len(valid) if valid else None,
+            "failed": sum(1 for o in observations if o.failed[index]),
+        }
+    both = [o for o in observations if None not in o.orders]
+    same = sum(1 for o in both if o.orders[0] == o.orders[1])
+    return {
+        "orders": orders,
+        "both_orders_correct": {
+            "n": len(both),
+            "correct": sum(1 for o in both if o.orders[0] == o.orders[1] == o.label),
+        },
+        "position_consistency": {
+            "n": len(both),
+            "same": same,
+            "share": same / len(both) if both else None,
+        },
+    }
 
 
 def _first_shown_share(observations: Sequence[PairObservation]) -> float | None:

@@ -47,6 +47,26 @@ ALLOWED: dict[tuple[str, str], str] = {
         "the student judge is trained on the criterion-prob prompt and its Yes/No tokens, so "
         "its mode is that one by construction: a setting, not a branch"
     ),
+    ("rubricsvc/importers/judge_verdicts.py", "VerdictMode.PAIRWISE"): (
+        "each kind of imported verdict is stored under the built-in mode that keys and reads "
+        "judgments that way: the imported judge's recorded setting, chosen by the file's kind"
+    ),
+    ("rubricsvc/importers/judge_verdicts.py", "VerdictMode.CRITERION_TEXT"): (
+        "each kind of imported verdict is stored under the built-in mode that keys and reads "
+        "judgments that way: the imported judge's recorded setting, chosen by the file's kind"
+    ),
+    ("rubricsvc/importers/judge_verdicts.py", "VerdictMode.CRITERION_PROB"): (
+        "each kind of imported verdict is stored under the built-in mode that keys and reads "
+        "judgments that way: the imported judge's recorded setting, chosen by the file's kind"
+    ),
+    ("rubricsvc/importers/judge_verdicts.py", "VerdictMode.HOLISTIC"): (
+        "each kind of imported verdict is stored under the built-in mode that keys and reads "
+        "judgments that way: the imported judge's recorded setting, chosen by the file's kind"
+    ),
+    (
+        "rubricsvc/importers/judge_verdicts.py",
+        "{'pairwise': _Pairwise, 'pointwise': _Pointwise, 'scalar': _Scalar}",
+    ): "the kinds of line a verdicts file holds (its format), one of which shares a mode's name",
     ("rubricsvc/importers/verdicts.py", "VerdictMode.CRITERION_TEXT"): (
         "the mode recorded in the config of the judge of imported verdicts (verdicts with "
         "reasons, as criterion-text gives): a setting, not a branch"
