@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import typer
+from sqlalchemy.orm import Session
 
 from rubricsvc.cli.context import CliExit, console, db_session, err_console
 from rubricsvc.cli.importing import print_import_report
@@ -26,7 +27,8 @@ from rubricsvc.config import get_settings
 from rubricsvc.fileformats import read_text
 from rubricsvc.importers.rubric_formats import RUBRIC_FORMATS, import_rubrics
 from rubricsvc.judging.backends.provider import BackendProvider
-from rubricsvc.models import VersionStatus
+from rubricsvc.judging.modes import get_mode
+from rubricsvc.models import RubricVersion, VersionStatus
 from rubricsvc.rubrics import service
 from rubricsvc.rubrics.diff import diff_versions
 from rubricsvc.rubrics.draft_inputs import (
@@ -51,9 +53,17 @@ from rubricsvc.rubrics.refinement import (
     DEFAULT_TOLERANCE,
     RefinementReport,
     RefineOptions,
+    ValidityProposal,
     refine,
 )
 from rubricsvc.rubrics.repository import list_versions, resolve_version
+from rubricsvc.scoring.judge_configs import find_judge
+from rubricsvc.validation.validity import (
+    DEFAULT_BELOW,
+    CriterionValidity,
+    criterion_validity,
+    has_pointwise_labels,
+)
 
 app = typer.Typer(help="Author, version and review rubrics.", no_args_is_help=True)
 
@@ -106,12 +116,34 @@ def list_(
 def show(
     ref: str = typer.Argument(..., help=REF_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    validity: str | None = typer.Option(
+        None,
+        "--validity",
+        metavar="JUDGE",
+        help="Also each criterion's agreement with its pointwise labels under this judge's "
+        "stored verdicts (docs/validation.md#criterion-validity).",
+    ),
+    below: float = typer.Option(
+        DEFAULT_BELOW, "--below", min=0.0, max=1.0, help="With --validity: flag agreement below."
+    ),
 ) -> None:
     """Show one rubric version and its criteria."""
     with db_session() as session:
         version = resolve_version(session, ref)
+        valid = (
+            criterion_validity(session, version, find_judge(session, validity), below)
+            if validity
+            else None
+        )
         if as_json:
-            console.print_json(dumps(version_detail(version)))
+            detail = version_detail(version)
+            if valid is not None:
+                detail["validity"] = {
+                    "judge": validity,
+                    "below": below,
+                    "criteria": [row.as_dict() for row in valid],
+                }
+            console.print_json(dumps(detail))
             return
         prompt = version.rubric.prompt.text if version.rubric.prompt else "(shared rubric)"
         console.print(f"[bold]{version.ref}[/bold]  id {version.id}  origin {version.origin.value}")
@@ -119,6 +151,28 @@ def show(
             console.print(f"parent: version id {version.parent_id}")
         console.print(f"prompt: {prompt}")
         console.print(criteria_table(version))
+        if valid is not None and validity:
+            _print_validity(version.ref, validity, below, valid)
+
+
+def _print_validity(ref: str, judge: str, below: float, rows: list[CriterionValidity]) -> None:
+    if not rows:
+        console.print(f"validity: no pointwise labels on {ref}", markup=False)
+        return
+    lines = [f"validity under judge {judge} (pointwise labels; flagged: agreement below {below:g})"]
+    for row in rows:
+        interval = f"[{row.interval[0]:.3f}, {row.interval[1]:.3f}]" if row.interval else "-"
+        agreement = f"{row.agreement:.3f}" if row.agreement is not None else "-"
+        flag = "  FLAGGED: the judge disagrees with the labellers" if row.flagged else ""
+        lines.append(
+            f"  {row.position + 1}. agreement {agreement} {interval} n={row.n} "
+            f"(of {row.n_labelled} labelled){flag}  {row.text}"
+        )
+    flagged = [row for row in rows if row.flagged]
+    if flagged:
+        numbers = ", ".join(str(row.position + 1) for row in flagged)
+        lines.append(f"flagged criteria: {numbers} (`rubricsvc rubrics refine` proposes them)")
+    console.print("\n".join(lines), markup=False, soft_wrap=True)
 
 
 @app.command("diff")
@@ -350,8 +404,17 @@ def refine_(
     temperature: float | None = typer.Option(None, help="Sampling temperature (0.7)."),
     seed: int | None = typer.Option(None, help="Seed of the first attempt (0)."),
     retries: int | None = typer.Option(None, help="Attempts after an invalid proposal (3)."),
+    validity_below: float = typer.Option(
+        DEFAULT_BELOW,
+        min=0.0,
+        max=1.0,
+        help="Propose rewording or removing a criterion whose agreement with its pointwise "
+        "labels under the judge is below this.",
+    ),
 ) -> None:
-    """Flag criteria that never vary, propose ones that separate completions: a new draft."""
+    """Flag criteria that never vary, propose ones that separate completions: a new draft.
+    Criteria the judge disagrees with labellers on are proposed for rewording or removal
+    (listed, never applied)."""
     overrides: dict[str, object] = {"backend": backend, "model": model, "max_tokens": max_tokens}
     overrides |= {"temperature": temperature, "seed": seed, "retries": retries}
     spec = _generator(config, overrides, defaults={"max_tokens": 512})
@@ -359,8 +422,28 @@ def refine_(
     backends = BackendProvider.from_settings(get_settings())
     with backends, db_session() as session:
         version = resolve_version(session, ref)
-        report = refine(session, version, judge, spec, backends.factory(spec), options)
+        invalid = _validity_proposals(session, version, judge, validity_below)
+        report = refine(
+            session, version, judge, spec, backends.factory(spec), options, invalid=invalid
+        )
         _print_refinement(report, len(version.criteria))
+
+
+def _validity_proposals(
+    session: Session, version: RubricVersion, judge: str, below: float
+) -> list[ValidityProposal]:
+    """The criteria whose agreement with their pointwise labels under the judge's stored
+    verdicts is below ``below`` (none without labels, or for a judge of whole rubrics)."""
+    if not has_pointwise_labels(session, version):
+        return []
+    spec = find_judge(session, judge)
+    if not get_mode(spec.mode).per_criterion:
+        return []
+    return [
+        ValidityProposal(row.position, row.text, row.agreement, row.n, row.interval)
+        for row in criterion_validity(session, version, spec, below)
+        if row.flagged and row.agreement is not None
+    ]
 
 
 def _print_refinement(report: RefinementReport, criteria: int) -> None:
@@ -369,6 +452,11 @@ def _print_refinement(report: RefinementReport, criteria: int) -> None:
         f"(no variation across {report.completions} completion(s) of {report.groups} prompt(s), "
         f"judge {report.judge})",
         *(f"  flagged   #{f.position + 1} {f.text} (always {f.value:.2f})" for f in report.flagged),
+        *(
+            f"  reword or remove  #{i.position + 1} {i.text} (agreement {i.agreement:.2f} with "
+            f"its pointwise labels, n={i.n}; kept until a reviewer changes it)"
+            for i in report.invalid
+        ),
         *(f"  proposed  {c.text} ({c.category}, {c.weight:g})" for c in report.proposed),
     ]
     saved = report.saved

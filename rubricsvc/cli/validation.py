@@ -64,6 +64,103 @@ def judges_evaluate(
         console.print(f"report written to {report_dir}")
 
 
+def judges_compare(
+    judges: list[str] = typer.Argument(..., help="Two or more judge config names."),
+    labels: str = typer.Option(..., help="Label set name (see `rubricsvc labels list`)."),
+    resamples: int = typer.Option(2000, min=100, help="Bootstrap resamples for the intervals."),
+    seed: int = typer.Option(0, help="Seed of the bootstrap."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as one JSON object."),
+    report_dir: Path | None = typer.Option(
+        None, "--report", help="Also write the table (compare.md, compare.json) and forest.png."
+    ),
+) -> None:
+    """Every judge's figures on the label set's items all of them judged, and each pair's
+    difference in agreement with a paired 95% bootstrap interval over prompts. Each judge first
+    judges what the set needs, as `judges evaluate` does; the comparison is not stored."""
+    from rubricsvc.validation.compare import compare
+
+    options = EvaluationOptions(resamples=resamples, seed=seed)
+    backends = BackendProvider.from_settings(get_settings())
+    with backends, db_session() as session:
+        specs = [find_judge(session, name) for name in judges]
+        label_set = get_label_set(session, labels)
+        with progress_bar("judging", enabled=not as_json) as update:
+            report = compare(
+                session,
+                specs,
+                label_set,
+                [backends.factory(spec) for spec in specs],
+                options,
+                progress=update,
+                checkpoint=session.commit,
+            )
+    if report_dir is not None:
+        _write_comparison(report, report_dir)
+    if as_json:
+        console.print_json(dumps(report))
+        return
+    console.print(_comparison_markdown(report), soft_wrap=True, markup=False)
+    if report_dir is not None:
+        console.print(f"report written to {report_dir}")
+
+
+def _interval(values: list[float] | None) -> str:
+    return f"[{values[0]:.3f}, {values[1]:.3f}]" if values else "-"
+
+
+def _comparison_markdown(report: dict[str, Any]) -> str:
+    """The comparison as Markdown tables (printed, and written as compare.md)."""
+    lines = [
+        f"# judges on {report['labels']} ({report['kind']} labels)",
+        "",
+        f"{report['n_common']} of {report['n_labelled']} labelled items were judged by every "
+        f"judge ({report['n_prompts']} prompts); every figure is on those items only.",
+        "",
+        "| judge | mode | judged in the set | agreement | 95% interval | kappa |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for judge in report["judges"]:
+        lines.append(
+            f"| {judge['judge']} | {judge['mode']} | {judge['n_judged_in_set']} of "
+            f"{report['n_labelled']} | {_fmt(judge.get('agreement'))} | "
+            f"{_interval(judge.get('agreement_ci'))} | {_fmt(judge.get('kappa'))} |"
+        )
+    lines += [
+        "",
+        "| difference in agreement | value | 95% paired interval | interval excludes 0 |",
+        "| --- | --- | --- | --- |",
+    ]
+    for pair in report["differences"]:
+        lines.append(
+            f"| {pair['a']} - {pair['b']} | {_fmt(pair['difference'])} | "
+            f"{_interval(pair['difference_ci'])} | {'yes' if pair['excludes_zero'] else 'no'} |"
+        )
+    interval = report["interval"]
+    lines += [
+        "",
+        f"intervals: {interval['resamples']} bootstrap resamples of prompts (seed "
+        f"{interval['seed']}); each resample draws the prompts once for both judges of a pair.",
+    ]
+    return "\n".join(lines)
+
+
+def _write_comparison(report: dict[str, Any], folder: Path) -> None:
+    from rubricsvc.validation.plots import forest_plot
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "compare.json").write_text(dumps(report) + "\n", encoding="utf-8")
+    (folder / "compare.md").write_text(_comparison_markdown(report) + "\n", encoding="utf-8")
+    rows = [
+        (
+            f"{pair['a']} - {pair['b']}",
+            pair["difference"],
+            tuple(pair["difference_ci"]) if pair["difference_ci"] else None,
+        )
+        for pair in report["differences"]
+    ]
+    forest_plot(rows, folder / "forest.png", f"judges on {report['labels']}")
+
+
 def judges_import(
     file: Path = typer.Argument(..., help="JSON Lines, one verdict per line (docs/validation.md)."),
     judge: str = typer.Option(..., help="The imported judge's name (created if new)."),

@@ -3,7 +3,9 @@
 By default the queue holds drafts that are their rubric's newest version (a draft already
 superseded by a newer one awaits nobody), oldest first, as a queue is worked through. Filters:
 origin (llm, imported, human), the generator model of LLM drafts, a prompt tag
-(``key`` or ``key=value``) and age.
+(``key`` or ``key=value``) and age; and criterion validity: only versions with a criterion
+whose agreement with its pointwise labels under a judge is below a threshold
+(``rubricsvc.validation.validity``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ class QueueFilter:
     tag: str | None = None  # "key" or "key=value" of the prompt's tags
     max_age_days: float | None = None
     include_superseded: bool = False
+    validity_judge: str | None = None  # only versions with a criterion this judge is flagged on
+    validity_below: float = 0.5
+    # The versions that filter keeps, found by the caller (rubricsvc.validation.validity);
+    # None: no such filter.
+    validity_versions: frozenset[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -51,8 +58,12 @@ def _generator_of() -> ColumnElement[str]:
     return generator
 
 
-def _conditions(wanted: QueueFilter, *, with_origin: bool = True) -> list[ColumnElement[bool]]:
+def _conditions(
+    wanted: QueueFilter, flagged: frozenset[int] | None, *, with_origin: bool = True
+) -> list[ColumnElement[bool]]:
     conditions: list[ColumnElement[bool]] = []
+    if flagged is not None:
+        conditions.append(RubricVersion.id.in_(sorted(flagged)))
     if wanted.status is not None:
         conditions.append(RubricVersion.status == wanted.status)
     if not wanted.include_superseded:
@@ -91,7 +102,8 @@ def _source(wanted: QueueFilter) -> FromClause:
 
 def review_queue(session: Session, wanted: QueueFilter, page: int = 1) -> QueuePage:
     """One page of the queue with its total, counts by origin and the generators seen."""
-    conditions = _conditions(wanted)
+    flagged = wanted.validity_versions
+    conditions = _conditions(wanted, flagged)
     source = _source(wanted)
     total = (
         session.scalar(select(func.count(RubricVersion.id)).select_from(source).where(*conditions))
@@ -118,7 +130,7 @@ def review_queue(session: Session, wanted: QueueFilter, page: int = 1) -> QueueP
         for origin, count in session.execute(
             select(RubricVersion.origin, func.count(RubricVersion.id))
             .select_from(source)
-            .where(*_conditions(wanted, with_origin=False))
+            .where(*_conditions(wanted, flagged, with_origin=False))
             .group_by(RubricVersion.origin)
         )
     }

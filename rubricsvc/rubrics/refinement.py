@@ -10,6 +10,12 @@
 4. Save the rubric plus the proposals as a new draft version. Flagged criteria are kept (a
    reviewer decides), and the version's note lists what was flagged and what was proposed; the
    refined version itself is never changed.
+
+Beside those, criterion validity (``rubricsvc.validation.validity``, found by the caller):
+when the version has pointwise labels, each criterion the judge disagrees with the labellers
+on (agreement below ``rubrics refine --validity-below``) is proposed for rewording or
+removal. The proposal is listed in the report, the draft's note and its origin detail; the
+criterion itself stays in the draft until a reviewer rewords or removes it.
 """
 
 from __future__ import annotations
@@ -61,6 +67,18 @@ class RefineOptions:
 
 
 @dataclass(frozen=True)
+class ValidityProposal:
+    """A criterion the judge disagrees with the labellers on: reword it or remove it."""
+
+    position: int
+    text: str
+    agreement: float
+    n: int
+    interval: tuple[float, float] | None
+    action: str = "reword or remove"
+
+
+@dataclass(frozen=True)
 class Flag:
     """A criterion whose judgments do not vary across the completions of a prompt."""
 
@@ -85,6 +103,7 @@ class RefinementReport:
     completions: int
     groups: int  # prompts with at least two scored completions
     flagged: list[Flag] = field(default_factory=list)
+    invalid: list[ValidityProposal] = field(default_factory=list)
     proposed: list[CriterionSpec] = field(default_factory=list)
     attempts: int = 0
     saved: SaveResult | None = None
@@ -97,8 +116,11 @@ def refine(
     generator: GeneratorSpec,
     backend_factory: Callable[[], JudgeBackend],
     options: RefineOptions | None = None,
+    invalid: Sequence[ValidityProposal] = (),
 ) -> RefinementReport:
-    """Flag no-signal criteria of ``version`` and save a new draft with proposed criteria."""
+    """Flag no-signal criteria of ``version`` and save a new draft with proposed criteria;
+    ``invalid``: the criteria the judge disagrees with labellers on (criterion validity), listed
+    as proposals to reword or remove and kept in the draft."""
     options = options or RefineOptions()
     judge = _judge(session, judge_name)
     scored = _scored_completions(session, version, judge, options.aggregation)
@@ -115,6 +137,7 @@ def refine(
     report.flagged = flag_constant(
         version.criteria, [[s.values for s in g] for g in groups], options.tolerance
     )
+    report.invalid = list(invalid)
     if options.propose:
         generator = with_overrides(generator, template=options.template)
         spec = _Proposer(version, generator, options, report).run(backend_factory, groups)
@@ -307,6 +330,7 @@ class _Proposer:
             "tolerance": self.options.tolerance,
             "completions": self.report.completions,
             "flagged": [vars(flag) for flag in self.report.flagged],
+            "criterion_validity": [vars(item) for item in self.report.invalid],
             "proposed": [c.text for c in proposed],
             "contrasted_completions": [s.completion.id for s in pair],
             "generator_model": model,
@@ -321,10 +345,16 @@ class _Proposer:
         flagged = "; ".join(
             f"#{f.position + 1} {f.text!r} (always {f.value:.2f})" for f in self.report.flagged
         )
+        invalid = "; ".join(
+            f"#{i.position + 1} {i.text!r} (agreement {i.agreement:.2f}, n={i.n})"
+            for i in self.report.invalid
+        )
         return (
             f"refined from {self.version.ref} with the {self.report.aggregation} scores of judge "
             f"{self.report.judge} over {self.report.completions} completion(s). "
             f"Flagged, no variation across completions (kept for review): {flagged or 'none'}. "
+            f"Reword or remove, the judge disagrees with the labellers (kept for review): "
+            f"{invalid or 'none'}. "
             f"Proposed: {'; '.join(repr(c.text) for c in proposed)}."
         )
 

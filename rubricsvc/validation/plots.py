@@ -98,3 +98,25 @@ def agreement_bars(
     axes.set_title(title)
     axes.grid(axis="y", alpha=0.3)
     return _save(plt, figure, path)
+
+
+def forest_plot(
+    rows: Sequence[tuple[str, float | None, tuple[float, float] | None]], path: Path, title: str
+) -> Path:
+    """One row per comparison (label, difference, bootstrap interval or None): the point and
+    its interval against a line at zero, so a difference whose interval crosses zero reads as
+    one the labels do not settle."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(6, max(2.0, 0.5 * len(rows) + 1.2)))
+    positions = list(range(len(rows)))[::-1]  # the first row on top
+    for y, (_, value, interval) in zip(positions, rows, strict=True):
+        if interval is not None:
+            axes.hlines(y, interval[0], interval[1], color="black", linewidth=1.2)
+        if value is not None:
+            axes.plot([value], [y], marker="s", color="black", markersize=6)
+    axes.axvline(0, color="grey", linestyle="--", linewidth=1)
+    axes.set_yticks(positions, [label for label, _, _ in rows])
+    axes.set_xlabel("difference in agreement (line: paired bootstrap interval)")
+    axes.set_title(title)
+    axes.grid(axis="x", alpha=0.3)
+    return _save(plt, figure, path)

@@ -10,8 +10,10 @@ from starlette.responses import Response
 
 from rubricsvc.models import Origin, VersionStatus
 from rubricsvc.rubrics.queue import QueueFilter, review_queue
+from rubricsvc.scoring.judge_configs import find_judge
 from rubricsvc.ui.deps import SESSION_PAGES, Reviewer, checked_parameters, current_reviewer, page_db
 from rubricsvc.ui.templating import render
+from rubricsvc.validation.validity import flagged_version_ids, validity_judges
 
 E = TypeVar("E", VersionStatus, Origin)
 
@@ -36,6 +38,8 @@ def queue(
     generator: str | None = Query(None, max_length=300),
     tag: str | None = Query(None, max_length=200),
     max_age_days: str | None = Query(None),
+    validity_judge: str | None = Query(None, max_length=200),
+    validity_below: str | None = Query(None),
     page: int = Query(1, ge=1, le=10**6),
     reviewer: Reviewer = Depends(current_reviewer),
     session: Session = Depends(page_db),
@@ -49,12 +53,33 @@ def queue(
                 raise ValueError
         except ValueError:
             errors["max_age_days"] = "A positive number of days."
+    below = 0.5
+    if _blank(validity_below):
+        try:
+            below = float(str(validity_below))
+            if not 0 <= below <= 1:
+                raise ValueError
+        except ValueError:
+            errors["validity_below"] = "A share between 0 and 1."
+            below = 0.5
+    judges = validity_judges(session)
+    judge_name = _blank(validity_judge)
+    if judge_name and judge_name not in judges:
+        errors["validity_judge"] = "No judge with verdicts on labelled criteria."
+        judge_name = None
     wanted = QueueFilter(
         status=None if status == "any" else _enum(VersionStatus, status, VersionStatus.DRAFT),
         origin=_enum(Origin, _blank(origin), None),
         generator=_blank(generator),
         tag=_blank(tag),
         max_age_days=age,
+        validity_judge=judge_name,
+        validity_below=below,
+        validity_versions=(
+            frozenset(flagged_version_ids(session, find_judge(session, judge_name), below))
+            if judge_name
+            else None
+        ),
     )
     result = review_queue(session, wanted, page)
     return render(
@@ -67,6 +92,8 @@ def queue(
         statuses=STATUSES,
         origins=[o.value for o in Origin],
         max_age_days=max_age_days or "",
+        validity_below=validity_below or "",
+        validity_judges=judges,
         errors=errors,
     )
 

@@ -16,6 +16,7 @@ from rubricsvc.rubrics import service
 from rubricsvc.rubrics.analytics import chart_bars, rubric_analytics
 from rubricsvc.rubrics.diff import diff_versions
 from rubricsvc.rubrics.review import authors_of, check_not_own
+from rubricsvc.scoring.judge_configs import find_judge
 from rubricsvc.ui.deps import (
     SESSION_PAGES,
     PageRefused,
@@ -31,6 +32,7 @@ from rubricsvc.ui.deps import (
 from rubricsvc.ui.editing import CATEGORIES, edited_spec, form_of, posted_form
 from rubricsvc.ui.routes.common import redirect
 from rubricsvc.ui.templating import render
+from rubricsvc.validation.validity import DEFAULT_BELOW, criterion_validity, validity_judges
 
 router = APIRouter(
     prefix="/ui/versions",
@@ -242,11 +244,24 @@ def analytics_page(
     request: Request,
     version_id: int,
     judge: int | None = Query(None, description="Only this judge config's scores."),
+    validity: str | None = Query(
+        None, max_length=200, description="Criterion validity under this judge (a name)."
+    ),
     reviewer: Reviewer = Depends(current_reviewer),
     session: Session = Depends(page_db),
 ) -> Response:
     version = _version(session, version_id)
     analytics = rubric_analytics(session, version, judge)
+    validity_names = validity_judges(session, version)
+    validity = validity.strip() if validity and validity.strip() in validity_names else None
+    valid = (
+        {
+            row.criterion_id: row
+            for row in criterion_validity(session, version, find_judge(session, validity))
+        }
+        if validity
+        else {}
+    )
     judges = list(
         session.scalars(
             select(JudgeConfig)
@@ -269,4 +284,8 @@ def analytics_page(
         bars=chart_bars(analytics),
         judges=judges,
         judge=judge,
+        validity=validity,
+        validity_judges=validity_names,
+        valid=valid,
+        below=DEFAULT_BELOW,
     )
