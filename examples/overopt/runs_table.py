@@ -38,9 +38,7 @@ def row(run: RunRecord) -> str:
     best = run.strongest_evidence()
     agreement = group_agreement(run.samples)
     interval = (
-        f" [{agreement.interval[0]:.2f}, {agreement.interval[1]:.2f}]"
-        if agreement.interval
-        else ""
+        f" [{agreement.interval[0]:.2f}, {agreement.interval[1]:.2f}]" if agreement.interval else ""
     )
     return (
         f"| {run.group} | {run.seed} | {_fmt(proxy[0])} / {_fmt(proxy[1])} "
