@@ -77,6 +77,10 @@ class RewardResult:
     # this judge and aggregation (``prompt_means``), if any. A trainer that needs a number for
     # every sample (verl, OpenRLHF) sends it, so the sample moves nothing: never a 0.
     prompt_mean: float | None = None
+    # Where the reward is masked and nothing of its prompt has a score yet (the first rollout
+    # of a prompt, sent alone): the mean of every score under this judge and aggregation
+    # (``judge_mean``), if any. The nearest stand-in for its group's mean; 0 only without it.
+    judge_mean: float | None = None
 
 
 @dataclass(kw_only=True)
@@ -163,7 +167,8 @@ def compute_rewards(
 
 def _add_prompt_means(session: Session, batch: RewardBatch) -> None:
     """Each masked result's prompt mean (``RewardResult.prompt_mean``), the batch's own
-    scores included: a query only when something is masked."""
+    scores included, and where its prompt has none the judge's mean (``judge_mean``): a
+    query only when something is masked."""
     masked = [r for r in batch.results if r.reward is None and r.completion_id is not None]
     if not masked:
         return
@@ -172,6 +177,11 @@ def _add_prompt_means(session: Session, batch: RewardBatch) -> None:
     for result in masked:
         if result.completion_id is not None:
             result.prompt_mean = means.get(result.completion_id)
+    alone = [r for r in masked if r.prompt_mean is None]
+    if alone:
+        overall = judge_mean(session, batch.judge_config_hash, batch.aggregation)
+        for result in alone:
+            result.judge_mean = overall
 
 
 def find_prompts(session: Session, requests: Sequence[RewardRequest]) -> list[Prompt]:
@@ -349,7 +359,8 @@ def fill_masked_by_prompt(
     a prompt (OpenRLHF sends one rollout per request): with ``"mean"``, a masked reward is the
     mean of its prompt's other rewards in the request (group-normalized advantages are per
     prompt); without any, its prompt's mean so far under this judge (``stored_means``, by
-    completion id: ``prompt_means``); else the mean of the request's rewards; else 0.0."""
+    completion id: ``prompt_means``); else the mean of the request's rewards; else the
+    judge's mean over every prompt (``RewardResult.judge_mean``); else 0.0."""
     rewards = [r.reward for r in results]
     if masked != "mean" or None not in rewards:
         return fill_masked(rewards, masked)
@@ -366,8 +377,10 @@ def fill_masked_by_prompt(
             filled.append(sum(known[prompt]) / len(known[prompt]))
         elif result.completion_id is not None and result.completion_id in stored_means:
             filled.append(stored_means[result.completion_id])
+        elif everything:
+            filled.append(sum(everything) / len(everything))
         else:
-            filled.append(sum(everything) / len(everything) if everything else 0.0)
+            filled.append(result.judge_mean if result.judge_mean is not None else 0.0)
     return filled
 
 
@@ -401,6 +414,18 @@ def prompt_means(
         ).tuples()
         means.update((prompt_id, float(mean)) for prompt_id, mean in rows if mean is not None)
     return {c: means[p] for c, p in prompt_of.items() if p in means}
+
+
+def judge_mean(session: Session, judge_config_hash: str, aggregation: str) -> float | None:
+    """The mean of every score under this judge config and aggregation (None without one)."""
+    mean = session.scalar(
+        select(func.avg(Score.value))
+        .join(JudgeConfig, JudgeConfig.id == Score.judge_config_id)
+        .where(JudgeConfig.config_hash == judge_config_hash)
+        .where(Score.aggregation == aggregation)
+        .where(Score.value.is_not(None))
+    )
+    return None if mean is None else float(mean)
 
 
 def parse_masked(text: str) -> MaskedReward:

@@ -170,10 +170,17 @@ def test_verls_masked_score_is_its_prompts_mean_never_a_zero(sqlite_url: str) ->
     assert (masked["masked"], masked["masked_fallback"]) == (1.0, 0.0)
     assert masked["score"] == pytest.approx(2 / 3)
     assert masked["failures_infrastructure"] == 1.0
-    # Nothing of its prompt scored yet under this judge: 0.0, and said so.
+    # Nothing of its prompt scored yet under this judge: the judge's mean over every prompt
+    # (here tr-mixed's three scores) stands in, and it says so.
     seed(sqlite_url, JUDGED)
     alone = compute_score("s", "Wind.", "tr-judged", {}, **settings)
-    assert (alone["score"], alone["masked"], alone["masked_fallback"]) == (0.0, 1.0, 1.0)
+    assert (alone["masked"], alone["masked_fallback"]) == (1.0, 1.0)
+    assert alone["score"] == pytest.approx(2 / 3)
+    # A judge with no score at all: 0.0, said so.
+    first = compute_score(
+        "s", "Wind.", "tr-judged", {}, **{**settings, "aggregation": "healthbench"}
+    )
+    assert (first["score"], first["masked"], first["masked_fallback"]) == (0.0, 1.0, 1.0)
     with pytest.raises(RubricsvcError, match="give 'mean' or a number"):
         compute_score("s", "Wind.", "tr-judged", {}, masked_score="median", **settings)
 

@@ -226,4 +226,7 @@ def test_a_masked_reward_takes_the_mean_of_its_own_prompt_first() -> None:
     assert filled == pytest.approx([0.2, 0.2, 0.6, 0.9, 0.4])
     assert fill_masked_by_prompt(results, prompts, -1.0, {4: 0.9}) == [0.2, -1.0, 0.6, -1.0, -1.0]
     lone = [result(None, 7)]
-    assert fill_masked_by_prompt(lone, ["x"], "mean", {}) == [0.0]
+    assert fill_masked_by_prompt(lone, ["x"], "mean", {}) == [0.0]  # the judge has no score
+    lone[0].judge_mean = 0.35  # the first rollout of a prompt: the judge's mean stands in
+    assert fill_masked_by_prompt(lone, ["x"], "mean", {}) == [0.35]
+    assert fill_masked_by_prompt(lone, ["x"], 0.1, {}) == [0.1]

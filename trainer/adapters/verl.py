@@ -28,8 +28,10 @@ failures outside the response's reach below the coverage floor) is returned as
 other extra keys, as it does the failed judgments by class (``failures_infrastructure``,
 ``failures_judge``, ``failures_response``). By default (``"mean"``) that is the mean of the
 scores its prompt's responses have under this judge (the rollouts of its group judged so far
-included), so the response moves nothing under GRPO's group-normalized advantages; 0.0 only
-when nothing of its prompt has a score yet (``masked_fallback: 1.0`` then says so). A number
+included), so the response moves nothing under GRPO's group-normalized advantages. When
+nothing of its prompt has a score yet (the first rollout of a prompt, sent alone), the mean of
+every score under this judge stands in, the nearest estimate of its group's mean; 0.0 only
+when the judge has no score at all (``masked_fallback: 1.0`` says either). A number
 sends that number. A failure the response provoked (it overflows the judge, or breaks it
 where the judge answers without it) gets its worst value, never a mask.
 """
@@ -130,7 +132,8 @@ def verl_result(result: RewardResult, masked_score: MaskedReward) -> dict[str, A
     if not masked:
         score = float(result.reward or 0.0)
     elif masked_score == "mean":
-        score = 0.0 if result.prompt_mean is None else result.prompt_mean
+        stand_in = result.prompt_mean if result.prompt_mean is not None else result.judge_mean
+        score = 0.0 if stand_in is None else stand_in
     else:
         score = float(masked_score)
     return {
