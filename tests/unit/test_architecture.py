@@ -136,3 +136,14 @@ def test_the_database_and_the_settings_are_leaves() -> None:
     assert set(graph.get("rubricsvc.config", {})) <= {"rubricsvc.errors"}
     assert "rubricsvc.config" not in graph.get("rubricsvc.db", {})
     assert set(graph.get("rubricsvc.batching", {})) == set()
+
+
+def test_only_plugins_import_the_plugin_surface() -> None:
+    """``rubricsvc.ext`` re-exports the registries for plugins; the platform itself imports
+    them where they live, so the surface can only ever sit on top."""
+    users = sorted(
+        f"{found.path}:{found.line}"
+        for found in _imports()
+        if found.module == "rubricsvc.ext" or found.module.startswith("rubricsvc.ext.")
+    )
+    assert users == []

@@ -15,6 +15,9 @@ batch's other rewards, or a number; unset, the server's RUBRICSVC_SCORING_MASKED
 (seconds, default 600) and
 ``RUBRICSVC_REWARD_RETRIES`` (tries after a connection error, a time-out, HTTP 429 or a 5xx,
 waiting as a ``Retry-After`` asks or with growing waits; default 3).
+
+It judges nothing itself, so it loads no plugins: the server (and its workers) judging behind
+the API load the ones a judge needs (``RUBRICSVC_PLUGINS``).
 """
 
 from __future__ import annotations

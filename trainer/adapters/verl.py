@@ -34,6 +34,11 @@ every score under this judge stands in, the nearest estimate of its group's mean
 when the judge has no score at all (``masked_fallback: 1.0`` says either). A number
 sends that number. A failure the response provoked (it overflows the judge, or breaks it
 where the judge answers without it) gets its worst value, never a mask.
+
+verl runs this file in its own processes: the first call imports the plugins
+``RUBRICSVC_PLUGINS`` names (and the installed entry points), as the CLI and the workers do,
+so a judge may use a plugin's backend or mode (``via: inprocess`` judges here; over ``http``
+and ``celery`` the server and its workers need the plugin too).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from typing import Any
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.scoring.rewards import MaskedReward, RewardRequest, RewardResult, parse_masked
 from trainer.async_rewards import DEFAULT_MAX_CONCURRENCY, AsyncRewardClient
-from trainer.config import ScorerSettings, ScorerVia
+from trainer.config import ScorerSettings, ScorerVia, load_configured_plugins
 from trainer.scorers import Scorer, make_scorer
 
 # Passed by verl's reward loop to every reward function, whatever its reward_kwargs.
@@ -53,7 +58,9 @@ VERL_KEYWORDS = frozenset({"reward_router_address", "reward_model_tokenizer"})
 
 
 def scorer_settings(kwargs: dict[str, Any]) -> ScorerSettings:
-    """The reward settings among ``kwargs``, without the ones verl adds of its own."""
+    """The reward settings among ``kwargs``, without the ones verl adds of its own; the
+    plugins are loaded first (once), since the settings may name a plugin's mode."""
+    load_configured_plugins()
     return ScorerSettings.model_validate(
         {key: value for key, value in kwargs.items() if key not in VERL_KEYWORDS}
     )
