@@ -116,20 +116,15 @@ class RunRecord:
         it gives what the run logged; for one made before, what it would have."""
         level = self.test_level(alpha)
         window = self.gold_window
-        proxy = [
-            (s["prompt_id"], int(s["step"]), float(s["rubric_reward"]))
+        scored_both = [
+            s
             for s in self.samples
             if s.get("prompt_id") is not None
             and s.get("rubric_reward") is not None
             and s.get("gold_reward") is not None
         ]
-        gold = [
-            (s["prompt_id"], int(s["step"]), float(s["gold_reward"]))
-            for s in self.samples
-            if s.get("prompt_id") is not None
-            and s.get("rubric_reward") is not None
-            and s.get("gold_reward") is not None
-        ]
+        proxy = [(s["prompt_id"], int(s["step"]), float(s["rubric_reward"])) for s in scored_both]
+        gold = [(s["prompt_id"], int(s["step"]), float(s["gold_reward"])) for s in scored_both]
         points: list[GoldPoint] = []
         found = []
         for row in self.gold_rows:
