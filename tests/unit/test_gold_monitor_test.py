@@ -119,3 +119,21 @@ def test_a_runs_logs_decide_the_test_again_as_the_live_monitor_did(tmp_path: Pat
     assert replayed == [(p.step, p.tests) for p in monitor.points]
     assert record.test_alarms() == [p.step for p in monitor.points if p.alarm]
     assert "fires at step" in run_report(record)
+
+
+RECORDED = Path(__file__).resolve().parents[2] / "docs" / "overopt" / "runs"
+
+
+def test_the_recorded_lab_runs_logs_decide_the_test_as_their_live_monitor_did() -> None:
+    """docs/overoptimization.md reads the monitor's test from the committed runs' logs: the
+    replay gives, at every held-out evaluation, exactly the tests the live monitor logged, and
+    no random-reward control alarms."""
+    runs = sorted(path.parent for path in RECORDED.glob("*/config.yaml"))
+    assert len(runs) == 8, runs  # four settings, two seeds
+    for path in runs:
+        record = read_run(path)
+        logged = [(int(row["step"]), row.get("tests", [])) for row in record.gold_rows]
+        assert record.replayed_tests() == logged, path.name
+        assert len(logged) == 9 and any(tests for _, tests in logged), path.name
+        if record.config.get("random_rewards"):
+            assert record.test_alarms() == [], path.name
