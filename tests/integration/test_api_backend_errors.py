@@ -134,7 +134,8 @@ def test_generate_answers_503_or_502_when_the_generator_fails(
 def test_a_lone_masked_openrlhf_rollout_gets_its_prompts_mean_so_far(sqlite_url: str) -> None:
     """OpenRLHF sends one rollout per request, so "the mean of the batch's other rewards"
     has nothing to take the mean of: a masked rollout gets the mean of its prompt's rewards so
-    far under the same judge (zero advantage in expectation), never a silent 0.0."""
+    far under the same judge (zero advantage in expectation), or for a prompt with none yet the
+    judge's mean over every prompt; 0.0 only for a judge with no score at all."""
     from rubricsvc.judging.backends.base import BackendError
     from rubricsvc.judging.backends.scripted import ScriptedBackend
     from rubricsvc.judging.types import ChoiceRequest
@@ -170,6 +171,18 @@ def test_a_lone_masked_openrlhf_rollout_gets_its_prompts_mean_so_far(sqlite_url:
         masked = one_rollout("p-down", "Avoid screens at night.")
         assert masked["extra_logs"]["rubric_masked"] == [1.0]
         assert masked["rewards"] == [pytest.approx((first + second) / 2)]
-        # A prompt nothing has been scored for yet: the last resort, counted as masked.
+        # A prompt nothing has been scored for yet: the judge's mean over every prompt (here
+        # p-down's two scores) stands in for its group's, counted as masked.
         fresh = one_rollout("p-other", "Hello.")
-        assert (fresh["rewards"], fresh["extra_logs"]["rubric_masked"]) == ([0.0], [1.0])
+        assert fresh["rewards"] == [pytest.approx((first + second) / 2)]
+        assert fresh["extra_logs"]["rubric_masked"] == [1.0]
+        # A judge with no score at all under the aggregation asked for: the last resort, 0.0.
+        answer = client.post(
+            f"/v1/openrlhf/reward?api_key={keys['score']}&aggregation=healthbench",
+            json={"query": ["Hello again."], "prompts": [""], "labels": ["p-other"]},
+        )
+        assert answer.status_code == 200, answer.text
+        assert (answer.json()["rewards"], answer.json()["extra_logs"]["rubric_masked"]) == (
+            [0.0],
+            [1.0],
+        )
