@@ -84,6 +84,7 @@ def create_app(
         routes=app.router.routes,
         authenticate=state.authenticate,
         limiter=state.rate_limiter,
+        kept=state.kept_key,
     )
     app.add_middleware(BodySizeLimit, max_bytes=settings.api.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)

@@ -27,7 +27,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rubricsvc.api.errors import send_error
-from rubricsvc.api.ratelimit import RateLimiter, retry_after
+from rubricsvc.api.ratelimit import MemoryRateLimiter, RateLimiter, retry_after
 from rubricsvc.apikeys import Scope as KeyScope
 from rubricsvc.apikeys import allows
 from rubricsvc.models import ApiKey
@@ -136,11 +136,17 @@ class KeyGate:
         routes: Sequence[BaseRoute],
         authenticate: Callable[[str], ApiKey | None],
         limiter: RateLimiter | None,
+        kept: Callable[[str], ApiKey | None] | None = None,
     ) -> None:
         self.app = app
         self.routes = routes  # the app's routes, in the order its router tries them
         self.authenticate = authenticate  # the live key with a secret (``AppState``'s)
         self.limiter = limiter
+        # A key known without I/O (``AppState.kept_key``) is admitted on the event loop when
+        # the rate limit is counted in memory too: a hop to a worker thread per request was
+        # much of a small request's own time (RL frameworks send one rollout per request).
+        self.kept = kept
+        self._limit_in_memory = limiter is None or isinstance(limiter, MemoryRateLimiter)
         self._rules: dict[int, KeyRule | None] = {}
 
     def _route(self, scope: Scope) -> tuple[BaseRoute, KeyRule] | None:
@@ -169,7 +175,13 @@ class KeyGate:
         if not secret:
             await self._refuse(scope, route, send, 401, NO_KEY)
             return
-        key, wait = await run_in_threadpool(self._admit, secret)
+        known = self.kept(secret) if self.kept is not None else None
+        key: ApiKey | None
+        wait: float
+        if known is not None and self._limit_in_memory:
+            key, wait = known, (self.limiter.take(known.id) if self.limiter is not None else 0.0)
+        else:
+            key, wait = await run_in_threadpool(self._admit, secret)
         if key is None:
             await self._refuse(scope, route, send, 401, BAD_KEY)
             return

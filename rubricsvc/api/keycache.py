@@ -47,6 +47,15 @@ class KeyCache:
                 self._keys[digest] = (key, now + self.ttl)
         return key
 
+    def kept(self, secret: str) -> ApiKey | None:
+        """The live key with this secret if it is kept and fresh; None means unknown here
+        (``lookup`` reads it), not refused. No I/O: safe on an event loop."""
+        digest = hash_secret(secret)
+        now = self._clock()
+        with self._lock:
+            kept = self._keys.get(digest)
+        return kept[0] if kept is not None and now < kept[1] else None
+
     def key_revoked(self, key_id: int) -> None:
         """Forget key ``key_id`` (``apikeys.on_revocation`` calls this)."""
         with self._lock:

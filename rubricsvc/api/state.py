@@ -71,6 +71,10 @@ class AppState:
         """The live key with this secret (detached from any session), or None."""
         return self.key_cache.lookup(secret, self._read_key)
 
+    def kept_key(self, secret: str) -> ApiKey | None:
+        """``authenticate`` from the cache alone: None when it would have to read."""
+        return self.key_cache.kept(secret)
+
     def _read_key(self, secret: str) -> ApiKey | None:
         with session_scope(self.engine) as session:
             key = authenticate(session, secret)

@@ -24,6 +24,7 @@ so no cached verdict is replayed for text that was neutralized differently.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 import uuid
@@ -165,6 +166,19 @@ def break_special_tokens(text: str, tokens: SpecialTokens = COMMON) -> str:
 def judged(text: str) -> str:
     """Text that came from outside the judge (prompt, response, reference, criterion),
     made safe to place in a judge's prompt: frames defused, special tokens broken."""
+    if len(text) <= _REMEMBERED_CHARS:
+        return _judged_remembered(text)
+    return break_special_tokens(defuse_frames(text))
+
+
+# A criterion's text is shown once per completion judged against it: short texts are
+# neutralized once and remembered (a pure function of the text; at most 8,192 of them, of
+# at most 2,000 characters each).
+_REMEMBERED_CHARS = 2000
+
+
+@functools.lru_cache(maxsize=8192)
+def _judged_remembered(text: str) -> str:
     return break_special_tokens(defuse_frames(text))
 
 

@@ -44,20 +44,60 @@ class PromptTemplate:
         return tuple((role, body.strip("\n")) for role, body in zip(roles, bodies, strict=True))
 
     @cached_property
-    def _templates(self) -> tuple[tuple[str, Template], ...]:
-        return tuple((role, Template(body)) for role, body in self._sections)
+    def _compiled(self) -> tuple[tuple[str, _Compiled], ...]:
+        return tuple((role, _Compiled.of(body)) for role, body in self._sections)
 
     def render(self, **fields: str) -> Chat:
         """The chat for these fields; a placeholder without a value is an error."""
         chat = []
-        for role, template in self._templates:
+        for role, compiled in self._compiled:
             try:
-                chat.append({"role": role, "content": template.substitute(fields)})
+                chat.append({"role": role, "content": compiled.substitute(fields)})
             except KeyError as err:
                 raise ValidationFailed(
                     f"template {self.name}: no value for ${{{err.args[0]}}}"
                 ) from None
         return chat
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    """A section split once into literal text and placeholder names: rendering joins them,
+    where ``Template.substitute`` scans the text with a regular expression on every call (once
+    per judgment, a visible share of a run's own time). The same text as ``substitute`` gives;
+    a section with an invalid ``$`` is left to ``Template``, which raises as it always has."""
+
+    pieces: tuple[str, ...]  # literals at even indexes, placeholder names at odd ones
+    template: Template
+
+    @classmethod
+    def of(cls, body: str) -> _Compiled:
+        template = Template(body)
+        pieces: list[str] = []
+        literal: list[str] = []
+        last = 0
+        for match in template.pattern.finditer(body):
+            literal.append(body[last : match.start()])
+            last = match.end()
+            if match.group("escaped") is not None:
+                literal.append(template.delimiter)
+                continue
+            name = match.group("named") or match.group("braced")
+            if name is None:  # invalid: substitute raises its ValueError at render time
+                return cls((), template)
+            pieces += ["".join(literal), name]
+            literal = []
+        literal.append(body[last:])
+        pieces.append("".join(literal))
+        return cls(tuple(pieces), template)
+
+    def substitute(self, fields: dict[str, str]) -> str:
+        if not self.pieces:
+            return self.template.substitute(fields)
+        parts = list(self.pieces)
+        for index in range(1, len(parts), 2):
+            parts[index] = str(fields[parts[index]])
+        return "".join(parts)
 
 
 def load_template(name_or_path: str) -> PromptTemplate:

@@ -60,7 +60,12 @@ from rubricsvc.models import (
 from rubricsvc.scoring.executor import CallExecutor, JudgeResult
 from rubricsvc.scoring.judge_configs import ensure_judge_config
 from rubricsvc.scoring.selection import Selection, select_work, without_reasons
-from rubricsvc.scoring.store import StoredVerdict, save_judgments, save_scores, stored_verdicts
+from rubricsvc.scoring.store import (
+    StoredVerdict,
+    save_and_read_judgments,
+    save_scores,
+    stored_verdicts,
+)
 
 
 @dataclass(frozen=True)
@@ -203,11 +208,12 @@ def score(
             fresh = _store_results(session, judge_row.id, chunk, results)
             settled = {k: j for k, j in fresh.items() if _settled(j)}
             cached.update(settled)
-            fresh_rulings = {key: _ruling(judgment) for key, judgment in fresh.items()}
-            rulings.update({key: fresh_rulings[key] for key in settled})
+            rulings.update({key: _ruling(judgment) for key, judgment in settled.items()})
             # Fresh failures too, so the breakdown can show their errors; a settled ruling
-            # wins. A view, not a copy: copying every ruling per chunk grew with the run again.
-            judged = ChainMap(rulings, fresh_rulings)
+            # wins. A view, not a copy: copying every ruling per chunk grew with the run again
+            # (and no view at all when nothing failed: a lookup through one costs more).
+            failed = {k: _ruling(j) for k, j in fresh.items() if k not in settled}
+            judged: Mapping[str, Ruling] = ChainMap(rulings, failed) if failed else rulings
             scored = [
                 _score_unit(mode, unit, judge_row.id, aggregation, options, judged)
                 for unit in chunk
@@ -604,8 +610,7 @@ def _store_results(
                 "detail": (verdict.detail or None) if verdict else result.detail,
             }
         )
-    save_judgments(session, rows)
-    return stored_verdicts(session, results)
+    return save_and_read_judgments(session, rows)
 
 
 def _origin(unit: _Unit, item: Item) -> tuple[int, int | None, int | None]:

@@ -86,11 +86,14 @@ def judgment_upsert(dialect: str) -> Any:
     writer's ok row is kept."""
     table = Judgment.__table__
     statement = insert_in(dialect, table)
+    # RETURNING gives the rows this statement wrote (inserted, or a failure rewritten): the
+    # writer knows what they hold without reading them back; a row it left alone (another
+    # writer's ok verdict) is not returned.
     return statement.on_conflict_do_update(
         index_elements=["cache_key"],
         set_={column: statement.excluded[column] for column in JUDGMENT_RESULT_COLUMNS},
         where=table.c.status == JudgmentStatus.FAILED,
-    )
+    ).returning(table.c.cache_key, table.c.id)
 
 
 @cache
@@ -103,11 +106,39 @@ def score_upsert(dialect: str) -> Any:
     )
 
 
-def save_judgments(session: Session, rows: Sequence[dict[str, Any]]) -> None:
-    """Store judgments; a new ok verdict replaces a stored failure, nothing replaces an ok one."""
-    if rows:
-        session.execute(judgment_upsert(_dialect(session)), list(rows))
-        session.flush()
+def save_judgments(session: Session, rows: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """Store judgments; a new ok verdict replaces a stored failure, nothing replaces an ok one.
+    The ids of the rows written, by cache key (a key whose stored ok row was kept is absent)."""
+    if not rows:
+        return {}
+    written = session.execute(judgment_upsert(_dialect(session)), list(rows))
+    return dict(written.tuples().all())
+
+
+def save_and_read_judgments(
+    session: Session, rows: Sequence[dict[str, Any]]
+) -> dict[str, StoredVerdict]:
+    """``save_judgments``, then each row's key as stored: a written row as it was given, a
+    kept one (another writer's ok verdict) read back."""
+    written = save_judgments(session, rows)
+    stored = {
+        row["cache_key"]: StoredVerdict(
+            written[row["cache_key"]],
+            row["cache_key"],
+            row["status"],
+            row["value"],
+            row["verdict"],
+            row["detail"],
+            row["failure"],
+            row["error"],
+        )
+        for row in rows
+        if row["cache_key"] in written
+    }
+    kept = [row["cache_key"] for row in rows if row["cache_key"] not in written]
+    if kept:
+        stored.update(stored_verdicts(session, kept))
+    return stored
 
 
 def save_scores(session: Session, rows: Sequence[dict[str, Any]]) -> None:
