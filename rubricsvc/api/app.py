@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from sqlalchemy import Engine
 
-from rubricsvc import __version__
+from rubricsvc import __version__, heap
 from rubricsvc.api.auth import KeyGate, UndeclaredRoutes, mark_open, undeclared_routes
 from rubricsvc.api.errors import install_error_handlers
 from rubricsvc.api.limits import BodySizeLimit
@@ -40,10 +40,12 @@ def create_app(
     engine: Engine | None = None,
     *,
     build_backend: Callable[[BackendChoice], JudgeBackend] | None = None,
+    settle_heap: bool = False,
 ) -> FastAPI:
     """The app for ``settings`` (default: the environment's) on ``engine`` (default: its URL);
     ``build_backend`` (default: the real backends) loads each judge (or generator) model,
-    once."""
+    once. ``settle_heap``: the process serves this app alone (``rubricsvc serve``), so its
+    start-up objects are frozen out of the garbage collector's sight (``rubricsvc.heap``)."""
     settings = settings or get_settings()
     load_plugins(settings.plugins)
     engine = engine or make_engine(settings.db.url)
@@ -58,6 +60,8 @@ def create_app(
             raise UndeclaredRoutes(undeclared)
         # After the server configured its logging: keys in access log lines are redacted.
         install_redaction()
+        if settle_heap:
+            heap.settle()
         yield
         state.close()
 
@@ -89,3 +93,8 @@ def create_app(
     app.add_middleware(BodySizeLimit, max_bytes=settings.api.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     return app
+
+
+def create_served_app() -> FastAPI:
+    """The app of one ``rubricsvc serve --workers N`` process (uvicorn's factory)."""
+    return create_app(settle_heap=True)

@@ -103,13 +103,14 @@ def serve_command(
         f"database {display_url(settings.db.url)}"
     )
     if workers == 1:
-        uvicorn.run(create_app(settings, engine()), host=host, port=port, log_level=log_level)
+        app = create_app(settings, engine(), settle_heap=True)
+        uvicorn.run(app, host=host, port=port, log_level=log_level)
         return
     share_session_secret(settings)
     warn_of_local_rate_limits(settings, workers)
     # Each process builds its own app from the environment, which it inherits from this one.
     uvicorn.run(
-        "rubricsvc.api.app:create_app",
+        "rubricsvc.api.app:create_served_app",
         factory=True,
         workers=workers,
         host=host,
