@@ -4,7 +4,8 @@ Run by path by ``bench_platform_time`` with the checkout under test first on ``P
 (this folder holds no ``rubricsvc``, so the checkout's is the one imported); it uses only
 what both the baseline commit and this checkout have. Prints one JSON line:
 ``{"score_ms": ..., "rewards_ms": ...}``, each the median of ``MEASURED`` runs after one
-warm-up run of each path.
+warm-up run of each path, the process's heap then settled as the checkout's server settles
+its own (``settle_heap``).
 
 Usage: ``python benchmarks/platform_time_driver.py DATABASE ROLLOUTS CRITERIA MEASURED``
 """
@@ -56,6 +57,17 @@ class Instant:
 
     def close(self) -> None:
         pass
+
+
+def settle_heap() -> None:
+    """The heap as a server process of this checkout has it once started: ``rubricsvc serve``
+    settles it (``rubricsvc.heap``) where the checkout has that module; a checkout without
+    it ran with the interpreter's default collector, and so does its driver."""
+    try:
+        from rubricsvc import heap
+    except ImportError:
+        return
+    heap.settle()
 
 
 def main() -> None:
@@ -123,6 +135,7 @@ def main() -> None:
 
     score_path("warm-score")
     reward_path("warm-reward")
+    settle_heap()
     result = {
         "score_ms": statistics.median(
             1000 * score_path(f"s{k}") / judgments for k in range(measured)

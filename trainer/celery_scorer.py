@@ -68,8 +68,7 @@ class CeleryScorer:
 
         with session_scope(self._engine) as session:
             prompts = find_prompts(session, requests)
-            completions = store_completions(session, requests, prompts, self.settings.source)
-            return [c.id for c in completions]
+            return store_completions(session, requests, prompts, self.settings.source)
 
     def _run_job(self, rubric: str | None, completion_ids: list[int]) -> list[Any]:
         from rubricsvc.db import session_scope

@@ -16,13 +16,14 @@ from dataclasses import dataclass, field, replace
 from itertools import zip_longest
 from typing import Any
 
-from sqlalchemy import func, select, tuple_
+from sqlalchemy import func, insert, select, tuple_
 from sqlalchemy.orm import Session, selectinload
 
 from rubricsvc.batching import batches
 from rubricsvc.completions import normalized_trajectory
 from rubricsvc.documents import (
     DocumentRecord,
+    ResolvedDocument,
     attach_documents,
     checked_documents,
     listed_documents,
@@ -133,7 +134,7 @@ def compute_rewards(
     """Score each pair against its prompt's rubric; raises NotFoundError for an unknown prompt.
     ``backends``: the process's ``BackendProvider.factory`` (a jury's members have their own)."""
     prompts = find_prompts(session, requests)
-    completions = store_completions(session, requests, prompts, source)
+    completion_ids = store_completions(session, requests, prompts, source)
     batch = RewardBatch(
         judge=spec.name,
         judge_config_hash=spec.config_hash(),
@@ -142,8 +143,8 @@ def compute_rewards(
     )
     scored: dict[tuple[int, str | None], list[ScoredCompletion]] = {}
     by_rubric: dict[str | None, list[int]] = {}
-    for request, completion in zip(requests, completions, strict=True):
-        by_rubric.setdefault(request.rubric, []).append(completion.id)
+    for request, completion_id in zip(requests, completion_ids, strict=True):
+        by_rubric.setdefault(request.rubric, []).append(completion_id)
     for rubric, ids in by_rubric.items():
         selection = Selection(
             completion_ids=tuple(sorted(set(ids))),
@@ -158,8 +159,8 @@ def compute_rewards(
         for entry in report.scores:
             scored.setdefault((entry.completion_id, rubric), []).append(entry)
     batch.results = [
-        reward_result(completion.id, scored.get((completion.id, request.rubric), []))
-        for request, completion in zip(requests, completions, strict=True)
+        reward_result(completion_id, scored.get((completion_id, request.rubric), []))
+        for request, completion_id in zip(requests, completion_ids, strict=True)
     ]
     _add_prompt_means(session, batch)
     return batch
@@ -264,35 +265,47 @@ def wanted_completions(
 
 def store_completions(
     session: Session, requests: Sequence[RewardRequest], prompts: Sequence[Prompt], source: str
-) -> list[Completion]:
-    """One completion per distinct (prompt, text, trajectory) for ``source``: reused if
-    already stored, so a rollout seen again (the same text, and trajectory if any, for the same
-    prompt) is one row, judged once. Every trajectory is checked before anything is stored
-    (ValidationFailed naming the item)."""
+) -> list[int]:
+    """The id of each request's completion: one per distinct (prompt, text, trajectory,
+    documents) for ``source``, reused if already stored, so a rollout seen again (the same
+    text, and trajectory if any, for the same prompt) is one row, judged once. Every
+    trajectory is checked before anything is stored (ValidationFailed naming the item)."""
     wanted = wanted_completions(session, requests, prompts, source)
-    stored = dict(wanted.stored)
+    ids = {key: completion.id for key, completion in wanted.stored.items()}
     first_item = {key: index for index, key in reversed(list(enumerate(wanted.keys)))}
-    new = []
+    plain: list[tuple[CompletionKey, dict[str, Any]]] = []
+    listing: list[tuple[CompletionKey, Completion, list[ResolvedDocument]]] = []
     for key, (request, messages, listed) in wanted.new.items():
+        row = {
+            "prompt_id": key[0],
+            "text": request.completion,
+            "content_hash": key[1],
+            "messages": messages,
+            "source": source,
+            "meta": {},
+        }
+        if not listed:
+            plain.append((key, row))
+            continue
         resolved = resolve_documents(session, listed, f"item {first_item[key]}")
-        completion = Completion(
-            prompt_id=key[0],
-            text=request.completion,
-            content_hash=key[1],
-            messages=messages,
-            source=source,
-            meta={},
-        )
+        completion = Completion(**row)
         session.add(completion)
-        stored[key] = completion
-        new.append((completion, resolved))
-    # One flush for every new completion (one batch of inserts, not one round trip each),
-    # then their documents, which need their ids.
-    session.flush()
-    for completion, resolved in new:
-        attach_documents(session, completion, resolved)
-    session.flush()
-    return [stored[key] for key in wanted.keys]
+        listing.append((key, completion, resolved))
+    if plain:
+        # One statement for every plain completion, returning the ids in the rows' order:
+        # ORM instances and their flush were a fifth of a reward batch's own time.
+        inserted = session.execute(
+            insert(Completion).returning(Completion.id, sort_by_parameter_order=True),
+            [row for _, row in plain],
+        ).scalars()
+        ids.update(zip((key for key, _ in plain), inserted, strict=True))
+    if listing:
+        session.flush()  # their ids, which their documents need
+        for key, completion, resolved in listing:
+            attach_documents(session, completion, resolved)
+            ids[key] = completion.id
+        session.flush()
+    return [ids[key] for key in wanted.keys]
 
 
 def _extras_key(trajectory: list[dict[str, Any]] | None, documents: list[list[str]]) -> str | None:
