@@ -166,6 +166,41 @@ def test_a_claim_is_exclusive_until_its_heartbeat_is_stale(seeded: Engine) -> No
     assert taken.worker is not None and not taken.worker.startswith("elsewhere")
 
 
+def test_a_worker_that_lost_its_claim_writes_nothing(seeded: Engine) -> None:
+    """A worker cut off mid-chunk whose chunk went to another comes back: the judgments and
+    scores it made are rolled back with the refused claim, not committed."""
+    submit(seeded)
+    first = chunks(seeded)[0]
+
+    def taken_over(_spec: JudgeSpec) -> JudgeBackend:
+        def reclaim() -> None:
+            # While this worker judges, its chunk is reclaimed and another claims it.
+            with session_scope(seeded) as session:
+                session.execute(
+                    update(ScoreChunk)
+                    .where(ScoreChunk.id == first.id)
+                    .values(worker="elsewhere:1:x", attempts=ScoreChunk.attempts + 1)
+                )
+
+        def probs(_request: object) -> dict[str, float]:
+            reclaim()
+            return {"yes": 0.9, "no": 0.1}
+
+        def text(_request: object) -> str:
+            reclaim()
+            return "It does.\nVERDICT: YES"
+
+        return ScriptedBackend(text=text, probs=probs)
+
+    outcome = run(seeded, first.id, taken_over)
+    assert outcome.outcome == "stopped" and "given to another worker" in (outcome.error or "")
+    with session_scope(seeded) as session:
+        assert session.scalar(select(func.count()).select_from(Judgment)) == 0
+        assert session.scalar(select(func.count()).select_from(Score)) == 0
+    (held,) = [c for c in chunks(seeded) if c.id == first.id]
+    assert (held.status, held.worker, held.done) == (ChunkStatus.RUNNING, "elsewhere:1:x", 0)
+
+
 def test_the_reaper_gives_back_lost_chunks_and_resends_old_messages(seeded: Engine) -> None:
     submit(seeded)
     lost, queued, fresh, _ = chunks(seeded)
