@@ -94,7 +94,7 @@ test: setup lint browser
 test-fast: setup
 	@echo "==> pytest, fast tests only ($(TEST_WORKERS) processes)"
 	$(BIN)/pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile \
-		-m "not model and not postgres and not broker and not browser and not slow"
+		-m "not model and not postgres and not broker and not browser and not netns and not slow"
 
 # The browser tests drive Debian's Chromium (Playwright never downloads a browser here).
 # Installed when missing and this user can (root with apt-get); otherwise those tests skip

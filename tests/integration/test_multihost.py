@@ -1,0 +1,245 @@
+"""Past one machine: hosts in network namespaces, partitions, judges placed on some hosts.
+
+Each test builds its hosts (``tests/netns.py``): a data host running a PostgreSQL cluster of
+the test's own (``initdb``/``pg_ctl``) and a ``redis-server``, each bound to the host's
+address; worker hosts running ``rubricsvc worker`` with ``ip netns exec``; API hosts running
+``rubricsvc serve``. The test process itself talks to them over the bridge. A host is cut
+off by taking its link down: its processes keep running and its packets are dropped.
+
+Distribution and recovery are what these tests are about, so the judge is the scripted
+backend behind the fault injector with a fixed latency per judgment.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+
+from rubricsvc import db
+from rubricsvc.apikeys import create_key
+from rubricsvc.models import ChunkStatus, Judgment, ScoreChunk
+from tests.cli_runner import CliResult
+from tests.netns import Host, Network, wait_listening
+from tests.requirements import require_module
+from tests.workers_harness import (
+    FAST_RECOVERY,
+    Cluster,
+    PrivatePostgres,
+    PrivateRedis,
+    Worker,
+    fast_judge,
+    finish,
+    private_postgres,
+    private_redis,
+    seed,
+    tally,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.netns, pytest.mark.postgres, pytest.mark.broker, pytest.mark.slow]
+
+require_module("celery", "workers")
+
+HEARTBEAT_TIMEOUT = float(FAST_RECOVERY["RUBRICSVC_JOBS_HEARTBEAT_TIMEOUT"])
+REAP_INTERVAL = float(FAST_RECOVERY["RUBRICSVC_JOBS_REAP_INTERVAL"])
+
+
+@contextmanager
+def data_host(network: Network) -> Iterator[tuple[Host, PrivatePostgres, PrivateRedis]]:
+    """The data host: PostgreSQL (migrated) and Redis, both on the host's own address."""
+    host = network.add_host("data")
+    with private_postgres(host) as postgres, private_redis(host) as redis:
+        db.upgrade(postgres.url)
+        yield host, postgres, redis
+
+
+def job_id_of(result: CliResult) -> int:
+    found = re.search(r"^job (\d+):", result.stderr, re.MULTILINE)
+    assert found, result.stderr
+    return int(found.group(1))
+
+
+def chunk_rows(url: str) -> list[tuple[int, int, ChunkStatus, str | None, int, int]]:
+    """(id, job, status, claim token, attempts, judgments) of every chunk."""
+    engine = db.make_engine(url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                select(
+                    ScoreChunk.id,
+                    ScoreChunk.job_id,
+                    ScoreChunk.status,
+                    ScoreChunk.worker,
+                    ScoreChunk.attempts,
+                    ScoreChunk.judgments,
+                ).order_by(ScoreChunk.id)
+            ).all()
+        return [tuple(row) for row in rows]  # type: ignore[misc]
+    finally:
+        engine.dispose()
+
+
+def pid_of(token: str | None) -> int:
+    return int(token.split(":")[1]) if token else -1
+
+
+def judgment_rows_by_key(url: str) -> tuple[int, int]:
+    """Judgment rows, and cache keys held by more than one row."""
+    engine = db.make_engine(url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.scalar(select(func.count()).select_from(Judgment)) or 0
+            doubled = conn.execute(
+                select(Judgment.cache_key)
+                .group_by(Judgment.cache_key)
+                .having(func.count() > 1)
+            ).all()
+        return rows, len(doubled)
+    finally:
+        engine.dispose()
+
+
+def held_by(url: str, worker: Worker, job_id: int | None = None) -> int | None:
+    """A chunk ``worker`` holds now (running under its claim), if any."""
+    for chunk_id, job, status, token, _, _ in chunk_rows(url):
+        if job_id not in (None, job) or status != ChunkStatus.RUNNING:
+            continue
+        if pid_of(token) == worker.pid:
+            return chunk_id
+    return None
+
+
+# --- 1. a worker host drops off the network while it holds a chunk -------------------------
+
+
+def test_a_worker_host_cut_off_mid_chunk_loses_it_to_the_other_host(
+    network: Network, tmp_path: Path
+) -> None:
+    with data_host(network) as (_, postgres, redis):
+        url = postgres.url
+        # 8 prompts x 10 completions x 4 criteria: 320 judgments in 8 chunks of 40, each
+        # chunk 2 s of judging (50 ms per judgment).
+        total = seed(url, 8, 10, 4, [fast_judge(latency=0.05)])
+        chunk_seconds = 40 * 0.05
+        cluster = Cluster(url, redis.url, tmp_path, extra_env={"RUBRICSVC_JOBS_CHUNK_JUDGMENTS": "40"})
+        try:
+            wa, wb = network.add_host("wa"), network.add_host("wb")
+            a = cluster.start_worker("fast", wa)
+            b = cluster.start_worker("fast", wb)
+            a.wait_ready()
+            b.wait_ready()
+            follower = cluster.start_follower(
+                "score", "--judge", "fast", "--via", "celery", "--json"
+            )
+
+            def a_holds_one_near_the_end() -> int | None:
+                rows = chunk_rows(url)
+                pending = sum(1 for r in rows if r[2] == ChunkStatus.PENDING)
+                held = held_by(url, a)
+                return held if rows and held is not None and pending <= 1 else None
+
+            lost = wait_for(a_holds_one_near_the_end, 60, "worker host A holding a chunk", 0.1)
+            wa.cut()
+            cut_at = time.monotonic()
+
+            def finished_by_b() -> bool:
+                row = next(r for r in chunk_rows(url) if r[0] == lost)
+                return row[2] == ChunkStatus.DONE and pid_of(row[3]) == b.pid
+
+            bound = HEARTBEAT_TIMEOUT + REAP_INTERVAL + 3 * chunk_seconds + 4
+            wait_for(finished_by_b, bound, f"chunk {lost} to be finished on host B", 0.1)
+            recovered = time.monotonic() - cut_at
+            print(f"\nchunk {lost}: cut off on host A, done on host B {recovered:.1f} s later")
+
+            # Host A comes back and finishes what it held: its late writes are refused.
+            wa.restore()
+            restored_at = time.monotonic()
+            result = finish(follower, timeout=60)
+            assert result.code == 0, result.stderr
+            job_id = job_id_of(result)
+            wait_for(
+                lambda: f"chunk {lost} stopped" in a.log(), 90, "host A to give its chunk up", 0.5
+            )
+            print(f"host A gave chunk {lost} up {time.monotonic() - restored_at:.1f} s after")
+            counted = tally(url, job_id)
+            assert counted.judgments == total
+            assert (counted.duplicated_pairs, counted.missing_pairs) == (0, 0)
+            assert counted.job_status == "done" and counted.chunks["done"] == 8
+            assert judgment_rows_by_key(url) == (total, 0)
+            row = next(r for r in chunk_rows(url) if r[0] == lost)
+            assert (row[2], pid_of(row[3]), row[4]) == (ChunkStatus.DONE, b.pid, 2)
+        finally:
+            cluster.stop()
+
+
+# --- 2. the data host unreachable from one worker host for 30 s ----------------------------
+
+
+def test_the_data_host_unreachable_from_one_worker_host_for_30_s(
+    network: Network, tmp_path: Path
+) -> None:
+    """Judge ``fast`` lives on host A only, judge ``other`` on host B only. A loses the data
+    host for 30 s while it holds a chunk: B's job goes on, A's job says it waits for a worker
+    of its judge, and once A is back its chunk is retried and the job ends done."""
+    with data_host(network) as (_, postgres, redis):
+        url = postgres.url
+        judges = [fast_judge("fast", latency=0.025), fast_judge("other", latency=0.1)]
+        total = seed(url, 8, 10, 4, judges)  # 320 judgments per judge, 8 chunks each
+        cluster = Cluster(url, redis.url, tmp_path, extra_env={"RUBRICSVC_JOBS_CHUNK_JUDGMENTS": "40"})
+        try:
+            wa, wb = network.add_host("wa"), network.add_host("wb")
+            a = cluster.start_worker("fast", wa)
+            b = cluster.start_worker("other", wb)
+            a.wait_ready()
+            b.wait_ready()
+            on_a = cluster.start_follower("score", "--judge", "fast", "--via", "celery", "--json")
+            on_b = cluster.start_follower("score", "--judge", "other", "--via", "celery", "--json")
+
+            def job_of(judge: str) -> int | None:
+                listed = cluster.cli("jobs", "list", "--json").json()
+                return next((j["id"] for j in listed if j["judge"] == judge), None)
+
+            job_a = wait_for(lambda: job_of("fast"), 30, "the job of judge fast")
+            job_b = wait_for(lambda: job_of("other"), 30, "the job of judge other")
+            held = wait_for(lambda: held_by(url, a, job_a), 30, "host A holding a chunk", 0.1)
+
+            def done_of(job: int) -> int:
+                return sum(1 for r in chunk_rows(url) if r[1] == job and r[2] == ChunkStatus.DONE)
+
+            wa.cut()
+            b_before = done_of(job_b)
+            waiting = wait_for(
+                lambda: cluster.cli("jobs", "status", str(job_a), "--json").json()["waiting"],
+                HEARTBEAT_TIMEOUT + 10,
+                "the job of judge fast to say it waits",
+            )
+            assert "no worker serves judge fast" in waiting
+            time.sleep(30 - HEARTBEAT_TIMEOUT)  # wait_for took about the heartbeat timeout
+            assert done_of(job_b) >= b_before + 3  # host B still reaches the data host
+            wa.restore()
+            restored_at = time.monotonic()
+
+            result = finish(on_a, timeout=120)
+            assert result.code == 0, result.stderr
+            print(f"\njob of judge fast done {time.monotonic() - restored_at:.1f} s after restore")
+            assert finish(on_b, timeout=120).code == 0
+            for job, worker in ((job_a, a), (job_b, b)):
+                counted = tally(url, job)
+                assert counted.judgments == total
+                assert (counted.duplicated_pairs, counted.missing_pairs) == (0, 0)
+                assert counted.job_status == "done" and counted.chunks["done"] == 8
+                # Each judge's chunks went to the one host that serves it.
+                assert {pid_of(r[3]) for r in chunk_rows(url) if r[1] == job} == {worker.pid}
+            assert judgment_rows_by_key(url) == (2 * total, 0)
+            row = next(r for r in chunk_rows(url) if r[0] == held)
+            assert row[2] == ChunkStatus.DONE and row[4] >= 2  # retried after the outage
+            assert cluster.cli("jobs", "status", str(job_a), "--json").json()["waiting"] is None
+        finally:
+            cluster.stop()
