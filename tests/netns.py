@@ -124,8 +124,13 @@ class Host:
     def command(self, argv: Sequence[str]) -> list[str]:
         return ["ip", "netns", "exec", self.netns, *argv]
 
-    def run(self, argv: Sequence[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.command(argv), capture_output=True, text=True, timeout=timeout)
+    def run(
+        self, argv: Sequence[str], env: dict[str, str] | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """``argv`` on this host, to its end; its output captured."""
+        return subprocess.run(
+            self.command(argv), capture_output=True, text=True, env=env, timeout=timeout
+        )
 
     def start(
         self, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None

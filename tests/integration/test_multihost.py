@@ -13,6 +13,7 @@ backend behind the fault injector with a fixed latency per judgment.
 from __future__ import annotations
 
 import re
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -243,3 +244,94 @@ def test_the_data_host_unreachable_from_one_worker_host_for_30_s(
             assert cluster.cli("jobs", "status", str(job_a), "--json").json()["waiting"] is None
         finally:
             cluster.stop()
+
+
+# --- 3. two API processes on two hosts --------------------------------------------------------
+
+
+def csrf_of(html: str) -> str:
+    found = re.search(r'name="csrf_token" value="([^"]+)"', html)
+    assert found, "the page has no form with a CSRF token"
+    return found.group(1)
+
+
+def test_two_api_hosts_share_rate_limits_sessions_and_revocations(
+    network: Network, tmp_path: Path
+) -> None:
+    """``rubricsvc serve`` on two hosts, one database and one Redis on a third: a key's rate
+    limit is one budget across both, a review session signed in on one is valid on the
+    other (the shared secret), and a key revoked on one host is refused by the other's server
+    within its key cache's time-to-live."""
+    per_minute, ttl = 30, 8.0
+    with data_host(network) as (_, postgres, redis):
+        engine = db.make_engine(postgres.url)
+        with db.session_scope(engine) as session:
+            read = create_key(session, "reader", ["read"]).secret
+            reviewer = create_key(session, "reviewer", ["read", "author", "review"]).secret
+            doomed = create_key(session, "doomed", ["read"]).secret
+        engine.dispose()
+        env = {
+            **{k: v for k, v in Cluster(postgres.url, redis.url, tmp_path).env().items()
+               if not k.startswith("RUBRICSVC_BROKER")},
+            "RUBRICSVC_API_RATE_LIMIT_PER_MINUTE": str(per_minute),
+            "RUBRICSVC_API_RATE_LIMIT_URL": redis.url,
+            "RUBRICSVC_API_SESSION_SECRET": "a secret every API host is given alike",
+            "RUBRICSVC_API_KEY_CACHE_SECONDS": str(ttl),
+        }
+        hosts = [network.add_host("api1"), network.add_host("api2")]
+        for host in hosts:
+            command = [sys.executable, "-m", "rubricsvc", "serve", "--host", host.address]
+            host.start([*command, "--port", "8000"], tmp_path / f"serve-{host.name}.log", env)
+        for host in hosts:
+            wait_listening(host.address, 8000, 60, f"rubricsvc serve on {host.name}")
+        one, two = (
+            httpx.Client(base_url=f"http://{h.address}:8000", trust_env=False, timeout=10)
+            for h in hosts
+        )
+        with one, two:
+            # One budget for a key across both hosts.
+            bearer = {"Authorization": f"Bearer {read}"}
+            codes = [(one, two)[i % 2].get("/v1/prompts", headers=bearer).status_code for i in range(per_minute)]
+            assert codes == [200] * per_minute
+            for client in (one, two):
+                refused = client.get("/v1/prompts", headers=bearer)
+                assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+
+            # A review session signed in on host 1 is valid on host 2.
+            login = one.get("/ui/login")
+            signed = one.post(
+                "/ui/login",
+                data={"api_key": reviewer, "csrf_token": csrf_of(login.text), "next": "/ui/queue"},
+            )
+            assert signed.status_code == 303, signed.text
+            cookie = one.cookies["rubricsvc_session"]
+            two.cookies.set("rubricsvc_session", cookie, domain=hosts[1].address, path="/ui")
+            assert two.get("/ui/queue").status_code == 200
+            two.cookies.set("rubricsvc_session", cookie[:-2] + "xx", domain=hosts[1].address, path="/ui")
+            assert two.get("/ui/queue").status_code == 303  # a forged one is not
+
+            # A key revoked on host 1 is refused by host 2's server within the cache's TTL.
+            doomed_bearer = {"Authorization": f"Bearer {doomed}"}
+            assert two.get("/v1/prompts", headers=doomed_bearer).status_code == 200
+            kept_at = time.monotonic()  # host 2 keeps the live key from here on
+            revoke = [sys.executable, "-m", "rubricsvc", "keys", "revoke", "doomed"]
+            revoked = hosts[0].run(revoke, env)
+            assert revoked.returncode == 0, revoked.stderr
+            revoked_at = time.monotonic()
+            assert one.get("/v1/prompts", headers=doomed_bearer).status_code == 401
+            answers: list[int] = []
+
+            def refused() -> bool:
+                answers.append(two.get("/v1/prompts", headers=doomed_bearer).status_code)
+                return answers[-1] == 401
+
+            wait_for(refused, ttl + 2, "host 2 to refuse the revoked key", 0.25)
+            refused_at = time.monotonic()
+            assert refused_at - kept_at <= ttl + 1
+            assert set(answers[:-1]) <= {200}  # admitted from its cache until then, no error
+            print(
+                f"\nrevoked key: the CLI on host 1 took {revoked_at - kept_at:.1f} s, host 2 "
+                f"admitted it {len(answers) - 1} more time(s) and refused it "
+                f"{refused_at - revoked_at:.1f} s after ({refused_at - kept_at:.1f} s after "
+                f"it kept the key; TTL {ttl:.0f} s)"
+            )
