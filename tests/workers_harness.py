@@ -277,7 +277,7 @@ class Cluster:
         self.followers.append(proc)
         return proc
 
-    def start_worker(self, judge: str, host: Host | None = None) -> Worker:
+    def start_worker(self, judge: str | list[str], host: Host | None = None) -> Worker:
         """A worker of ``judge``, here or on ``host`` (a test network's namespace)."""
         name = f"worker-{len(self.workers)}{'-' + host.name if host else ''}.log"
         worker = Worker(judge, self.env(), self.logs / name, host)
@@ -310,12 +310,18 @@ class Worker:
     """``rubricsvc worker --judge NAME --pool solo``: one process, so SIGKILL loses it whole."""
 
     def __init__(
-        self, judge: str, env: dict[str, str], log_path: Path, host: Host | None = None
+        self,
+        judge: str | list[str],
+        env: dict[str, str],
+        log_path: Path,
+        host: Host | None = None,
     ) -> None:
         self.log_path = log_path
         self.host = host
         self._log: IO[bytes] = log_path.open("ab")
-        command = [sys.executable, "-m", "rubricsvc", "worker", "--judge", judge, "--pool", "solo"]
+        judges = [judge] if isinstance(judge, str) else judge
+        served = [arg for name in judges for arg in ("--judge", name)]
+        command = [sys.executable, "-m", "rubricsvc", "worker", *served, "--pool", "solo"]
         self.process = subprocess.Popen(
             # ``ip netns exec`` execs the command: the pid stays the worker's own.
             host.command(command) if host else command,

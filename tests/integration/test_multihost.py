@@ -15,8 +15,6 @@ from __future__ import annotations
 import re
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -26,19 +24,15 @@ from sqlalchemy import func, select
 from rubricsvc import db
 from rubricsvc.apikeys import create_key
 from rubricsvc.models import ChunkStatus, Judgment, ScoreChunk
-from tests.cli_runner import CliResult
-from tests.netns import Host, Network, wait_listening
+from tests.multihost_harness import SplitBench, data_host, job_id_of, pid_of
+from tests.netns import Network, wait_listening
 from tests.requirements import require_module
 from tests.workers_harness import (
     FAST_RECOVERY,
     Cluster,
-    PrivatePostgres,
-    PrivateRedis,
     Worker,
     fast_judge,
     finish,
-    private_postgres,
-    private_redis,
     seed,
     tally,
     wait_for,
@@ -50,21 +44,6 @@ require_module("celery", "workers")
 
 HEARTBEAT_TIMEOUT = float(FAST_RECOVERY["RUBRICSVC_JOBS_HEARTBEAT_TIMEOUT"])
 REAP_INTERVAL = float(FAST_RECOVERY["RUBRICSVC_JOBS_REAP_INTERVAL"])
-
-
-@contextmanager
-def data_host(network: Network) -> Iterator[tuple[Host, PrivatePostgres, PrivateRedis]]:
-    """The data host: PostgreSQL (migrated) and Redis, both on the host's own address."""
-    host = network.add_host("data")
-    with private_postgres(host) as postgres, private_redis(host) as redis:
-        db.upgrade(postgres.url)
-        yield host, postgres, redis
-
-
-def job_id_of(result: CliResult) -> int:
-    found = re.search(r"^job (\d+):", result.stderr, re.MULTILINE)
-    assert found, result.stderr
-    return int(found.group(1))
 
 
 def chunk_rows(url: str) -> list[tuple[int, int, ChunkStatus, str | None, int, int]]:
@@ -85,10 +64,6 @@ def chunk_rows(url: str) -> list[tuple[int, int, ChunkStatus, str | None, int, i
         return [tuple(row) for row in rows]  # type: ignore[misc]
     finally:
         engine.dispose()
-
-
-def pid_of(token: str | None) -> int:
-    return int(token.split(":")[1]) if token else -1
 
 
 def judgment_rows_by_key(url: str) -> tuple[int, int]:
@@ -335,3 +310,31 @@ def test_two_api_hosts_share_rate_limits_sessions_and_revocations(
                 f"{refused_at - revoked_at:.1f} s after ({refused_at - kept_at:.1f} s after "
                 f"it kept the key; TTL {ttl:.0f} s)"
             )
+
+
+# --- 4. one job over two worker hosts -------------------------------------------------------
+
+
+def test_a_job_split_over_two_worker_hosts_takes_half_the_time(
+    network: Network, tmp_path: Path
+) -> None:
+    """2,000 judgments of 5 ms each (10 s of judging) in 20 chunks: each of two worker hosts
+    does 35-65% of them, and the job takes at most 0.6x the time host A alone takes for the
+    same work in the same run (``benchmarks/bench_multihost.py`` repeats it)."""
+    with data_host(network) as (_, postgres, redis):
+        extra = {"RUBRICSVC_JOBS_CHUNK_JUDGMENTS": "100"}
+        cluster = Cluster(postgres.url, redis.url, tmp_path, extra_env=extra)
+        try:
+            bench = SplitBench(network, cluster, postgres.url, rounds=1)
+            split = bench.round(0)
+            print(
+                f"\n{split.two_hosts.judgments} judgments: one host {split.one_host.seconds:.2f} s, "
+                f"two hosts {split.two_hosts.seconds:.2f} s ({split.ratio:.3f}x); shares "
+                + ", ".join(f"{host} {share:.0%}" for host, share in sorted(split.shares.items()))
+            )
+            assert split.two_hosts.judgments >= 2000
+            assert set(split.shares) == {"wa", "wb"}
+            assert all(0.35 <= share <= 0.65 for share in split.shares.values()), split.shares
+            assert split.ratio <= 0.6
+        finally:
+            cluster.stop()
