@@ -242,7 +242,9 @@ def multihost(result: dict[str, Any]) -> list[str]:
         f"{result['chunk_judgments']}; in each of {len(result['rounds'])} rounds, host A alone, "
         "then hosts A and B, each job timed from its creation to its last chunk's end.",
         "",
-        *table(["round", "one host (s)", "two hosts (s)", "ratio", "shares of the judgments"], rows),
+        *table(
+            ["round", "one host (s)", "two hosts (s)", "ratio", "shares of the judgments"], rows
+        ),
     ]
 
 

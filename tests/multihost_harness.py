@@ -108,14 +108,18 @@ class SplitBench:
         # Judges of the same settings are one judge: each differs in the injector's seed.
         judges = [
             fast_judge(name, latency=latency).model_copy(
-                update={"backend_options": {**fast_judge(latency=latency).backend_options, "seed": i}}
+                update={
+                    "backend_options": {**fast_judge(latency=latency).backend_options, "seed": i}
+                }
             )
             for i, name in enumerate(names)
         ]
         self.judgments = seed(url, *shape, judges)
         self.hosts = network.add_host("wa"), network.add_host("wb")
         self.a: Worker = cluster.start_worker(names, self.hosts[0])
-        self.b: Worker = cluster.start_worker([n for n in names if n.startswith("pair")], self.hosts[1])
+        self.b: Worker = cluster.start_worker(
+            [n for n in names if n.startswith("pair")], self.hosts[1]
+        )
         self.a.wait_ready()
         self.b.wait_ready()
 

@@ -411,7 +411,16 @@ class PrivateRedis:
 
     def start(self) -> None:
         assert self.binary is not None
-        args = ["--port", str(self.port), "--bind", self.address, "--save", "", "--appendonly", "no"]
+        args = [
+            "--port",
+            str(self.port),
+            "--bind",
+            self.address,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
         command = [self.binary, *args, "--protected-mode", "no"]
         self.process = subprocess.Popen(
             self.host.command(command) if self.host else command,

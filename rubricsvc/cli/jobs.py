@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 import os
-import time
+from dataclasses import asdict
 
 import typer
 

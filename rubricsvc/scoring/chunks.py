@@ -214,9 +214,7 @@ def _hold_claim(session: Session, chunk_id: int, token: str) -> None:
     The lock lasts until the transaction ends, so a reclaim (``_claim``, the reaper) waits
     for this transaction's commit and cannot slip in between the check and the commit.
     """
-    held = session.scalar(
-        select(ScoreChunk.id).where(_mine(chunk_id, token)).with_for_update()
-    )
+    held = session.scalar(select(ScoreChunk.id).where(_mine(chunk_id, token)).with_for_update())
     if held is None:
         raise ChunkStopped(f"chunk {chunk_id} was cancelled or given to another worker")
 

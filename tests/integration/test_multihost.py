@@ -73,9 +73,7 @@ def judgment_rows_by_key(url: str) -> tuple[int, int]:
         with engine.connect() as conn:
             rows = conn.scalar(select(func.count()).select_from(Judgment)) or 0
             doubled = conn.execute(
-                select(Judgment.cache_key)
-                .group_by(Judgment.cache_key)
-                .having(func.count() > 1)
+                select(Judgment.cache_key).group_by(Judgment.cache_key).having(func.count() > 1)
             ).all()
         return rows, len(doubled)
     finally:
@@ -104,7 +102,9 @@ def test_a_worker_host_cut_off_mid_chunk_loses_it_to_the_other_host(
         # chunk 2 s of judging (50 ms per judgment).
         total = seed(url, 8, 10, 4, [fast_judge(latency=0.05)])
         chunk_seconds = 40 * 0.05
-        cluster = Cluster(url, redis.url, tmp_path, extra_env={"RUBRICSVC_JOBS_CHUNK_JUDGMENTS": "40"})
+        cluster = Cluster(
+            url, redis.url, tmp_path, extra_env={"RUBRICSVC_JOBS_CHUNK_JUDGMENTS": "40"}
+        )
         try:
             wa, wb = network.add_host("wa"), network.add_host("wb")
             a = cluster.start_worker("fast", wa)
@@ -168,7 +168,9 @@ def test_the_data_host_unreachable_from_one_worker_host_for_30_s(
         url = postgres.url
         judges = [fast_judge("fast", latency=0.025), fast_judge("other", latency=0.1)]
         total = seed(url, 8, 10, 4, judges)  # 320 judgments per judge, 8 chunks each
-        cluster = Cluster(url, redis.url, tmp_path, extra_env={"RUBRICSVC_JOBS_CHUNK_JUDGMENTS": "40"})
+        cluster = Cluster(
+            url, redis.url, tmp_path, extra_env={"RUBRICSVC_JOBS_CHUNK_JUDGMENTS": "40"}
+        )
         try:
             wa, wb = network.add_host("wa"), network.add_host("wb")
             a = cluster.start_worker("fast", wa)
@@ -246,8 +248,11 @@ def test_two_api_hosts_share_rate_limits_sessions_and_revocations(
             doomed = create_key(session, "doomed", ["read"]).secret
         engine.dispose()
         env = {
-            **{k: v for k, v in Cluster(postgres.url, redis.url, tmp_path).env().items()
-               if not k.startswith("RUBRICSVC_BROKER")},
+            **{
+                k: v
+                for k, v in Cluster(postgres.url, redis.url, tmp_path).env().items()
+                if not k.startswith("RUBRICSVC_BROKER")
+            },
             "RUBRICSVC_API_RATE_LIMIT_PER_MINUTE": str(per_minute),
             "RUBRICSVC_API_RATE_LIMIT_URL": redis.url,
             "RUBRICSVC_API_SESSION_SECRET": "a secret every API host is given alike",
@@ -266,7 +271,8 @@ def test_two_api_hosts_share_rate_limits_sessions_and_revocations(
         with one, two:
             # One budget for a key across both hosts.
             bearer = {"Authorization": f"Bearer {read}"}
-            codes = [(one, two)[i % 2].get("/v1/prompts", headers=bearer).status_code for i in range(per_minute)]
+            clients = [one, two] * (per_minute // 2)
+            codes = [client.get("/v1/prompts", headers=bearer).status_code for client in clients]
             assert codes == [200] * per_minute
             for client in (one, two):
                 refused = client.get("/v1/prompts", headers=bearer)
@@ -282,7 +288,9 @@ def test_two_api_hosts_share_rate_limits_sessions_and_revocations(
             cookie = one.cookies["rubricsvc_session"]
             two.cookies.set("rubricsvc_session", cookie, domain=hosts[1].address, path="/ui")
             assert two.get("/ui/queue").status_code == 200
-            two.cookies.set("rubricsvc_session", cookie[:-2] + "xx", domain=hosts[1].address, path="/ui")
+            two.cookies.set(
+                "rubricsvc_session", cookie[:-2] + "xx", domain=hosts[1].address, path="/ui"
+            )
             assert two.get("/ui/queue").status_code == 303  # a forged one is not
 
             # A key revoked on host 1 is refused by host 2's server within the cache's TTL.

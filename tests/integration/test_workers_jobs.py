@@ -458,9 +458,7 @@ def test_a_job_no_live_worker_serves_says_it_waits(seeded: Engine) -> None:
             pass
 
     with session_scope(seeded) as session:
-        submission = lifecycle.submit(
-            session, Broker(), JUDGE, Selection(), ScoreOptions(), 12
-        )
+        submission = lifecycle.submit(session, Broker(), JUDGE, Selection(), ScoreOptions(), 12)
         job_id = submission.job.id
     with session_scope(seeded) as session:
         waiting = jobs.progress(session, job_id, worker_timeout=30).waiting
@@ -488,5 +486,7 @@ def test_a_job_no_live_worker_serves_says_it_waits(seeded: Engine) -> None:
         assert [w.name for w in presence.workers(session, 30)] == ["host-a:9:def"]
     # In process (no broker): nothing waits for a worker.
     with session_scope(seeded) as session:
-        other = jobs.submit(session, JUDGE, Selection(), ScoreOptions(aggregation="healthbench"), 12)
+        other = jobs.submit(
+            session, JUDGE, Selection(), ScoreOptions(aggregation="healthbench"), 12
+        )
         assert jobs.progress(session, other.job.id, worker_timeout=30).waiting is None
