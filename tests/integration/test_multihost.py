@@ -167,7 +167,8 @@ def test_the_data_host_unreachable_from_one_worker_host_for_30_s(
     with data_host(network) as (_, postgres, redis):
         url = postgres.url
         judges = [fast_judge("fast", latency=0.025), fast_judge("other", latency=0.1)]
-        total = seed(url, 8, 10, 4, judges)  # 320 judgments per judge, 8 chunks each
+        # 320 judgments per judge in 8 chunks each: 1 s a chunk for fast, 4 s for other.
+        total = seed(url, 8, 10, 4, judges)
         cluster = Cluster(
             url, redis.url, tmp_path, extra_env={"RUBRICSVC_JOBS_CHUNK_JUDGMENTS": "40"}
         )
@@ -180,26 +181,28 @@ def test_the_data_host_unreachable_from_one_worker_host_for_30_s(
             on_a = cluster.start_follower("score", "--judge", "fast", "--via", "celery", "--json")
             on_b = cluster.start_follower("score", "--judge", "other", "--via", "celery", "--json")
 
-            def job_of(judge: str) -> int | None:
-                listed = cluster.cli("jobs", "list", "--json").json()
-                return next((j["id"] for j in listed if j["judge"] == judge), None)
-
-            job_a = wait_for(lambda: job_of("fast"), 30, "the job of judge fast")
-            job_b = wait_for(lambda: job_of("other"), 30, "the job of judge other")
-            held = wait_for(lambda: held_by(url, a, job_a), 30, "host A holding a chunk", 0.1)
+            held = wait_for(lambda: held_by(url, a), 60, "host A holding a chunk", 0.1)
+            wa.cut()
+            cut_at = time.monotonic()
+            rows = chunk_rows(url)
+            job_a = next(r[1] for r in rows if r[0] == held)
 
             def done_of(job: int) -> int:
                 return sum(1 for r in chunk_rows(url) if r[1] == job and r[2] == ChunkStatus.DONE)
 
-            wa.cut()
+            job_b = wait_for(
+                lambda: next((r[1] for r in chunk_rows(url) if r[1] != job_a), None),
+                30,
+                "the job of judge other",
+            )
             b_before = done_of(job_b)
             waiting = wait_for(
                 lambda: cluster.cli("jobs", "status", str(job_a), "--json").json()["waiting"],
-                HEARTBEAT_TIMEOUT + 10,
+                HEARTBEAT_TIMEOUT + 20,
                 "the job of judge fast to say it waits",
             )
             assert "no worker serves judge fast" in waiting
-            time.sleep(30 - HEARTBEAT_TIMEOUT)  # wait_for took about the heartbeat timeout
+            time.sleep(max(0.0, cut_at + 30 - time.monotonic()))
             assert done_of(job_b) >= b_before + 3  # host B still reaches the data host
             wa.restore()
             restored_at = time.monotonic()
@@ -326,14 +329,16 @@ def test_two_api_hosts_share_rate_limits_sessions_and_revocations(
 def test_a_job_split_over_two_worker_hosts_takes_half_the_time(
     network: Network, tmp_path: Path
 ) -> None:
-    """2,000 judgments of 5 ms each (10 s of judging) in 20 chunks: each of two worker hosts
+    """2,000 judgments of 8 ms each (16 s of judging) in 20 chunks: each of two worker hosts
     does 35-65% of them, and the job takes at most 0.6x the time host A alone takes for the
-    same work in the same run (``benchmarks/bench_multihost.py`` repeats it)."""
+    same work in the same run. The workers' own time per judgment does not halve on a busy
+    2-core machine, so the judging is long enough to dominate it
+    (``benchmarks/bench_multihost.py`` repeats the measurement at 5 ms)."""
     with data_host(network) as (_, postgres, redis):
         extra = {"RUBRICSVC_JOBS_CHUNK_JUDGMENTS": "100"}
         cluster = Cluster(postgres.url, redis.url, tmp_path, extra_env=extra)
         try:
-            bench = SplitBench(network, cluster, postgres.url, rounds=1)
+            bench = SplitBench(network, cluster, postgres.url, 1, latency=0.008)
             split = bench.round(0)
             print(
                 f"\n{split.two_hosts.judgments} judgments: one host {split.one_host.seconds:.2f} s, "
