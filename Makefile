@@ -94,7 +94,7 @@ test: setup lint browser
 test-fast: setup
 	@echo "==> pytest, fast tests only ($(TEST_WORKERS) processes)"
 	$(BIN)/pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile \
-		-m "not model and not postgres and not broker and not browser and not slow"
+		-m "not model and not postgres and not broker and not browser and not netns and not slow"
 
 # The browser tests drive Debian's Chromium (Playwright never downloads a browser here).
 # Installed when missing and this user can (root with apt-get); otherwise those tests skip
@@ -125,6 +125,8 @@ bench: setup bench-peers-env
 	$(BIN)/python -m benchmarks.bench_peers
 	@echo "==> B5 and B2 through Celery: a fixed-latency judge in-process and on Redis, 1 and 2 workers"
 	$(BIN)/python -m benchmarks.bench_queue
+	@echo "==> One score job of 2,000 fixed-latency judgments on one, then two worker hosts (network namespaces: needs root), 3 rounds"
+	$(BIN)/python -m benchmarks.bench_multihost
 	@echo "==> The HTTP API under 50 concurrent clients, the baseline commit and serve --workers alternated, 3 runs of 20 s each (PostgreSQL at RUBRICSVC_TEST_POSTGRES_URL)"
 	$(BIN)/python -m benchmarks.bench_api_load
 	@echo "==> B8 (a): 64 one-rollout reward requests at once against the same rollouts in one request, a fixed-cost judge and the embedded one, SQLite and PostgreSQL"

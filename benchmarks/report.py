@@ -225,6 +225,29 @@ def queue(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def multihost(result: dict[str, Any]) -> list[str]:
+    rows = [
+        [
+            f"round {n + 1}",
+            run["one_host_s"],
+            run["two_hosts_s"],
+            f"{run['ratio']:g}x",
+            ", ".join(f"{host} {100 * share:.1f}%" for host, share in run["shares"].items()),
+        ]
+        for n, run in enumerate(result["rounds"])
+    ]
+    return [
+        f"Workload: {result['judgments']} judgments of a judge of fixed "
+        f"{1000 * result['latency_per_judgment_s']:g} ms per judgment, chunks of "
+        f"{result['chunk_judgments']}; in each of {len(result['rounds'])} rounds, host A alone, "
+        "then hosts A and B, each job timed from its creation to its last chunk's end.",
+        "",
+        *table(
+            ["round", "one host (s)", "two hosts (s)", "ratio", "shares of the judgments"], rows
+        ),
+    ]
+
+
 def api_load(result: dict[str, Any]) -> list[str]:
     before, after = result["before"], result["after"]
     servers = {
@@ -457,6 +480,7 @@ RENDERERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "overhead": overhead,
     "peers": peers,
     "queue": queue,
+    "multihost": multihost,
     "api_load": api_load,
     "reward_serving": reward_serving,
     "platform_time": platform_time,

@@ -26,6 +26,7 @@ RESOURCE_MARKERS = {
     "postgres": "the PostgreSQL server",
     "broker": "a Redis or RabbitMQ broker",
     "browser": "Chromium",
+    "netns": "network namespaces (ip netns, veth, a bridge: root on Linux)",
 }
 # Fixtures that need a resource: a test using one (directly or through another fixture) gets
 # the marker at collection (tests/conftest.py), so only direct uses need a hand-written mark.
@@ -34,6 +35,7 @@ FIXTURE_MARKERS = {
     "make_cluster": ("postgres", "broker"),
     "redis_client": ("broker",),
     "browser": ("browser",),
+    "network": ("netns",),
 }
 
 # Every test collected in this run, before any is deselected (tests/conftest.py).

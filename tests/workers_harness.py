@@ -44,6 +44,7 @@ from rubricsvc.rubrics import service as rubrics
 from rubricsvc.scoring.judge_configs import ensure_judge_config
 from tests.cli_runner import DEMO_RUBRICS, EXAMPLES, CliResult
 from tests.helpers import rubric_spec
+from tests.netns import Host
 from tests.requirements import prepared_model_dir, require_module, unavailable, uses
 from tests.servers import free_port
 
@@ -276,8 +277,10 @@ class Cluster:
         self.followers.append(proc)
         return proc
 
-    def start_worker(self, judge: str) -> Worker:
-        worker = Worker(judge, self.env(), self.logs / f"worker-{len(self.workers)}.log")
+    def start_worker(self, judge: str | list[str], host: Host | None = None) -> Worker:
+        """A worker of ``judge``, here or on ``host`` (a test network's namespace)."""
+        name = f"worker-{len(self.workers)}{'-' + host.name if host else ''}.log"
+        worker = Worker(judge, self.env(), self.logs / name, host)
         self.workers.append(worker)
         return worker
 
@@ -306,11 +309,22 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> CliResult:
 class Worker:
     """``rubricsvc worker --judge NAME --pool solo``: one process, so SIGKILL loses it whole."""
 
-    def __init__(self, judge: str, env: dict[str, str], log_path: Path) -> None:
+    def __init__(
+        self,
+        judge: str | list[str],
+        env: dict[str, str],
+        log_path: Path,
+        host: Host | None = None,
+    ) -> None:
         self.log_path = log_path
+        self.host = host
         self._log: IO[bytes] = log_path.open("ab")
+        judges = [judge] if isinstance(judge, str) else judge
+        served = [arg for name in judges for arg in ("--judge", name)]
+        command = [sys.executable, "-m", "rubricsvc", "worker", *served, "--pool", "solo"]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "rubricsvc", "worker", "--judge", judge, "--pool", "solo"],
+            # ``ip netns exec`` execs the command: the pid stays the worker's own.
+            host.command(command) if host else command,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=env,
@@ -384,19 +398,34 @@ def clean_rabbitmq(url: str, queues: list[str]) -> None:
 
 
 class PrivateRedis:
-    """A redis-server of our own on a free port, with nothing on disk, that we may restart."""
+    """A redis-server of our own on a free port, with nothing on disk, that we may restart;
+    with ``host``, on that test host's address (port 6379)."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: Host | None = None) -> None:
         self.binary = shutil.which("redis-server")
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.host = host
+        self.address = host.address if host else "127.0.0.1"
+        self.port = 6379 if host else free_port()
+        self.url = f"redis://{self.address}:{self.port}/0"
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         assert self.binary is not None
-        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        args = [
+            "--port",
+            str(self.port),
+            "--bind",
+            self.address,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
+        command = [self.binary, *args, "--protected-mode", "no"]
         self.process = subprocess.Popen(
-            [self.binary, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            self.host.command(command) if self.host else command,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         wait_for(lambda: redis_unavailable(self.url) is None, 20, "the private Redis")
 
@@ -404,7 +433,8 @@ class PrivateRedis:
         """Shut down as a crash would for the queues: nothing is saved."""
         if self.process is not None and self.process.poll() is None:
             subprocess.run(
-                ["redis-cli", "-p", str(self.port), "shutdown", "nosave"],
+                # This server's address: never the machine's shared Redis on the same port.
+                ["redis-cli", "-h", self.address, "-p", str(self.port), "shutdown", "nosave"],
                 capture_output=True,
                 timeout=20,
             )
@@ -418,14 +448,17 @@ class PrivateRedis:
 class PrivatePostgres:
     """A PostgreSQL cluster of our own (initdb in a temporary folder) on a free port.
 
-    PostgreSQL refuses to run as root, so as root it runs as the ``postgres`` user.
+    PostgreSQL refuses to run as root, so as root it runs as the ``postgres`` user. With
+    ``host``, it runs on that test host, listening on its address (port 5432).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, host: Host | None = None) -> None:
         found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
         self.bin = found[-1].parent if found else None
-        self.port = free_port()
-        self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+        self.host = host
+        self.address = host.address if host else "127.0.0.1"
+        self.port = 5432 if host else free_port()
+        self.url = f"postgresql+psycopg://postgres@{self.address}:{self.port}/postgres"
         self.data: Path | None = None
 
     def unavailable(self) -> str | None:
@@ -440,6 +473,8 @@ class PrivatePostgres:
         command = [str(self.bin / args[0]), *args[1:]]
         if os.geteuid() == 0:
             command = ["runuser", "-u", "postgres", "--", *command]
+        if self.host is not None:
+            command = self.host.command(command)
         subprocess.run(command, check=True, capture_output=True, timeout=timeout)
 
     def init(self) -> None:
@@ -447,11 +482,16 @@ class PrivatePostgres:
         if os.geteuid() == 0:
             shutil.chown(self.data, "postgres", "postgres")
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync")
+        if self.host is not None:  # the other test hosts connect from their own addresses
+            subnet = self.address.rsplit(".", 1)[0] + ".0/24"
+            with (self.data / "pg_hba.conf").open("a") as hba:
+                hba.write(f"host all all {subnet} trust\n")
         self.start()
 
     def start(self) -> None:
         options = (
-            f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories= -c fsync=off"
+            f"-p {self.port} -c listen_addresses={self.address} -c unix_socket_directories= "
+            "-c fsync=off"
         )
         self._run(
             "pg_ctl",
@@ -476,9 +516,9 @@ class PrivatePostgres:
 
 
 @contextmanager
-def private_postgres() -> Iterator[PrivatePostgres]:
+def private_postgres(host: Host | None = None) -> Iterator[PrivatePostgres]:
     uses("postgres")
-    server = PrivatePostgres()
+    server = PrivatePostgres(host)
     require(server.unavailable())
     server.init()
     try:
@@ -488,9 +528,9 @@ def private_postgres() -> Iterator[PrivatePostgres]:
 
 
 @contextmanager
-def private_redis() -> Iterator[PrivateRedis]:
+def private_redis(host: Host | None = None) -> Iterator[PrivateRedis]:
     uses("broker")
-    server = PrivateRedis()
+    server = PrivateRedis(host)
     require(None if server.binary else "redis-server not found on PATH")
     server.start()
     try:

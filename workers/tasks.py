@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import socket
 import threading
 from typing import Any
 
@@ -25,7 +26,8 @@ from sqlalchemy import Engine
 
 from rubricsvc.db import make_engine, session_scope
 from rubricsvc.errors import first_line
-from rubricsvc.scoring.chunks import is_transient, run_chunk
+from rubricsvc.scoring import presence
+from rubricsvc.scoring.chunks import is_transient, run_chunk, worker_token
 from rubricsvc.scoring.dispatch import SCORE_CHUNK, CeleryDispatcher
 from rubricsvc.scoring.judge_configs import find_judge
 from rubricsvc.scoring.lifecycle import Reaper
@@ -92,18 +94,60 @@ class ReaperThread:
                 log.warning("reaper: %s", first_line(err))
 
 
+class PresenceThread:
+    """A thread that keeps this worker's row in ``worker_presence`` fresh (the judges it
+    serves), so a job for a judge no live worker serves says that it waits for one."""
+
+    def __init__(self, judges: list[str], interval: float) -> None:
+        self.name = worker_token()
+        self.host = socket.gethostname()
+        self.judges = judges
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rubricsvc-presence", daemon=True)
+
+    def start(self) -> None:
+        self._announce()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        try:
+            with session_scope(engine()) as session:
+                presence.leave(session, self.name)
+        except Exception as err:  # the database is away: the row goes stale by itself
+            log.warning("presence: %s", first_line(err))
+
+    def _announce(self) -> None:
+        try:
+            with session_scope(engine()) as session:
+                presence.announce(session, self.name, self.host, self.judges)
+        except Exception as err:  # the database is away: try again next time
+            log.warning("presence: %s", first_line(err))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._announce()
+
+
 _reaper: list[ReaperThread] = []
+_presence: list[PresenceThread] = []
+
+
+def served_judges() -> list[str]:
+    """The judges whose queues this worker consumes (its queues besides the default)."""
+    prefix = settings().broker.queue_prefix
+    return [
+        name[len(prefix) :]
+        for name in current_app.amqp.queues.consume_from or {}
+        if name.startswith(prefix) and name != f"{prefix}default"
+    ]
 
 
 def served_judge() -> str | None:
     """The judge whose queue this worker serves (one queue besides the default), if any."""
-    prefix = settings().broker.queue_prefix
-    queues = [
-        name
-        for name in current_app.amqp.queues.consume_from or {}
-        if name.startswith(prefix) and name != f"{prefix}default"
-    ]
-    return queues[0][len(prefix) :] if len(queues) == 1 else None
+    judges = served_judges()
+    return judges[0] if len(judges) == 1 else None
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]
@@ -121,6 +165,11 @@ def _load_judge(**_: Any) -> None:
 
 @worker_ready.connect  # type: ignore[untyped-decorator]
 def _start_reaper(**_: Any) -> None:
+    judges = served_judges()
+    if judges:
+        beat = PresenceThread(judges, settings().jobs.heartbeat_interval)
+        beat.start()
+        _presence.append(beat)
     interval = settings().jobs.reap_interval
     if interval > 0:
         reaper = ReaperThread(interval)
@@ -133,4 +182,6 @@ def _start_reaper(**_: Any) -> None:
 def _shut_down(**_: Any) -> None:
     while _reaper:
         _reaper.pop().stop()
+    while _presence:
+        _presence.pop().stop()
     close_all()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import time
+from dataclasses import asdict
 
 import typer
 
@@ -16,7 +16,7 @@ from rubricsvc.db import display_url
 from rubricsvc.errors import NotFoundError, first_line
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.modes import mode_names
-from rubricsvc.scoring import jobs, lifecycle
+from rubricsvc.scoring import jobs, lifecycle, presence
 from rubricsvc.scoring.dispatch import CeleryDispatcher, celery_class, queue_name
 from rubricsvc.scoring.judge_configs import (
     ensure_judge_config,
@@ -32,7 +32,6 @@ jobs_app = typer.Typer(
 )
 
 POLL_SECONDS = 1.0
-IDLE_HINT_SECONDS = 30.0  # all chunks still waiting after this long: say how to start a worker
 WORKER_APP = "workers.app"  # the Celery app's module, found by Celery as for `celery -A`
 
 
@@ -108,8 +107,7 @@ def follow(job_id: int, show: bool) -> jobs.JobProgress:
             err_console.print(message, soft_wrap=True)
             waiting = message
 
-    started = time.monotonic()
-    hinted = False
+    said = ""  # the last waiting message, printed once
     polls = lifecycle.follow(
         engine(),
         job_id,
@@ -127,8 +125,9 @@ def follow(job_id: int, show: bool) -> jobs.JobProgress:
                 update(state.done, state.total, detail)
                 if state.finished:
                     return state
-                if not hinted and time.monotonic() - started > IDLE_HINT_SECONDS:
-                    hinted = _hint_if_idle(state)
+                if state.waiting and state.waiting != said:
+                    err_console.print(state.waiting, soft_wrap=True)
+                said = state.waiting or ""
     except NotFoundError as err:
         raise CliExit(str(err), err.exit_code) from None
     except KeyboardInterrupt:
@@ -137,15 +136,6 @@ def follow(job_id: int, show: bool) -> jobs.JobProgress:
             130,
         ) from None
     raise AssertionError("a followed job ends finished")
-
-
-def _hint_if_idle(state: jobs.JobProgress) -> bool:
-    if set(state.chunks) == {"pending"}:
-        err_console.print(
-            f"no worker has taken a chunk yet: start one with `rubricsvc worker --judge {state.judge}`"
-        )
-        return True
-    return False
 
 
 def _print_state(state: jobs.JobProgress) -> None:
@@ -158,6 +148,8 @@ def _print_state(state: jobs.JobProgress) -> None:
     console.print(f"  chunks: {chunks}")
     for worker in state.workers:
         console.print(f"  running on {worker}")
+    if state.waiting:
+        console.print(f"  waiting: {state.waiting}", soft_wrap=True)
     if state.error:
         console.print(f"  error: {state.error}", soft_wrap=True)
 
@@ -210,6 +202,25 @@ def jobs_status(
         _print_state(state)
 
 
+@jobs_app.command("workers")
+def jobs_workers(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """The workers that announced themselves, the judges they serve, and whether they are live
+    (a heartbeat within RUBRICSVC_JOBS_HEARTBEAT_TIMEOUT)."""
+    with db_session() as session:
+        found = presence.workers(session, get_settings().jobs.heartbeat_timeout)
+    if as_json:
+        console.print_json(json.dumps([asdict(w) for w in found]))
+        return
+    rows = [
+        [w.name, w.host, ", ".join(w.judges), "live" if w.live else "lost", w.seen_at[:19]]
+        for w in found
+    ]
+    headers = ["worker", "host", "judges", "state", "last seen"]
+    console.print(
+        build_table(f"{len(rows)} worker(s)", headers, rows, flexible="judges", width=console.width)
+    )
+
+
 @jobs_app.command("resume")
 def jobs_resume(job_id: int = typer.Argument(..., help="The job's id.")) -> None:
     """Send a job's pending, failed and cancelled chunks to the workers again."""
@@ -246,7 +257,11 @@ def jobs_reap(
 
 
 def worker_command(
-    judge: str = typer.Option(..., help="Serve this judge's queue (its model is loaded once)."),
+    judge: list[str] = typer.Option(
+        ...,
+        help="Serve this judge's queue (its model is loaded once); repeat it to serve several "
+        "judges (each is then loaded on its first chunk).",
+    ),
     mode: str | None = typer.Option(
         None, help=f"The judge in another verdict mode: {', '.join(mode_names())} or a plugin's."
     ),
@@ -260,15 +275,17 @@ def worker_command(
     from celery.bin.celery import celery
 
     with db_session() as session:
-        spec: JudgeSpec = find_judge(session, judge, mode)
-        ensure_judge_config(session, spec)  # so the worker processes find it by name
+        specs: list[JudgeSpec] = [find_judge(session, name, mode) for name in judge]
+        for spec in specs:
+            ensure_judge_config(session, spec)  # so the worker processes find it by name
+    queues = ",".join(dict.fromkeys(queue_name(get_settings().broker, s.name) for s in specs))
     # Celery's own command line, as `celery -A workers.app worker ...`: the worker package
     # builds its app from the environment, and its processes load the judge of their queue.
     code = celery.main(
         [
             "--app", WORKER_APP,
             "worker",
-            "--queues", queue_name(get_settings().broker, spec.name),
+            "--queues", queues,
             "--concurrency", str(concurrency),
             "--pool", pool,
             "--hostname", f"rubricsvc-{os.getpid()}@%h",

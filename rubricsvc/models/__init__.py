@@ -33,6 +33,7 @@ from rubricsvc.models.scoring import (
     ScoreChunk,
     ScoreJob,
     ScoreStatus,
+    WorkerPresence,
 )
 
 __all__ = [
@@ -68,4 +69,5 @@ __all__ = [
     "ScoreJob",
     "ScoreStatus",
     "VersionStatus",
+    "WorkerPresence",
 ]

@@ -119,3 +119,20 @@ class ScoreChunk(CreatedAtMixin, Base):
     failed: Mapped[int] = mapped_column(Integer, default=0)
     requests: Mapped[int] = mapped_column(Integer, default=0)  # backend requests, retries too
     error: Mapped[str | None] = mapped_column(Text)
+
+
+class WorkerPresence(Base):
+    """A running worker and the judges whose queues it consumes, refreshed by its heartbeat.
+
+    A job whose judge no live worker serves waits and says so (``jobs.progress``) instead
+    of looking merely pending; a worker that stops refreshing its row is no longer counted
+    once its ``seen_at`` is older than the jobs' heartbeat timeout.
+    """
+
+    __tablename__ = "worker_presence"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)  # host:pid:nonce
+    host: Mapped[str] = mapped_column(String(255))
+    judges: Mapped[list[str]] = mapped_column(JSONType)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)

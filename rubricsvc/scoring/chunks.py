@@ -190,9 +190,11 @@ def _score_chunk(
     )
 
     def checkpoint() -> None:
+        # The claim is checked, and its row locked, in the transaction that holds this
+        # batch's judgments and scores: a worker whose chunk was given to another (a host
+        # that was cut off and came back) rolls its late writes back instead of committing.
+        _hold_claim(session, chunk_id, token)
         session.commit()
-        if session.scalar(select(ScoreChunk.id).where(_mine(chunk_id, token))) is None:
-            raise ChunkStopped(f"chunk {chunk_id} was cancelled or given to another worker")
 
     return score(
         session,
@@ -206,8 +208,20 @@ def _score_chunk(
     )
 
 
-def _finish(session: Session, chunk_id: int, token: str, **values: Any) -> None:
-    """Write the chunk's final state if this worker still holds it, then roll its job up."""
+def _hold_claim(session: Session, chunk_id: int, token: str) -> None:
+    """Lock the chunk's row if this worker still holds its claim, else raise ``ChunkStopped``.
+
+    The lock lasts until the transaction ends, so a reclaim (``_claim``, the reaper) waits
+    for this transaction's commit and cannot slip in between the check and the commit.
+    """
+    held = session.scalar(select(ScoreChunk.id).where(_mine(chunk_id, token)).with_for_update())
+    if held is None:
+        raise ChunkStopped(f"chunk {chunk_id} was cancelled or given to another worker")
+
+
+def _finish(session: Session, chunk_id: int, token: str, **values: Any) -> bool:
+    """Write the chunk's final state if this worker still holds it, then roll its job up;
+    whether it did."""
     job_id = session.scalar(
         update(ScoreChunk)
         .where(_mine(chunk_id, token))
@@ -217,10 +231,13 @@ def _finish(session: Session, chunk_id: int, token: str, **values: Any) -> None:
     )
     if job_id is not None:
         rollup(session, job_id)
+    return job_id is not None
 
 
 def _record(session: Session, chunk_id: int, token: str, report: ScoreReport) -> None:
-    _finish(
+    """Mark the chunk done in the transaction of its last writes; a worker that no longer
+    holds the claim raises ``ChunkStopped``, so those writes are rolled back."""
+    recorded = _finish(
         session,
         chunk_id,
         token,
@@ -231,6 +248,8 @@ def _record(session: Session, chunk_id: int, token: str, report: ScoreReport) ->
         failed=report.failed,
         requests=report.backend_requests,
     )
+    if not recorded:
+        raise ChunkStopped(f"chunk {chunk_id} was cancelled or given to another worker")
 
 
 def _fail(engine: Engine, chunk_id: int, token: str, message: str) -> None:

@@ -29,6 +29,7 @@ from sqlalchemy import event, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from rubricsvc.batching import batches
+from rubricsvc.config import get_settings
 from rubricsvc.db import insert_for
 from rubricsvc.errors import ConflictError, NotFoundError, ValidationFailed
 from rubricsvc.hashing import content_hash
@@ -48,6 +49,7 @@ from rubricsvc.models import (
     ScoreJob,
 )
 from rubricsvc.models.base import utcnow
+from rubricsvc.scoring import presence
 from rubricsvc.scoring.judge_configs import ensure_judge_config
 from rubricsvc.scoring.selection import Selection, select_work
 from rubricsvc.scoring.service import (
@@ -66,6 +68,8 @@ Outbox = dict[str, list[int]]
 Sender = Callable[[str, Sequence[int]], None]
 
 FINISHED = frozenset({JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED})
+# In a job's params: its chunks were sent to workers through a broker.
+DISPATCHED_TO_WORKERS = "to_workers"
 _OUTBOX_KEY = "rubricsvc.outbox"
 
 
@@ -94,6 +98,9 @@ class JobProgress:
     updated_at: str | None
     # Only on submission: False when the same work had been submitted before (that job).
     created: bool | None = None
+    # Why an unfinished job sent to workers makes no progress: no live worker serves its
+    # judge (``presence``). None while a worker serves it, or for a job run in process.
+    waiting: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -490,8 +497,11 @@ def _outbox(session: Session, chunk_ids: Sequence[int]) -> Outbox:
 # --- reading --------------------------------------------------------------------------------
 
 
-def progress(session: Session, job_id: int) -> JobProgress:
-    """The job as its chunks stand now (running chunks' heartbeats included); no writes."""
+def progress(session: Session, job_id: int, worker_timeout: float | None = None) -> JobProgress:
+    """The job as its chunks stand now (running chunks' heartbeats included); no writes.
+
+    ``worker_timeout``: how long a worker counts as live after its last heartbeat (default:
+    the jobs' heartbeat timeout), to say whether a job sent to workers waits for one."""
     job = get_job(session, job_id)
     by_status = _chunk_counts(session, job_id)
     total, done, cached, failed, requests = _sums(by_status)
@@ -515,7 +525,40 @@ def progress(session: Session, job_id: int) -> JobProgress:
         error=job.error,
         created_at=job.created_at.isoformat() if job.created_at else None,
         updated_at=job.updated_at.isoformat() if job.updated_at else None,
+        waiting=_waiting(session, job, by_status, worker_timeout),
     )
+
+
+def _waiting(
+    session: Session,
+    job: ScoreJob,
+    by_status: dict[ChunkStatus, tuple[int, ...]],
+    worker_timeout: float | None,
+) -> str | None:
+    """Why the job's pending chunks are not taken, if no live worker serves its judge."""
+    if job.status in FINISHED or not job.params.get(DISPATCHED_TO_WORKERS):
+        return None
+    if ChunkStatus.PENDING not in by_status:
+        return None
+    if worker_timeout is None:
+        worker_timeout = get_settings().jobs.heartbeat_timeout
+    judge = job.judge_config.name
+    live, last_seen = presence.serving(session, judge, worker_timeout)
+    if live:
+        return None
+    seen = f"last seen {last_seen[:19]}" if last_seen else "none has announced itself"
+    return (
+        f"no worker serves judge {judge} ({seen}): its chunks wait in their queue; "
+        f"start one with `rubricsvc worker --judge {judge}`"
+    )
+
+
+def mark_dispatched_to_workers(session: Session, job: ScoreJob) -> None:
+    """Record that the job's chunks go to workers through a broker (``progress`` then says
+    when no worker serves its judge)."""
+    if not job.params.get(DISPATCHED_TO_WORKERS):
+        job.params = {**job.params, DISPATCHED_TO_WORKERS: True}
+        session.flush()
 
 
 def list_jobs(session: Session, limit: int = 50) -> list[ScoreJob]:

@@ -56,6 +56,8 @@ def submit(
     """Store (or find) the job for this work; its chunks go to ``dispatcher`` after the commit.
     ``plan``: the work's ``jobs.plan_job``, when the caller has planned it (to bound it)."""
     submission = jobs.submit(session, spec, selection, options, chunk_judgments, plan)
+    if dispatcher.keeps_messages:
+        jobs.mark_dispatched_to_workers(session, submission.job)
     outbox = submission.outbox
     if not submission.created and not dispatcher.keeps_messages:
         # The chunks sent before died with the process that ran them: submitting again

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rubricsvc import db
+from tests.netns import Network, require_netns
 from tests.workers_harness import (
     RABBITMQ_URL,
     REDIS_URL,
@@ -51,3 +52,15 @@ def make_cluster(
             clean_rabbitmq(
                 cluster.broker_url, [f"{cluster.prefix}fast", f"{cluster.prefix}default"]
             )
+
+
+@pytest.fixture
+def network() -> Iterator[Network]:
+    """An empty test network (a bridge; hosts are added by the test), deleted afterwards with
+    every process its hosts run, also when the test fails. Its users are marked ``netns``."""
+    require_netns()
+    made = Network()
+    try:
+        yield made
+    finally:
+        made.close()

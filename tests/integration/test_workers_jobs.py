@@ -22,7 +22,7 @@ from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.backends.base import BackendError, JudgeBackend
 from rubricsvc.judging.backends.scripted import ScriptedBackend
 from rubricsvc.judging.config import JudgeSpec
-from rubricsvc.models import ChunkStatus, Judgment, Score, ScoreChunk, ScoreJob
+from rubricsvc.models import ChunkStatus, Judgment, Score, ScoreChunk, ScoreJob, WorkerPresence
 from rubricsvc.models.base import utcnow
 from rubricsvc.scoring import jobs, lifecycle
 from rubricsvc.scoring.chunks import ChunkRun, run_chunk
@@ -164,6 +164,41 @@ def test_a_claim_is_exclusive_until_its_heartbeat_is_stale(seeded: Engine) -> No
     (taken,) = [c for c in chunks(seeded) if c.id == first.id]
     assert (taken.status, taken.attempts) == (ChunkStatus.DONE, 1)
     assert taken.worker is not None and not taken.worker.startswith("elsewhere")
+
+
+def test_a_worker_that_lost_its_claim_writes_nothing(seeded: Engine) -> None:
+    """A worker cut off mid-chunk whose chunk went to another comes back: the judgments and
+    scores it made are rolled back with the refused claim, not committed."""
+    submit(seeded)
+    first = chunks(seeded)[0]
+
+    def taken_over(_spec: JudgeSpec) -> JudgeBackend:
+        def reclaim() -> None:
+            # While this worker judges, its chunk is reclaimed and another claims it.
+            with session_scope(seeded) as session:
+                session.execute(
+                    update(ScoreChunk)
+                    .where(ScoreChunk.id == first.id)
+                    .values(worker="elsewhere:1:x", attempts=ScoreChunk.attempts + 1)
+                )
+
+        def probs(_request: object) -> dict[str, float]:
+            reclaim()
+            return {"yes": 0.9, "no": 0.1}
+
+        def text(_request: object) -> str:
+            reclaim()
+            return "It does.\nVERDICT: YES"
+
+        return ScriptedBackend(text=text, probs=probs)
+
+    outcome = run(seeded, first.id, taken_over)
+    assert outcome.outcome == "stopped" and "given to another worker" in (outcome.error or "")
+    with session_scope(seeded) as session:
+        assert session.scalar(select(func.count()).select_from(Judgment)) == 0
+        assert session.scalar(select(func.count()).select_from(Score)) == 0
+    (held,) = [c for c in chunks(seeded) if c.id == first.id]
+    assert (held.status, held.worker, held.done) == (ChunkStatus.RUNNING, "elsewhere:1:x", 0)
 
 
 def test_the_reaper_gives_back_lost_chunks_and_resends_old_messages(seeded: Engine) -> None:
@@ -409,3 +444,49 @@ def test_versions_approved_mid_job_do_not_change_it(seeded: Engine) -> None:
         used = set(session.scalars(select(Score.rubric_version_id)))
     assert len(report.scores) == 12  # every completion, none lost to the new version
     assert used == pinned
+
+
+def test_a_job_no_live_worker_serves_says_it_waits(seeded: Engine) -> None:
+    """Workers record the judges they serve (``presence``); a job sent to workers whose judge
+    no live worker serves says so, instead of looking merely pending."""
+    from rubricsvc.scoring import presence
+
+    class Broker:  # a dispatcher whose messages outlive this process, as a broker's do
+        keeps_messages = True
+
+        def send(self, judge: str, chunk_ids: object) -> None:
+            pass
+
+    with session_scope(seeded) as session:
+        submission = lifecycle.submit(session, Broker(), JUDGE, Selection(), ScoreOptions(), 12)
+        job_id = submission.job.id
+    with session_scope(seeded) as session:
+        waiting = jobs.progress(session, job_id, worker_timeout=30).waiting
+    assert waiting is not None and "no worker serves judge fast" in waiting
+    assert "none has announced itself" in waiting
+    with session_scope(seeded) as session:
+        presence.announce(session, "host-b:7:abc", "host-b", ["other"])
+        presence.announce(session, "host-a:9:def", "host-a", ["fast", "other"])
+    with session_scope(seeded) as session:
+        assert jobs.progress(session, job_id, worker_timeout=30).waiting is None
+        assert [(w.host, w.judges, w.live) for w in presence.workers(session, 30)] == [
+            ("host-a", ["fast", "other"], True),
+            ("host-b", ["other"], True),
+        ]
+    with session_scope(seeded) as session:  # host A stops refreshing its row
+        session.execute(
+            update(WorkerPresence)
+            .where(WorkerPresence.name == "host-a:9:def")
+            .values(seen_at=utcnow() - timedelta(seconds=60))
+        )
+    with session_scope(seeded) as session:
+        waiting = jobs.progress(session, job_id, worker_timeout=30).waiting
+        assert waiting is not None and "last seen" in waiting
+        presence.leave(session, "host-b:7:abc")
+        assert [w.name for w in presence.workers(session, 30)] == ["host-a:9:def"]
+    # In process (no broker): nothing waits for a worker.
+    with session_scope(seeded) as session:
+        other = jobs.submit(
+            session, JUDGE, Selection(), ScoreOptions(aggregation="healthbench"), 12
+        )
+        assert jobs.progress(session, other.job.id, worker_timeout=30).waiting is None
