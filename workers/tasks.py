@@ -24,6 +24,7 @@ from celery.signals import (
 )
 from sqlalchemy import Engine
 
+from rubricsvc import heap
 from rubricsvc.db import make_engine, session_scope
 from rubricsvc.errors import first_line
 from rubricsvc.scoring import presence
@@ -153,14 +154,16 @@ def served_judge() -> str | None:
 @worker_process_init.connect  # type: ignore[untyped-decorator]
 def _load_judge(**_: Any) -> None:
     judge = served_judge()
-    if not judge:
-        return  # no single judge's queue: each backend is built on first use
-    try:
-        with session_scope(engine()) as session:
-            spec = find_judge(session, judge)
-        backend_for(spec)
-    except Exception as err:  # e.g. the database is away: load on the first chunk instead
-        log.warning("could not load judge %s at start: %s", judge, err)
+    if judge:  # else no single judge's queue: each backend is built on first use
+        try:
+            with session_scope(engine()) as session:
+                spec = find_judge(session, judge)
+            backend_for(spec)
+        except Exception as err:  # e.g. the database is away: load on the first chunk instead
+            log.warning("could not load judge %s at start: %s", judge, err)
+    # Start-up (and the judge's model) stays for the process's life: out of the collector's
+    # sight, as a server process's (``rubricsvc.heap``).
+    heap.settle()
 
 
 @worker_ready.connect  # type: ignore[untyped-decorator]
