@@ -445,7 +445,8 @@ def reap(
     session: Session, heartbeat_timeout: float, requeue_after: float, now: datetime | None = None
 ) -> Outbox:
     """Chunks to send again: running ones whose heartbeat is stale (now pending again), and
-    pending ones sent longer than ``requeue_after`` ago (their message may be lost).
+    pending ones sent longer than ``requeue_after`` ago (their message may be lost). Workers
+    gone for a day are forgotten (``presence.forget_stale``).
 
     A chunk sent twice is harmless: only one delivery can claim it.
     """
@@ -476,6 +477,7 @@ def reap(
     ids = sorted({*stale, *lost})
     if stale:
         log.warning("reaper: %d chunk(s) lost their worker: %s", len(stale), sorted(stale))
+    presence.forget_stale(session)
     return _outbox(session, ids)
 
 

@@ -79,7 +79,13 @@ def serving(session: Session, judge: str, timeout: float) -> tuple[int, str | No
     return sum(1 for w in found if w.live), (found[0].seen_at if found else None)
 
 
-def forget_stale(session: Session, older_than: float) -> int:
+# How long the row of a worker that stopped without leaving (killed, cut off) is listed as
+# lost before the reaper forgets it: long enough to read what happened, not forever (every
+# worker process start is a row of its own).
+KEPT_AFTER_LOST_SECONDS = 86_400.0
+
+
+def forget_stale(session: Session, older_than: float = KEPT_AFTER_LOST_SECONDS) -> int:
     """Delete rows not refreshed for ``older_than`` seconds (workers long gone)."""
     result = session.execute(
         delete(WorkerPresence).where(

@@ -484,6 +484,18 @@ def test_a_job_no_live_worker_serves_says_it_waits(seeded: Engine) -> None:
         assert waiting is not None and "last seen" in waiting
         presence.leave(session, "host-b:7:abc")
         assert [w.name for w in presence.workers(session, 30)] == ["host-a:9:def"]
+    # The reaper forgets a worker gone for a day; one lost a minute ago is still listed.
+    with session_scope(seeded) as session:
+        presence.announce(session, "host-c:5:ghi", "host-c", ["fast"])
+        session.execute(
+            update(WorkerPresence)
+            .where(WorkerPresence.name == "host-c:5:ghi")
+            .values(seen_at=utcnow() - timedelta(seconds=presence.KEPT_AFTER_LOST_SECONDS + 60))
+        )
+    with session_scope(seeded) as session:
+        jobs.reap(session, heartbeat_timeout=30, requeue_after=3600)
+    with session_scope(seeded) as session:
+        assert [w.name for w in presence.workers(session, 30)] == ["host-a:9:def"]
     # In process (no broker): nothing waits for a worker.
     with session_scope(seeded) as session:
         other = jobs.submit(
