@@ -4,31 +4,25 @@ from __future__ import annotations
 
 import hmac
 
-from fastapi import APIRouter, Depends, Form, Request
+from fastapi import Depends, Form, Request
 from starlette.responses import RedirectResponse, Response
 
 from rubricsvc.apikeys import authenticate
 from rubricsvc.db import session_scope
 from rubricsvc.ui.deps import (
-    SESSION_PAGES,
     PageRefused,
     Reviewer,
     UiState,
     checked_form,
-    checked_parameters,
     current_reviewer,
     signer,
     ui_state,
 )
-from rubricsvc.ui.routes.common import redirect, safe_next
+from rubricsvc.ui.routes.common import page_router, redirect, safe_next
 from rubricsvc.ui.session import SESSION_COOKIE, SIGN_IN_COOKIE, SIGN_IN_SECONDS
 from rubricsvc.ui.templating import render
 
-router = APIRouter(
-    prefix="/ui",
-    include_in_schema=False,
-    dependencies=[Depends(SESSION_PAGES), Depends(checked_parameters)],
-)
+router = page_router("/ui")
 
 
 @router.get("/")

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from fastapi import Request
+from fastapi import APIRouter, Depends, Request
 from starlette.responses import RedirectResponse
 
-from rubricsvc.ui.deps import signer
+from rubricsvc.ui.deps import SESSION_PAGES, checked_parameters, signer
 from rubricsvc.ui.session import FLASH_COOKIE, FLASH_SECONDS
+
+
+def page_router(prefix: str) -> APIRouter:
+    """A router of review pages under ``prefix``: kept out of the API's schema, let through
+    the API's key gate (each page checks its session), its parameters held to the input policy."""
+    return APIRouter(
+        prefix=prefix,
+        include_in_schema=False,
+        dependencies=[Depends(SESSION_PAGES), Depends(checked_parameters)],
+    )
 
 
 def redirect(request: Request, url: str, flash: str | None = None) -> RedirectResponse:

@@ -6,27 +6,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Depends, Query, Request
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 from starlette.responses import Response
 
 from rubricsvc.models import Completion, Judgment, RubricVersion, Score
 from rubricsvc.ui.deps import (
-    SESSION_PAGES,
     PageRefused,
     Reviewer,
-    checked_parameters,
     current_reviewer,
     page_db,
 )
+from rubricsvc.ui.routes.common import page_router
 from rubricsvc.ui.templating import render
 
-router = APIRouter(
-    prefix="/ui/completions",
-    include_in_schema=False,
-    dependencies=[Depends(SESSION_PAGES), Depends(checked_parameters)],
-)
+router = page_router("/ui/completions")
 
 
 @dataclass

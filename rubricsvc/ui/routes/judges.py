@@ -6,20 +6,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 from starlette.responses import Response
 
 from rubricsvc.models import JudgeAudit, JudgeConfig, JudgeEvaluation, Judgment
-from rubricsvc.ui.deps import SESSION_PAGES, Reviewer, checked_parameters, current_reviewer, page_db
+from rubricsvc.ui.deps import Reviewer, current_reviewer, page_db
+from rubricsvc.ui.routes.common import page_router
 from rubricsvc.ui.templating import render
 
-router = APIRouter(
-    prefix="/ui",
-    include_in_schema=False,
-    dependencies=[Depends(SESSION_PAGES), Depends(checked_parameters)],
-)
+router = page_router("/ui")
 
 
 @router.get("/judges")

@@ -4,24 +4,21 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Depends, Query, Request
 from sqlalchemy.orm import Session
 from starlette.responses import Response
 
 from rubricsvc.models import Origin, VersionStatus
 from rubricsvc.rubrics.queue import QueueFilter, review_queue
 from rubricsvc.scoring.judge_configs import find_judge
-from rubricsvc.ui.deps import SESSION_PAGES, Reviewer, checked_parameters, current_reviewer, page_db
+from rubricsvc.ui.deps import Reviewer, current_reviewer, page_db
+from rubricsvc.ui.routes.common import page_router
 from rubricsvc.ui.templating import render
 from rubricsvc.validation.validity import flagged_version_ids, validity_judges
 
 E = TypeVar("E", VersionStatus, Origin)
 
-router = APIRouter(
-    prefix="/ui",
-    include_in_schema=False,
-    dependencies=[Depends(SESSION_PAGES), Depends(checked_parameters)],
-)
+router = page_router("/ui")
 
 STATUSES = ["draft", "approved", "retired", "any"]
 

@@ -3,7 +3,7 @@ and see how its criteria behave under the judges that scored it."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Depends, Query, Request
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 from starlette.datastructures import FormData
@@ -18,27 +18,21 @@ from rubricsvc.rubrics.diff import diff_versions
 from rubricsvc.rubrics.review import authors_of, check_not_own
 from rubricsvc.scoring.judge_configs import find_judge
 from rubricsvc.ui.deps import (
-    SESSION_PAGES,
     PageRefused,
     Reviewer,
     UiState,
     checked_form,
-    checked_parameters,
     current_reviewer,
     page_db,
     require_scope,
     ui_state,
 )
 from rubricsvc.ui.editing import CATEGORIES, edited_spec, form_of, posted_form
-from rubricsvc.ui.routes.common import redirect
+from rubricsvc.ui.routes.common import page_router, redirect
 from rubricsvc.ui.templating import render
 from rubricsvc.validation.validity import DEFAULT_BELOW, criterion_validity, validity_judges
 
-router = APIRouter(
-    prefix="/ui/versions",
-    include_in_schema=False,
-    dependencies=[Depends(SESSION_PAGES), Depends(checked_parameters)],
-)
+router = page_router("/ui/versions")
 
 
 def _version(session: Session, version_id: int) -> RubricVersion:
