@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from rubricsvc import db
@@ -60,6 +61,19 @@ def read_database(database_url: str, read: Callable[[Session], Any]) -> Any:
             return read(session)
     finally:
         engine.dispose()
+
+
+def table_counts(database_url: str, models: Iterable[Any]) -> dict[str, int]:
+    """Rows in each model's table, by table name (to show what a command added, or left)."""
+
+    def read(session: Session) -> dict[str, int]:
+        return {
+            model.__tablename__: session.scalar(select(func.count()).select_from(model)) or 0
+            for model in models
+        }
+
+    counts: dict[str, int] = read_database(database_url, read)
+    return counts
 
 
 def approve_rubrics(
