@@ -269,24 +269,17 @@ def _judge_spec(
     return spec, True
 
 
+@dataclass(eq=False)
 class _Keyer:
     """Each line's judgment row, under the key the judge's mode gives its content."""
 
-    def __init__(
-        self,
-        session: Session,
-        spec: JudgeSpec,
-        judge_hash: str,
-        chosen: RubricVersion | None,
-        resolver: Resolver,
-    ) -> None:
-        self.session = session
-        self.spec = spec
-        self.judge_hash = judge_hash
-        self.chosen = chosen
-        self.resolver = resolver
-        self.own: dict[int, RubricVersion] | None = None  # prompt -> its rubric version
-        self.used: set[str] = set()  # the versions the verdicts are keyed under
+    session: Session
+    spec: JudgeSpec
+    judge_hash: str
+    chosen: RubricVersion | None
+    resolver: Resolver
+    own: dict[int, RubricVersion] | None = None  # prompt -> its rubric version
+    used: set[str] = field(default_factory=set)  # the versions the verdicts are keyed under
 
     def verdict(self, location: str, line: _Common) -> _Verdict:
         base: dict[str, Any] = {
