@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
-from starlette.responses import RedirectResponse, Response
+from sqlalchemy.orm import Session
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from rubricsvc.ui.deps import SESSION_PAGES, checked_parameters, signer
+from rubricsvc.ui.deps import (
+    SESSION_PAGES,
+    Reviewer,
+    checked_parameters,
+    current_reviewer,
+    page_db,
+    signer,
+)
 from rubricsvc.ui.session import FLASH_COOKIE, FLASH_SECONDS
+from rubricsvc.ui.templating import render
 
 
 def page_router(prefix: str) -> APIRouter:
@@ -19,6 +29,30 @@ def page_router(prefix: str) -> APIRouter:
         include_in_schema=False,
         dependencies=[Depends(SESSION_PAGES), Depends(checked_parameters)],
     )
+
+
+@dataclass(frozen=True)
+class PageContext:
+    """What every review page is built from: the request, the signed-in reviewer, and the
+    page's database session (one transaction: committed when the page is built)."""
+
+    request: Request
+    reviewer: Reviewer
+    session: Session
+
+    def render(self, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+        return render(self.request, template, self.reviewer, status_code, **context)
+
+    def redirect(self, url: str, flash: str | None = None) -> RedirectResponse:
+        return redirect(self.request, url, flash)
+
+
+def page_context(
+    request: Request,
+    reviewer: Reviewer = Depends(current_reviewer),
+    session: Session = Depends(page_db),
+) -> PageContext:
+    return PageContext(request, reviewer, session)
 
 
 def redirect(request: Request, url: str, flash: str | None = None) -> RedirectResponse:
