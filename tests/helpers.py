@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from rubricsvc import db
 from rubricsvc.judging.config import JudgeSpec
+from rubricsvc.models import RubricVersion
 from rubricsvc.rubrics.schemas import RubricSpec
 from rubricsvc.rubrics.service import approve, save_rubric
 from rubricsvc.scoring.judge_configs import ensure_judge_config
@@ -74,6 +75,22 @@ def table_counts(database_url: str, models: Iterable[Any]) -> dict[str, int]:
 
     counts: dict[str, int] = read_database(database_url, read)
     return counts
+
+
+def detached_versions(session: Session, name: str) -> list[RubricVersion]:
+    """Every version of rubric ``name``, oldest first, with their criteria and rubric loaded,
+    detached from ``session`` (to read after it is closed)."""
+    rows = list(
+        session.scalars(
+            select(RubricVersion)
+            .where(RubricVersion.rubric.has(name=name))
+            .order_by(RubricVersion.number)
+        )
+    )
+    for row in rows:
+        _ = [c.text for c in row.criteria], row.rubric.name
+    session.expunge_all()
+    return rows
 
 
 def approve_rubrics(
