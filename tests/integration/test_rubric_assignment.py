@@ -93,30 +93,18 @@ def _forty_pair_run(url: str, tmp_path: Path, judge: str) -> dict:
     assert "40 completion(s) have only draft rubric versions" in " ".join(drafts.split())
     assert "1 completion(s) have no rubric: their prompt has none" in " ".join(drafts.split())
 
+    def score(*flags: str) -> dict:
+        """``score --judge JUDGE --include-drafts FLAGS --json``, its report read."""
+        command = ("score", "--judge", judge, "--include-drafts", *flags, "--json")
+        return cli_ok(*command, database_url=url).json()
+
     # One pair first, so the dry run has something cached to count.
-    first = cli_ok(
-        "score",
-        "--judge",
-        judge,
-        "--include-drafts",
-        "--prompt",
-        "pandalm/565",
-        "--json",
-        database_url=url,
-    ).json()
+    first = score("--prompt", "pandalm/565")
     assert [s["rubric"] for s in first["scores"]] == ["autoj/writing_advertisement@1"] * 2
     judgments_before = _count(url, Judgment)
     assert judgments_before == first["computed"] > 0
 
-    dry = cli_ok(
-        "score",
-        "--judge",
-        judge,
-        "--include-drafts",
-        "--dry-run",
-        "--json",
-        database_url=url,
-    ).json()
+    dry = score("--dry-run")
     assert _count(url, Judgment) == judgments_before  # the dry run judged and stored nothing
     assert dry["dry_run"] is True
     assert (dry["completions"], dry["scores"]) == (40, 40)
@@ -135,24 +123,16 @@ def _forty_pair_run(url: str, tmp_path: Path, judge: str) -> dict:
     assert f"{dry['judgments']} judgment(s): {dry['cached']} from the cache, " in flat
     assert "Nothing was judged." in flat and "autoj/writing_advertisement@1" in flat
 
-    run = cli_ok("score", "--judge", judge, "--include-drafts", "--json", database_url=url).json()
+    run = score()
     assert run["model_loads"] == 1  # every rubric of every completion, one backend
     assert (run["judgments"], run["cached"]) == (dry["judgments"], dry["cached"])
     assert run["computed"] == dry["judgments"] - dry["cached"] and run["failed"] == 0
     assert {s["completion_external_id"]: s["rubric"] for s in run["scores"]} == expected
     assert run["without_rubric"] == dry["without_rubric"]
 
-    again = cli_ok(
-        "score",
-        "--judge",
-        judge,
-        "--include-drafts",
-        "--dry-run",
-        "--json",
-        database_url=url,
-    ).json()
+    again = score("--dry-run")
     assert again["cached"] == again["judgments"] == dry["judgments"]
-    rerun = cli_ok("score", "--judge", judge, "--include-drafts", "--json", database_url=url).json()
+    rerun = score()
     assert rerun["model_loads"] == 0 and rerun["computed"] == 0
     assert [s["value"] for s in rerun["scores"]] == [s["value"] for s in run["scores"]]
     return run
