@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
+import yaml
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -14,6 +16,7 @@ from rubricsvc.models import RubricVersion
 from rubricsvc.rubrics.schemas import RubricSpec
 from rubricsvc.rubrics.service import approve, save_rubric
 from rubricsvc.scoring.judge_configs import ensure_judge_config
+from tests.cli_runner import cli_ok
 
 
 def rubric_dict(name: str = "t/sleep", **overrides: Any) -> dict[str, Any]:
@@ -91,6 +94,16 @@ def detached_versions(session: Session, name: str) -> list[RubricVersion]:
         _ = [c.text for c in row.criteria], row.rubric.name
     session.expunge_all()
     return rows
+
+
+def add_scripted_judge(database_url: str, tmp_path: Path) -> None:
+    """The judge ``scripted`` (the scripted backend, mode criterion-prob), added as a user adds
+    one: a judge file through ``judges add``."""
+    judges = tmp_path / "judges.yaml"
+    judges.write_text(
+        yaml.safe_dump({"name": "scripted", "backend": "scripted", "mode": "criterion-prob"})
+    )
+    cli_ok("judges", "add", str(judges), database_url=database_url)
 
 
 def approve_rubrics(

@@ -22,6 +22,7 @@ from rubricsvc import db
 from rubricsvc.models import Completion, Judgment, Prompt, RubricAssignment, RubricVersion
 from rubricsvc.scoring.selection import Selection, select_work
 from tests.cli_runner import cli_error, cli_ok, run_cli
+from tests.helpers import add_scripted_judge
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 AUTOJ = DATA / "autoj"
@@ -42,14 +43,6 @@ def _count(url: str, model: type) -> int:
         engine.dispose()
 
 
-def _add_scripted_judge(tmp_path: Path, url: str) -> None:
-    judges = tmp_path / "judges.yaml"
-    judges.write_text(
-        yaml.safe_dump({"name": "scripted", "backend": "scripted", "mode": "criterion-prob"})
-    )
-    cli_ok("judges", "add", str(judges), database_url=url)
-
-
 @pytest.mark.model
 @pytest.mark.slow
 def test_forty_pair_completions_scored_against_their_rubrics_in_one_run(
@@ -63,7 +56,7 @@ def test_forty_pair_completions_scored_against_their_rubrics_in_one_run(
 def test_forty_pair_selection_and_counts_on_each_database(
     database_url: str, tmp_path: Path
 ) -> None:
-    _add_scripted_judge(tmp_path, database_url)
+    add_scripted_judge(database_url, tmp_path)
     run = _forty_pair_run(database_url, tmp_path, "scripted")
     # The scripted judge gives P(yes) = 0.9 on every criterion (Auto-J rubrics have no pitfalls).
     assert all(s["status"] == "ok" and s["value"] == pytest.approx(0.9) for s in run["scores"])
@@ -144,7 +137,7 @@ def test_a_shared_rubric_scores_only_what_is_assigned_or_selected(
     url = database_url
     cli_ok("rubrics", "import", "--format", "autoj", str(AUTOJ), database_url=url)
     cli_ok("completions", "add", str(PAIRS / "completions.jsonl"), database_url=url)
-    _add_scripted_judge(tmp_path, url)
+    add_scripted_judge(url, tmp_path)
 
     def score(*args: str) -> dict:
         return cli_ok(
@@ -225,7 +218,7 @@ def test_tag_rules_assign_rubrics_to_prompts(database_url: str, tmp_path: Path) 
         database_url=url,
     )
     assert "1 prompt assignment(s) added by tag rules" in bare_added.stdout
-    _add_scripted_judge(tmp_path, url)
+    add_scripted_judge(url, tmp_path)
     dry = cli_ok(
         "score",
         "--judge",
