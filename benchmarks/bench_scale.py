@@ -54,7 +54,8 @@ from sqlalchemy import JSON, Connection, Engine, create_engine, delete, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from benchmarks.bench_ui import Recorder, create_database, explain, sha
+from benchmarks.bench_ui import Recorder, explain, sha
+from benchmarks.databases import create_database
 from benchmarks.results import headline, save, spread
 from rubricsvc.api import create_app
 from rubricsvc.apikeys import create_key
