@@ -143,13 +143,8 @@ def one_worker(tasks: Sequence[Task], warm_up: Task) -> Iterator[Callable[[Selec
     its submission to its end. The worker loads its model while the caller goes on."""
     from sqlalchemy import create_engine
 
-    from benchmarks.bench_queue import (
-        POSTGRES,
-        celery_workers,
-        clear_scoring,
-        create_database,
-        drop_databases,
-    )
+    from benchmarks.bench_queue import POSTGRES, celery_workers, clear_scoring
+    from benchmarks.databases import create_database, drop_databases
 
     admin = create_engine(POSTGRES, isolation_level="AUTOCOMMIT")
     url = create_database(admin)

@@ -29,10 +29,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
+from benchmarks.databases import create_database, drop_databases
 from benchmarks.results import RESULTS, headline, save, spread
-from rubricsvc.db import make_engine, session_scope, upgrade
+from rubricsvc.db import make_engine, session_scope
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import Completion
@@ -59,22 +59,6 @@ def judge(latency: float) -> JudgeSpec:
         backend_options={"inner": "scripted", "failure_rate": 0.0, "latency": latency},
         retry_backoff=0,
     )
-
-
-def create_database(admin: Any) -> str:
-    """A new, migrated PostgreSQL database; its URL."""
-    name = f"rubricsvc_bench_{uuid.uuid4().hex[:10]}"
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(POSTGRES).set(database=name).render_as_string(hide_password=False)
-    upgrade(url)
-    return url
-
-
-def drop_databases(admin: Any, urls: list[str]) -> None:
-    with admin.connect() as conn:
-        for url in urls:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)'))
 
 
 def clear_scoring(url: str) -> None:

@@ -54,7 +54,8 @@ from sqlalchemy import JSON, Connection, Engine, create_engine, delete, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from benchmarks.bench_ui import Recorder, create_database, explain, sha
+from benchmarks.bench_ui import Recorder, explain, sha
+from benchmarks.databases import create_database
 from benchmarks.results import headline, save, spread
 from rubricsvc.api import create_app
 from rubricsvc.apikeys import create_key
@@ -302,17 +303,25 @@ class IdBlock:
         return self.next
 
 
+# The tables of a prompt's rows, in the order they are cloned (each after the tables its rows
+# point at), with the foreign keys a clone is given anew: column -> the table it points at.
+FOREIGN_KEYS: dict[str, dict[str, str]] = {
+    "prompts": {},
+    "rubrics": {"prompt_id": "prompts"},
+    "rubric_versions": {"rubric_id": "rubrics"},
+    "criteria": {"version_id": "rubric_versions"},
+    "completions": {"prompt_id": "prompts"},
+    "judgments": {"completion_id": "completions", "criterion_id": "criteria"},
+    "scores": {"completion_id": "completions", "rubric_version_id": "rubric_versions"},
+}
+
+
 def block_rows(
     template: Template, block: int, ids: dict[str, IdBlock]
 ) -> dict[str, list[dict[str, Any]]]:
     """The template's rows as prompt ``block`` of the bulk load: new ids and foreign keys, new
     hashes and names where they must be unique, and the same content otherwise."""
-    t = template.rows
     new_id: dict[tuple[str, int], int] = {}
-
-    def clone(table: str, row: dict[str, Any], **changes: Any) -> dict[str, Any]:
-        new_id[(table, row["id"])] = ids[table].take()
-        return {**row, "id": new_id[(table, row["id"])], **changes}
 
     def ref(table: str, old: int | None) -> int | None:
         return None if old is None else new_id[(table, old)]
@@ -324,72 +333,35 @@ def block_rows(
             "with sources, what a careful answer covers.",
         }
     ]
-    out: dict[str, list[dict[str, Any]]] = {
-        "prompts": [
-            clone(
-                "prompts",
-                row,
-                messages=messages,
-                content_hash=prompt_hash(messages),
-                external_id=f"bulk-q{block}",
-            )
-            for row in t["prompts"]
-        ],
+    # What must differ in each table's clones, from the template row and its place (n).
+    unique: dict[str, Callable[[int, dict[str, Any]], dict[str, Any]]] = {
+        "prompts": lambda n, row: {
+            "messages": messages,
+            "content_hash": prompt_hash(messages),
+            "external_id": f"bulk-q{block}",
+        },
+        "rubrics": lambda n, row: {"name": f"bulk/{block:07d}"},
+        "rubric_versions": lambda n, row: {"content_hash": sha(f"bulk version {block}")},
+        "criteria": lambda n, row: {
+            "content_hash": sha(f"bulk criterion {block}:{row['position']}")
+        },
+        # Half from RL loops through the reward route, half from offline runs; none is the
+        # measured source.
+        "completions": lambda n, row: {
+            "content_hash": sha(f"bulk completion {block}:{n}"),
+            "source": "rewards" if block % 2 else f"run-{block % 50}",
+        },
+        "judgments": lambda n, row: {"cache_key": sha(f"bulk judgment {block}:{n}")},
+        "scores": lambda n, row: {"details": score_details(row["details"], ref)},
     }
-    out["rubrics"] = [
-        clone("rubrics", row, name=f"bulk/{block:07d}", prompt_id=ref("prompts", row["prompt_id"]))
-        for row in t["rubrics"]
-    ]
-    out["rubric_versions"] = [
-        clone(
-            "rubric_versions",
-            row,
-            rubric_id=ref("rubrics", row["rubric_id"]),
-            content_hash=sha(f"bulk version {block}"),
-        )
-        for row in t["rubric_versions"]
-    ]
-    out["criteria"] = [
-        clone(
-            "criteria",
-            row,
-            version_id=ref("rubric_versions", row["version_id"]),
-            content_hash=sha(f"bulk criterion {block}:{row['position']}"),
-        )
-        for row in t["criteria"]
-    ]
-    out["completions"] = [
-        # Half from RL loops through the reward route, half from offline runs; none is
-        # the measured source.
-        clone(
-            "completions",
-            row,
-            prompt_id=ref("prompts", row["prompt_id"]),
-            content_hash=sha(f"bulk completion {block}:{n}"),
-            source="rewards" if block % 2 else f"run-{block % 50}",
-        )
-        for n, row in enumerate(t["completions"])
-    ]
-    out["judgments"] = [
-        clone(
-            "judgments",
-            row,
-            cache_key=sha(f"bulk judgment {block}:{n}"),
-            completion_id=ref("completions", row["completion_id"]),
-            criterion_id=ref("criteria", row["criterion_id"]),
-        )
-        for n, row in enumerate(t["judgments"])
-    ]
-    out["scores"] = [
-        clone(
-            "scores",
-            row,
-            completion_id=ref("completions", row["completion_id"]),
-            rubric_version_id=ref("rubric_versions", row["rubric_version_id"]),
-            details=score_details(row["details"], ref),
-        )
-        for row in t["scores"]
-    ]
+    out: dict[str, list[dict[str, Any]]] = {}
+    for table, keys in FOREIGN_KEYS.items():
+        out[table] = []
+        for n, row in enumerate(template.rows[table]):
+            new_id[(table, row["id"])] = ids[table].take()
+            pointers = {column: ref(target, row[column]) for column, target in keys.items()}
+            changes = unique[table](n, row)
+            out[table].append({**row, "id": new_id[(table, row["id"])], **pointers, **changes})
     return out
 
 

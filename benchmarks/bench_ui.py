@@ -53,11 +53,12 @@ from pydantic import SecretStr
 from sqlalchemy import Connection, Engine, create_engine, event, func, insert, select, text
 from sqlalchemy.engine import make_url
 
+from benchmarks.databases import create_database, drop_databases
 from benchmarks.results import headline, save, spread
 from rubricsvc.api import create_app
 from rubricsvc.apikeys import create_key
 from rubricsvc.config import ApiSettings, BrokerSettings, DatabaseSettings, Settings
-from rubricsvc.db import make_engine, session_scope, upgrade
+from rubricsvc.db import make_engine, session_scope
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.aggregation import Outcome, aggregate
 from rubricsvc.judging.config import JudgeSpec
@@ -112,22 +113,6 @@ def sha(value: str) -> str:
 
 
 # --- databases -----------------------------------------------------------------------------
-
-
-def create_database(admin: Engine, prefix: str = "rubricsvc_bench_ui") -> str:
-    """A new PostgreSQL database migrated with Alembic; its URL."""
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(admin.url).set(database=name).render_as_string(hide_password=False)
-    upgrade(url)
-    return url
-
-
-def drop_databases(admin: Engine, urls: Sequence[str]) -> None:
-    with admin.connect() as conn:
-        for url in urls:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)'))
 
 
 # --- seeding -------------------------------------------------------------------------------
@@ -638,7 +623,7 @@ def main() -> None:
     sites: list[Site] = []
     try:
         for name, versions in (("small", args.small), ("large", args.large)):
-            url = create_database(admin)
+            url = create_database(admin, prefix="rubricsvc_bench_ui")
             created.append(url)
             seeded = seed(url, versions)
             print(

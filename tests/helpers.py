@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
+import yaml
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from rubricsvc import db
 from rubricsvc.judging.config import JudgeSpec
+from rubricsvc.models import RubricVersion
 from rubricsvc.rubrics.schemas import RubricSpec
 from rubricsvc.rubrics.service import approve, save_rubric
 from rubricsvc.scoring.judge_configs import ensure_judge_config
+from tests.cli_runner import cli_ok
 
 
 def rubric_dict(name: str = "t/sleep", **overrides: Any) -> dict[str, Any]:
@@ -60,6 +65,45 @@ def read_database(database_url: str, read: Callable[[Session], Any]) -> Any:
             return read(session)
     finally:
         engine.dispose()
+
+
+def table_counts(database_url: str, models: Iterable[Any]) -> dict[str, int]:
+    """Rows in each model's table, by table name (to show what a command added, or left)."""
+
+    def read(session: Session) -> dict[str, int]:
+        return {
+            model.__tablename__: session.scalar(select(func.count()).select_from(model)) or 0
+            for model in models
+        }
+
+    counts: dict[str, int] = read_database(database_url, read)
+    return counts
+
+
+def detached_versions(session: Session, name: str) -> list[RubricVersion]:
+    """Every version of rubric ``name``, oldest first, with their criteria and rubric loaded,
+    detached from ``session`` (to read after it is closed)."""
+    rows = list(
+        session.scalars(
+            select(RubricVersion)
+            .where(RubricVersion.rubric.has(name=name))
+            .order_by(RubricVersion.number)
+        )
+    )
+    for row in rows:
+        _ = [c.text for c in row.criteria], row.rubric.name
+    session.expunge_all()
+    return rows
+
+
+def add_scripted_judge(database_url: str, tmp_path: Path) -> None:
+    """The judge ``scripted`` (the scripted backend, mode criterion-prob), added as a user adds
+    one: a judge file through ``judges add``."""
+    judges = tmp_path / "judges.yaml"
+    judges.write_text(
+        yaml.safe_dump({"name": "scripted", "backend": "scripted", "mode": "criterion-prob"})
+    )
+    cli_ok("judges", "add", str(judges), database_url=database_url)
 
 
 def approve_rubrics(

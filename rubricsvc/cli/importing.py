@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import typer
@@ -66,9 +67,24 @@ def prometheus(
 
 def print_import_report(report: ImportReport, rubrics_only: bool = False) -> None:
     """What an import stored and found stored; ``rubrics_only``: an import of rubrics alone."""
-    rubrics = report.rubrics
     lines = [
         f"imported {report.source}{' rubrics' if rubrics_only else ''} from {report.path}",
+        *stored_counts(report, rubrics_only),
+    ]
+    if report.scores:
+        lines.append(
+            f"  scores:      {report.scores} computed from stored verdicts "
+            f"({report.backend_requests} backend requests); {report.scores_matching} of "
+            f"{report.scores_checked} equal the score the source states"
+        )
+    print_report(lines, report.notes)
+
+
+def stored_counts(report: ImportReport, rubrics_only: bool = False) -> list[str]:
+    """A line per kind of row an import stores: how many it added and found already stored
+    (prompts, rubrics and, unless ``rubrics_only``, completions and judgments)."""
+    rubrics = report.rubrics
+    lines = [
         f"  prompts:     {_tally(report.prompts)}",
         f"  rubrics:     {rubrics['created']} created, {rubrics['new version']} new version(s), "
         f"{rubrics['unchanged']} unchanged ({report.criteria} criteria)",
@@ -76,13 +92,12 @@ def print_import_report(report: ImportReport, rubrics_only: bool = False) -> Non
     if not rubrics_only:
         lines.append(f"  completions: {_tally(report.completions)}")
         lines.append(f"  judgments:   {_tally(report.judgments)}")
-    if report.scores:
-        lines.append(
-            f"  scores:      {report.scores} computed from stored verdicts "
-            f"({report.backend_requests} backend requests); {report.scores_matching} of "
-            f"{report.scores_checked} equal the score the source states"
-        )
-    lines += [f"  note: {note}" for note in report.notes]
+    return lines
+
+
+def print_report(lines: list[str], notes: Iterable[str]) -> None:
+    """An import's report: ``lines``, then a line per note."""
+    lines = [*lines, *(f"  note: {note}" for note in notes)]
     # Soft wrap: piped output keeps one line per count; no markup: paths may hold brackets.
     console.print("\n".join(lines), soft_wrap=True, markup=False)
 

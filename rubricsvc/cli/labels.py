@@ -7,8 +7,8 @@ from pathlib import Path
 import typer
 
 from rubricsvc.cli.context import CliExit, console, db_session
+from rubricsvc.cli.importing import print_report, stored_counts
 from rubricsvc.cli.render import build_table, dumps
-from rubricsvc.importers.common import Tally
 from rubricsvc.importers.healthbench import LABEL_SET as HEALTHBENCH_LABEL_SET
 from rubricsvc.importers.healthbench import import_healthbench_labels
 from rubricsvc.importers.labelled import LabelImport
@@ -65,14 +65,7 @@ def _print_import(fmt: str, result: LabelImport) -> None:
         f"  label set:   {saved.name}: {saved.total} labels ({kinds}); {state}",
     ]
     if fmt != "jsonl":
-        rubrics = report.rubrics
-        lines += [
-            f"  prompts:     {_tally(report.prompts)}",
-            f"  rubrics:     {rubrics['created']} created, {rubrics['new version']} new "
-            f"version(s), {rubrics['unchanged']} unchanged ({report.criteria} criteria)",
-            f"  completions: {_tally(report.completions)}",
-            f"  judgments:   {_tally(report.judgments)}",
-        ]
+        lines += stored_counts(report)
     for judge in result.judges:
         lines.append(
             f"  judge {judge.judge}: {judge.records} verdicts, {judge.ok} parsed, "
@@ -86,12 +79,7 @@ def _print_import(fmt: str, result: LabelImport) -> None:
             f"  scores:      {report.scores} computed from stored verdicts; "
             f"{report.scores_matching} of {report.scores_checked} equal the score the source states"
         )
-    lines += [f"  note: {note}" for note in report.notes]
-    console.print("\n".join(lines), soft_wrap=True, markup=False)
-
-
-def _tally(tally: Tally) -> str:
-    return f"{tally.added} added, {tally.unchanged} already stored"
+    print_report(lines, report.notes)
 
 
 @labels_app.command("list")

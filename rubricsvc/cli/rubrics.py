@@ -8,6 +8,7 @@ import getpass
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from sqlalchemy.orm import Session
@@ -303,6 +304,16 @@ def _generator(
 
 
 GENERATOR_HELP = "A generator configuration (YAML or JSON; see docs/authoring.md)."
+# The generator options of `generate` and `refine`; unset, the generator file's (or defaults).
+GeneratorFile = Annotated[Path | None, typer.Option("--generator", help=GENERATOR_HELP)]
+GeneratorBackend = Annotated[
+    str | None, typer.Option(help="transformers (default), vllm or openai.")
+]
+GeneratorModel = Annotated[
+    str | None, typer.Option(help="The generator model (default: the bundled one).")
+]
+Temperature = Annotated[float | None, typer.Option(help="Sampling temperature (0.7).")]
+FirstSeed = Annotated[int | None, typer.Option(help="Seed of the first attempt (0).")]
 
 
 @app.command("generate")
@@ -323,14 +334,14 @@ def generate(
     ),
     with_generic: bool = typer.Option(False, help="Append the generic criteria to each draft."),
     name_prefix: str = typer.Option(DEFAULT_NAME_PREFIX, help="Rubric name = prefix + prompt id."),
-    config: Path | None = typer.Option(None, "--generator", help=GENERATOR_HELP),
-    backend: str | None = typer.Option(None, help="transformers (default), vllm or openai."),
-    model: str | None = typer.Option(None, help="The generator model (default: the bundled one)."),
+    config: GeneratorFile = None,
+    backend: GeneratorBackend = None,
+    model: GeneratorModel = None,
     min_criteria: int | None = typer.Option(None, help="Fewest criteria in a draft (7)."),
     max_criteria: int | None = typer.Option(None, help="Most criteria in a draft (20)."),
     max_tokens: int | None = typer.Option(None, help="Token limit of a reply (1536)."),
-    temperature: float | None = typer.Option(None, help="Sampling temperature (0.7)."),
-    seed: int | None = typer.Option(None, help="Seed of the first attempt (0)."),
+    temperature: Temperature = None,
+    seed: FirstSeed = None,
     retries: int | None = typer.Option(None, help="Attempts after an invalid draft (3)."),
 ) -> None:
     """Draft rubrics with an LLM: validated drafts are stored, failures are reported."""
@@ -400,12 +411,12 @@ def refine_(
     tolerance: float = typer.Option(DEFAULT_TOLERANCE, help="Values closer than this are equal."),
     max_proposals: int = typer.Option(3, min=1, help="Most new criteria to propose."),
     propose: bool = typer.Option(True, help="Propose criteria and save a new draft."),
-    config: Path | None = typer.Option(None, "--generator", help=GENERATOR_HELP),
-    backend: str | None = typer.Option(None, help="transformers (default), vllm or openai."),
-    model: str | None = typer.Option(None, help="The generator model (default: the bundled one)."),
+    config: GeneratorFile = None,
+    backend: GeneratorBackend = None,
+    model: GeneratorModel = None,
     max_tokens: int | None = typer.Option(None, help="Token limit of the reply (512)."),
-    temperature: float | None = typer.Option(None, help="Sampling temperature (0.7)."),
-    seed: int | None = typer.Option(None, help="Seed of the first attempt (0)."),
+    temperature: Temperature = None,
+    seed: FirstSeed = None,
     retries: int | None = typer.Option(None, help="Attempts after an invalid proposal (3)."),
     validity_below: float = typer.Option(
         DEFAULT_BELOW,

@@ -26,18 +26,18 @@ is stored: the first bad one fails the file with one line ``FILE:LINE: ...``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ValidationError, model_validator
 from sqlalchemy.orm import Session
 
 from rubricsvc.errors import ConflictError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error
-from rubricsvc.importers.common import located, parse, read_jsonl
+from rubricsvc.importers.common import located, read_jsonl
 from rubricsvc.importers.labels_jsonl import Resolver
+from rubricsvc.importers.lines import Line, PairLine, PointwiseLine, ScalarLine, parse_line
 from rubricsvc.judging import keys
 from rubricsvc.judging.backends import replays_only
 from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec, VerdictMode
@@ -71,12 +71,7 @@ IMPORTED_BACKEND = "imported"
 Said = str | float | None
 
 
-class _Common(BaseModel):
-    # Strict: a number is not read from a string, nor a flag from a number.
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    kind: str
-    item: str | int | None = None
+class _Common(Line):
     reasoning: str | None = None
     raw: str | None = None
 
@@ -91,43 +86,16 @@ class _Common(BaseModel):
         return str(self.item) if self.item is not None else None
 
 
-class _Pairwise(_Common):
-    first: str = Field(min_length=1)
-    second: str = Field(min_length=1)
+class _Pairwise(PairLine, _Common):
     verdict: Literal["first", "second", "tie"] | None  # required; null: no valid verdict
 
 
-class _Pointwise(_Common):
-    completion: str = Field(min_length=1)
-    rubric: str = Field(min_length=1)
-    criterion: int | str
-    met: bool | None = None
-    value: float | None = None
-
-    @model_validator(mode="after")
-    def _met_or_value(self) -> _Pointwise:
-        if (self.met is None) == (self.value is None):
-            raise ValueError("give exactly one of 'met' (true/false) or 'value' (0 to 1)")
-        if self.value is not None and not 0.0 <= self.value <= 1.0:
-            raise ValueError(f"value {self.value:g} is outside [0, 1]")
-        return self
+class _Pointwise(PointwiseLine, _Common):
+    pass
 
 
-class _Scalar(_Common):
-    completion: str = Field(min_length=1)
-    score: float
-    scale: list[float] = Field(min_length=2, max_length=2)
-
-    @model_validator(mode="after")
-    def _within_scale(self) -> _Scalar:
-        low, high = self.scale
-        if not (math.isfinite(low) and math.isfinite(high) and math.isfinite(self.score)):
-            raise ValueError("score and scale must be finite numbers")
-        if not low < high:
-            raise ValueError(f"scale [{low:g}, {high:g}]: expected min < max")
-        if not low <= self.score <= high:
-            raise ValueError(f"score {self.score:g} is outside its scale [{low:g}, {high:g}]")
-        return self
+class _Scalar(ScalarLine, _Common):
+    pass
 
 
 MODELS: dict[str, type[_Common]] = {
@@ -209,7 +177,7 @@ def import_judge_verdicts(
                 "their rubric on each line"
             )
         chosen = resolve_version(session, rubric)
-    resolver = Resolver(session, _external_ids(lines))
+    resolver = Resolver(session, [line for _, line in lines])
     keyer = _Keyer(session, spec, report.judge_config_hash, chosen, resolver)
     verdicts = []
     for location, line in lines:
@@ -235,15 +203,7 @@ def import_judge_verdicts(
 
 
 def _parse_line(location: str, data: Any) -> _Common:
-    if not isinstance(data, dict):
-        raise ValidationFailed(f"{location}: expected a JSON object, got {type(data).__name__}")
-    kind = data.get("kind")
-    model = MODELS.get(kind) if isinstance(kind, str) else None
-    if model is None:
-        raise ValidationFailed(
-            f"{location}: kind: expected one of {', '.join(MODELS)}, got {kind!r}"
-        )
-    return parse(model, location, data)
+    return parse_line(MODELS, location, data)
 
 
 def _mode_of(line: _Common) -> str:
@@ -309,34 +269,17 @@ def _judge_spec(
     return spec, True
 
 
-def _external_ids(lines: list[tuple[str, _Common]]) -> set[str]:
-    names: set[str] = set()
-    for _, line in lines:
-        if isinstance(line, _Pairwise):
-            names |= {line.first, line.second}
-        elif isinstance(line, _Pointwise | _Scalar):
-            names.add(line.completion)
-    return names
-
-
+@dataclass(eq=False)
 class _Keyer:
     """Each line's judgment row, under the key the judge's mode gives its content."""
 
-    def __init__(
-        self,
-        session: Session,
-        spec: JudgeSpec,
-        judge_hash: str,
-        chosen: RubricVersion | None,
-        resolver: Resolver,
-    ) -> None:
-        self.session = session
-        self.spec = spec
-        self.judge_hash = judge_hash
-        self.chosen = chosen
-        self.resolver = resolver
-        self.own: dict[int, RubricVersion] | None = None  # prompt -> its rubric version
-        self.used: set[str] = set()  # the versions the verdicts are keyed under
+    session: Session
+    spec: JudgeSpec
+    judge_hash: str
+    chosen: RubricVersion | None
+    resolver: Resolver
+    own: dict[int, RubricVersion] | None = None  # prompt -> its rubric version
+    used: set[str] = field(default_factory=set)  # the versions the verdicts are keyed under
 
     def verdict(self, location: str, line: _Common) -> _Verdict:
         base: dict[str, Any] = {

@@ -18,17 +18,19 @@ one line ``FILE:LINE: ...``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rubricsvc.batching import batches
-from rubricsvc.errors import NotFoundError, ValidationFailed
-from rubricsvc.importers.common import ImportReport, located, parse, read_jsonl
+from rubricsvc.errors import NotFoundError
+from rubricsvc.importers.common import ImportReport, located, read_jsonl
 from rubricsvc.importers.labelled import LabelImport
+from rubricsvc.importers.lines import Line, PairLine, PointwiseLine, ScalarLine, parse_line
 from rubricsvc.models import Completion, Criterion, LabelKind, Prompt, RubricVersion
 from rubricsvc.rubrics.repository import resolve_version
 from rubricsvc.validation.labelsets import (
@@ -40,43 +42,24 @@ from rubricsvc.validation.labelsets import (
 )
 
 
-class _Common(BaseModel):
-    # Strict: a number is not read from a string, nor a flag from a number.
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    kind: str
-    item: str | int | None = None
+class _Labelled(Line):
     labeller: str = Field(default="unknown", min_length=1, max_length=200)
     tags: list[str] = Field(default_factory=list)
 
 
-class _Pointwise(_Common):
-    completion: str = Field(min_length=1)
-    rubric: str = Field(min_length=1)
-    criterion: int | str
-    met: bool | None = None
-    value: float | None = None
-
-    @model_validator(mode="after")
-    def _met_or_value(self) -> _Pointwise:
-        if (self.met is None) == (self.value is None):
-            raise ValueError("give exactly one of 'met' (true/false) or 'value' (0 to 1)")
-        return self
+class _Pointwise(PointwiseLine, _Labelled):
+    pass
 
 
-class _Pairwise(_Common):
-    first: str = Field(min_length=1)
-    second: str = Field(min_length=1)
+class _Pairwise(PairLine, _Labelled):
     label: Literal["first", "second", "tie"]
 
 
-class _Scalar(_Common):
-    completion: str = Field(min_length=1)
-    score: float
-    scale: list[float] = Field(min_length=2, max_length=2)
+class _Scalar(ScalarLine, _Labelled):
+    pass
 
 
-MODELS: dict[str, type[_Common]] = {
+MODELS: dict[str, type[_Labelled]] = {
     LabelKind.POINTWISE.value: _Pointwise,
     LabelKind.PAIRWISE.value: _Pairwise,
     LabelKind.SCALAR.value: _Scalar,
@@ -90,7 +73,7 @@ def import_labels_jsonl(
     under the rubric version ``rubric`` (optional); the caller owns the transaction."""
     lines = [(location, _parse_line(location, data)) for location, data in read_jsonl(path)]
     version = resolve_version(session, rubric) if rubric is not None else None
-    resolver = Resolver(session, _external_ids(lines))
+    resolver = Resolver(session, [line for _, line in lines])
     labels = []
     for location, line in lines:
         with located(location):
@@ -107,40 +90,24 @@ def import_labels_jsonl(
     return LabelImport(report=report, label_set=saved)
 
 
-def _parse_line(location: str, data: Any) -> _Common:
-    if not isinstance(data, dict):
-        raise ValidationFailed(f"{location}: expected a JSON object, got {type(data).__name__}")
-    kind = data.get("kind")
-    model = MODELS.get(kind) if isinstance(kind, str) else None
-    if model is None:
-        raise ValidationFailed(
-            f"{location}: kind: expected one of {', '.join(MODELS)}, got {kind!r}"
-        )
-    return parse(model, location, data)
-
-
-def _external_ids(lines: list[tuple[str, _Common]]) -> set[str]:
-    names: set[str] = set()
-    for _, line in lines:
-        if isinstance(line, _Pairwise):
-            names |= {line.first, line.second}
-        elif isinstance(line, _Pointwise | _Scalar):
-            names.add(line.completion)
-    return names
+def _parse_line(location: str, data: Any) -> _Labelled:
+    return parse_line(MODELS, location, data)
 
 
 class Resolver:
-    """Stored rows by the names a label file uses, each looked up once."""
+    """Stored rows by the names a label or verdict file uses, each looked up once: the
+    completions every line names, at once."""
 
-    def __init__(self, session: Session, external_ids: set[str]) -> None:
+    def __init__(self, session: Session, lines: Iterable[Line]) -> None:
         self.session = session
         self.completions: dict[str, Completion] = {}
+        external_ids = {name for line in lines for name in line.completions()}
         for batch in batches(sorted(external_ids)):
             query = select(Completion).where(Completion.external_id.in_(batch))
             self.completions.update((c.external_id or "", c) for c in session.scalars(query))
         self.versions: dict[str, RubricVersion] = {}
 
-    def label(self, location: str, line: _Common) -> LabelInput:
+    def label(self, location: str, line: _Labelled) -> LabelInput:
         number = location.rsplit(":", 1)[-1]
         common: dict[str, Any] = {
             "item": str(line.item) if line.item is not None else number,

@@ -10,11 +10,12 @@ whose agreement with its pointwise labels under a judge is below a threshold
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import ColumnElement, FromClause, and_, exists, func, join, select
-from sqlalchemy.orm import Session, aliased, selectinload
+from sqlalchemy.orm import InstrumentedAttribute, Session, aliased, selectinload
 
 from rubricsvc.models import Criterion, Origin, Prompt, Rubric, RubricVersion, VersionStatus
 
@@ -122,8 +123,10 @@ def review_queue(session: Session, wanted: QueueFilter, page: int = 1) -> QueueP
             .offset((page - 1) * PAGE_SIZE)
         )
     )
-    counts = _criteria_counts(session, [v.id for v in versions])
-    latest = _latest_numbers(session, {v.rubric_id for v in versions})
+    version_ids = [v.id for v in versions]
+    counts = _per_key(session, Criterion.version_id, func.count(Criterion.id), version_ids)
+    rubric_ids = {v.rubric_id for v in versions}
+    latest = _per_key(session, RubricVersion.rubric_id, func.max(RubricVersion.number), rubric_ids)
     rows = [QueueRow(v, counts.get(v.id, 0), latest.get(v.rubric_id) == v.number) for v in versions]
     by_origin = {
         str(origin): count
@@ -146,23 +149,14 @@ def review_queue(session: Session, wanted: QueueFilter, page: int = 1) -> QueueP
     return QueuePage(rows, total, page, pages, by_origin, generators)
 
 
-def _criteria_counts(session: Session, version_ids: list[int]) -> dict[int, int]:
-    if not version_ids:
+def _per_key(
+    session: Session,
+    key: InstrumentedAttribute[int],
+    aggregate: ColumnElement[int],
+    keys: Collection[int],
+) -> dict[int, int]:
+    """``aggregate`` over the rows of each ``key`` among ``keys``, in one grouped query."""
+    if not keys:
         return {}
-    rows = session.execute(
-        select(Criterion.version_id, func.count(Criterion.id))
-        .where(Criterion.version_id.in_(version_ids))
-        .group_by(Criterion.version_id)
-    )
-    return {version_id: count for version_id, count in rows}
-
-
-def _latest_numbers(session: Session, rubric_ids: set[int]) -> dict[int, int]:
-    if not rubric_ids:
-        return {}
-    rows = session.execute(
-        select(RubricVersion.rubric_id, func.max(RubricVersion.number))
-        .where(RubricVersion.rubric_id.in_(rubric_ids))
-        .group_by(RubricVersion.rubric_id)
-    )
-    return {rubric_id: number for rubric_id, number in rows}
+    rows = session.execute(select(key, aggregate).where(key.in_(keys)).group_by(key))
+    return {k: value for k, value in rows}

@@ -75,13 +75,7 @@ class SessionSigner:
         return self._sign_in.dumps(nonce), nonce
 
     def read_sign_in(self, cookie: str | None) -> str | None:
-        if not cookie:
-            return None
-        try:
-            nonce = self._sign_in.loads(cookie, max_age=SIGN_IN_SECONDS)
-        except BadSignature:
-            return None
-        return nonce if isinstance(nonce, str) else None
+        return _signed_text(self._sign_in, cookie, SIGN_IN_SECONDS)
 
     # CSRF tokens.
     def csrf_token(self, nonce: str) -> str:
@@ -97,10 +91,18 @@ class SessionSigner:
         return self._flash.dumps(message)
 
     def read_flash(self, cookie: str | None) -> str | None:
-        if not cookie:
-            return None
-        try:
-            message = self._flash.loads(cookie, max_age=FLASH_SECONDS)
-        except BadSignature:
-            return None
-        return message if isinstance(message, str) else None
+        return _signed_text(self._flash, cookie, FLASH_SECONDS)
+
+
+def _signed_text(
+    serializer: URLSafeTimedSerializer, cookie: str | None, max_age: int
+) -> str | None:
+    """The text a cookie carries, or None if absent, forged, tampered with, expired or not
+    a text."""
+    if not cookie:
+        return None
+    try:
+        value = serializer.loads(cookie, max_age=max_age)
+    except BadSignature:
+        return None
+    return value if isinstance(value, str) else None

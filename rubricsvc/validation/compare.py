@@ -98,15 +98,14 @@ def compare(
                 f"judge {spec.name} is a jury, which has no verdicts of its own to compare"
             )
         row = ensure_judge_config(session, spec)
+        judging = ev.Judging(session, spec, row, factory, progress, checkpoint)
         found: Sequence[Observation]
         if kind == LabelKind.POINTWISE:
-            found = ev._pointwise(session, spec, row, items, factory, progress, checkpoint)
+            found = ev._pointwise(judging, items)
         elif kind == LabelKind.PAIRWISE:
-            found = ev._pairwise(
-                session, spec, row, label_set, items, factory, progress, checkpoint
-            )
+            found = ev._pairwise(judging, label_set, items)
         else:
-            found = ev._scalar(session, spec, row, label_set, items, factory, progress, checkpoint)
+            found = ev._scalar(judging, label_set, items)
         per_judge.append(list(found))
     if not per_judge[0]:
         raise ValidationFailed(f"label set {label_set.name} has no item with a majority label")

@@ -158,29 +158,38 @@ def _items(session: Session, label_set: LabelSet) -> _Items:
     return items
 
 
-def _judge_what_is_missing(
-    session: Session,
-    spec: JudgeSpec,
-    judge_row: JudgeConfig,
-    selection: Selection,
-    backend_factory: Callable[[], JudgeBackend],
-    progress: Progress | None,
-    checkpoint: Callable[[], None] | None,
-) -> ScoreReport | None:
-    """Score the selection (the cache answers what is judged already); a judge whose backend
-    only replays stored verdicts (imported ones) judges nothing: they are only read (None)."""
-    if replays_only(spec.backend):
-        return None
-    return score(
-        session,
-        spec,
-        selection,
-        _score_options(spec),
-        backend_factory,
-        progress=progress,
-        checkpoint=checkpoint,
-        judge_row=judge_row,
-    )
+@dataclass(frozen=True)
+class Judging:
+    """The judge under evaluation, in one session: its spec and stored config, and how its
+    scoring runs (a backend factory, progress and checkpoint callbacks)."""
+
+    session: Session
+    spec: JudgeSpec
+    judge_row: JudgeConfig
+    backend_factory: Callable[[], JudgeBackend]
+    progress: Progress | None = None
+    checkpoint: Callable[[], None] | None = None
+
+    @property
+    def imported(self) -> bool:
+        """The judge's backend only replays stored verdicts (imported ones)."""
+        return replays_only(self.spec.backend)
+
+    def judge_what_is_missing(self, selection: Selection) -> ScoreReport | None:
+        """Score the selection (the cache answers what is judged already); an imported judge
+        judges nothing: its verdicts are only read (None)."""
+        if self.imported:
+            return None
+        return score(
+            self.session,
+            self.spec,
+            selection,
+            _score_options(self.spec),
+            self.backend_factory,
+            progress=self.progress,
+            checkpoint=self.checkpoint,
+            judge_row=self.judge_row,
+        )
 
 
 def _score_options(spec: JudgeSpec) -> ScoreOptions:
@@ -214,20 +223,14 @@ def pointwise_observations(
     """Each labelled completion x criterion with a majority, and the judge's value for it."""
     items = _items(session, label_set)
     judge_row = judge_row or ensure_judge_config(session, spec)
-    return _pointwise(session, spec, judge_row, items, backend_factory, progress, checkpoint)
+    judging = Judging(session, spec, judge_row, backend_factory, progress, checkpoint)
+    return _pointwise(judging, items)
 
 
-def _pointwise(
-    session: Session,
-    spec: JudgeSpec,
-    judge_row: JudgeConfig,
-    items: _Items,
-    backend_factory: Callable[[], JudgeBackend],
-    progress: Progress | None,
-    checkpoint: Callable[[], None] | None,
-) -> list[PointwiseObservation]:
+def _pointwise(judging: Judging, items: _Items) -> list[PointwiseObservation]:
     if not items.pointwise:
         return []
+    session, spec = judging.session, judging.spec
     if get_mode(spec.mode).compares:
         raise ValidationFailed(
             f"judge {spec.name} compares completions ({spec.mode}); pointwise labels need a "
@@ -238,9 +241,7 @@ def _pointwise(
     selection = Selection(
         completion_ids=completion_ids, version_ids=tuple(sorted(versions)), include_drafts=True
     )
-    _judge_what_is_missing(
-        session, spec, judge_row, selection, backend_factory, progress, checkpoint
-    )
+    judging.judge_what_is_missing(selection)
     version_rows = {
         v.id: v
         for v in session.scalars(
@@ -253,7 +254,7 @@ def _pointwise(
     for completion_id, criterion_id in items.pointwise:
         completion = items.completions[completion_id]
         version = version_rows[items.criteria[criterion_id].version_id]
-        plan = case_plan(spec, judge_row.config_hash, completion, version)
+        plan = case_plan(spec, judging.judge_row.config_hash, completion, version)
         if criterion_id not in plan.key_of:
             raise ValidationFailed(
                 f"judge {spec.name} ({spec.mode}) does not judge criteria one by one; pointwise "
@@ -268,7 +269,7 @@ def _pointwise(
             continue  # the labellers split evenly: no majority to compare with
         judgment = judged.get(key_of[(completion_id, criterion_id)])
         completion = items.completions[completion_id]
-        if replays_only(spec.backend):
+        if judging.imported:
             value = _imported_verdict(judgment, labels[0].item, pairwise=False)[1]
         else:
             value = _value(judgment)
@@ -384,18 +385,10 @@ def _argmax(probs: dict[str, float]) -> str:
     return max(PAIR_LABELS, key=lambda name: (probs[name], -PAIR_LABELS.index(name)))
 
 
-def _pairwise(
-    session: Session,
-    spec: JudgeSpec,
-    judge_row: JudgeConfig,
-    label_set: LabelSet,
-    items: _Items,
-    backend_factory: Callable[[], JudgeBackend],
-    progress: Progress | None,
-    checkpoint: Callable[[], None] | None,
-) -> list[PairObservation]:
+def _pairwise(judging: Judging, label_set: LabelSet, items: _Items) -> list[PairObservation]:
     if not items.pairwise:
         return []
+    session, spec = judging.session, judging.spec
     if not get_mode(spec.mode).judges_pairs:
         pair_modes = _either(modes_that(judges_pairs=True))
         raise ValidationFailed(
@@ -411,16 +404,14 @@ def _pairwise(
         include_drafts=True,
         pairs=pairs,
     )
-    _judge_what_is_missing(
-        session, spec, judge_row, selection, backend_factory, progress, checkpoint
-    )
+    judging.judge_what_is_missing(selection)
     order_keys: dict[tuple[int, int], tuple[str, str]] = {}
     for first_id, second_id in pairs:
         first, second = items.completions[first_id], items.completions[second_id]
         prompt_hash = first.prompt.content_hash
         version = version_of[first.prompt_id]
         order_keys[(first_id, second_id)] = keys.pair_keys(
-            judge_row.config_hash,
+            judging.judge_row.config_hash,
             version.content_hash,
             prompt_hash,
             first.content_hash,
@@ -434,7 +425,7 @@ def _pairwise(
             continue
         forward, backward = order_keys[pair]
         # An imported source's verdicts on this very record, in each order it was shown.
-        imported = replays_only(spec.backend)
+        imported = judging.imported
         read = [
             _order(judged.get(forward), False, imported, labels[0].item),
             _order(judged.get(backward), True, imported, labels[0].item),
@@ -464,16 +455,7 @@ def _pairwise(
     return observations
 
 
-def _scalar(
-    session: Session,
-    spec: JudgeSpec,
-    judge_row: JudgeConfig,
-    label_set: LabelSet,
-    items: _Items,
-    backend_factory: Callable[[], JudgeBackend],
-    progress: Progress | None,
-    checkpoint: Callable[[], None] | None,
-) -> list[ScalarObservation]:
+def _scalar(judging: Judging, label_set: LabelSet, items: _Items) -> list[ScalarObservation]:
     if not items.scalar:
         return []
     completion_ids = tuple(sorted(items.scalar))
@@ -482,12 +464,10 @@ def _scalar(
         version_ids=(label_set.rubric_version_id,) if label_set.rubric_version_id else (),
         include_drafts=True,
     )
-    if replays_only(spec.backend):
-        by_completion = _imported_scores(session, spec, judge_row, label_set, items)
+    if judging.imported:
+        by_completion = _imported_scores(judging, label_set, items)
     else:
-        report = _judge_what_is_missing(
-            session, spec, judge_row, selection, backend_factory, progress, checkpoint
-        )
+        report = judging.judge_what_is_missing(selection)
         assert report is not None  # not an imported judge
         by_completion = defaultdict(list)
         for scored in report.scores:
@@ -515,11 +495,12 @@ def _scalar(
 
 
 def _imported_scores(
-    session: Session, spec: JudgeSpec, judge_row: JudgeConfig, label_set: LabelSet, items: _Items
+    judging: Judging, label_set: LabelSet, items: _Items
 ) -> dict[int, list[float]]:
     """An imported holistic judge's scores (its values, in [0, 1]) of the labelled
     completions, read under the version ``judges import`` keys them under: the label set's,
     else each prompt's own (``own_rubric_versions``)."""
+    session, spec = judging.session, judging.spec
     mode = get_mode(spec.mode)
     if mode.per_criterion or mode.compares:
         whole = _either(modes_that(per_criterion=False, compares=False))
@@ -539,7 +520,7 @@ def _imported_scores(
         completion = items.completions[completion_id]
         version = version_of.get(completion.prompt_id)
         if version is not None:
-            plan = case_plan(spec, judge_row.config_hash, completion, version)
+            plan = case_plan(spec, judging.judge_row.config_hash, completion, version)
             key_of[completion_id] = plan.items[0].key
     judged = judgments_by_key(session, key_of.values())
     scores: dict[int, list[float]] = defaultdict(list)
@@ -816,19 +797,16 @@ def evaluate(
             "evaluate its members (`rubricsvc judges show` names them)"
         )
     judge_row = ensure_judge_config(session, spec)
+    judging = Judging(session, spec, judge_row, backend_factory, progress, checkpoint)
     items = _items(session, label_set)
     by_kind: dict[str, dict[str, Any]] = {}
-    point = _pointwise(session, spec, judge_row, items, backend_factory, progress, checkpoint)
+    point = _pointwise(judging, items)
     if point:
         by_kind["pointwise"] = pointwise_figures(point, options)
-    pairs = _pairwise(
-        session, spec, judge_row, label_set, items, backend_factory, progress, checkpoint
-    )
+    pairs = _pairwise(judging, label_set, items)
     if pairs:
         by_kind["pairwise"] = pairwise_figures(pairs, options)
-    scalars = _scalar(
-        session, spec, judge_row, label_set, items, backend_factory, progress, checkpoint
-    )
+    scalars = _scalar(judging, label_set, items)
     if scalars:
         by_kind["scalar"] = scalar_figures(scalars, options)
     if not by_kind:

@@ -35,6 +35,7 @@ from tests.browser.harness import (
     chromium_path,
 )
 from tests.cli_runner import cli_ok
+from tests.helpers import detached_versions
 from tests.requirements import prepared_model_dir, unavailable
 
 if TYPE_CHECKING:
@@ -162,17 +163,7 @@ def llm_draft(ui_server: UiServer) -> Draft:
 def versions_of(ui_server: UiServer, name: str) -> list[RubricVersion]:
     """Every version of rubric ``name``, oldest first, with their criteria loaded, detached."""
     with Session(ui_server.engine) as session:
-        rows = list(
-            session.scalars(
-                select(RubricVersion)
-                .where(RubricVersion.rubric.has(name=name))
-                .order_by(RubricVersion.number)
-            )
-        )
-        for row in rows:
-            _ = [c.text for c in row.criteria]
-        session.expunge_all()
-        return rows
+        return detached_versions(session, name)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from rubricsvc.models import RubricVersion
 from rubricsvc.rubrics.repository import resolve_version
 from tests.api_harness import settings_for
 from tests.cli_runner import add_examples, cli_ok
-from tests.helpers import read_database
+from tests.helpers import add_scripted_judge, read_database
 from tests.integration.test_ui import sign_in
 
 SLEEP, RECURSION = "demo/sleep-advice@1", "demo/explain-recursion@1"
@@ -54,11 +54,7 @@ def _labels() -> list[dict[str, Any]]:
 
 def _setup(url: str, tmp_path: Path) -> None:
     add_examples(url)
-    judges = tmp_path / "judges.yaml"
-    judges.write_text(
-        yaml.safe_dump({"name": "scripted", "backend": "scripted", "mode": "criterion-prob"})
-    )
-    cli_ok("judges", "add", str(judges), database_url=url)
+    add_scripted_judge(url, tmp_path)
     path = tmp_path / "labels.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in _labels()), encoding="utf-8")
     cli_ok("labels", "import", "jsonl", str(path), "--name", "demo-criteria", database_url=url)

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.models import Completion, Criterion, Judgment, Prompt, Rubric, RubricVersion, Score
 from tests.cli_runner import CliResult, run_cli
-from tests.helpers import read_database
+from tests.helpers import read_database, table_counts
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 HEALTHBENCH = DATA / "healthbench_m42_sample" / "data" / "sample"
@@ -39,14 +39,7 @@ def _records(path: Path) -> list[dict[str, Any]]:
 
 
 def _counts(database_url: str) -> dict[str, int]:
-    def read(session: Session) -> dict[str, int]:
-        return {
-            table.__tablename__: session.scalar(select(func.count()).select_from(table)) or 0
-            for table in TABLES
-        }
-
-    counts: dict[str, int] = read_database(database_url, read)
-    return counts
+    return table_counts(database_url, TABLES)
 
 
 def test_healthbench_reproduces_the_published_scores(database_url: str) -> None:

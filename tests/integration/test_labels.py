@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rubricsvc.judging.keys import pairwise_key
@@ -27,7 +27,7 @@ from rubricsvc.models import (
 )
 from rubricsvc.validation.metrics import majority
 from tests.cli_runner import EXAMPLES, cli_error, cli_ok
-from tests.helpers import read_database
+from tests.helpers import read_database, table_counts
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 PANDALM = DATA / "pandalm"
@@ -40,14 +40,7 @@ REPEATED_RECORDS, GPT_CONFLICTS = 99, 7
 
 
 def _counts(database_url: str) -> dict[str, int]:
-    def read(session: Session) -> dict[str, int]:
-        return {
-            table.__tablename__: session.scalar(select(func.count()).select_from(table)) or 0
-            for table in TABLES
-        }
-
-    counts: dict[str, int] = read_database(database_url, read)
-    return counts
+    return table_counts(database_url, TABLES)
 
 
 def _write(path: Path, lines: list[dict[str, Any]]) -> Path:

@@ -22,6 +22,7 @@ from rubricsvc import db
 from rubricsvc.models import Completion, Judgment, Prompt, RubricAssignment, RubricVersion
 from rubricsvc.scoring.selection import Selection, select_work
 from tests.cli_runner import cli_error, cli_ok, run_cli
+from tests.helpers import add_scripted_judge
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 AUTOJ = DATA / "autoj"
@@ -42,14 +43,6 @@ def _count(url: str, model: type) -> int:
         engine.dispose()
 
 
-def _add_scripted_judge(tmp_path: Path, url: str) -> None:
-    judges = tmp_path / "judges.yaml"
-    judges.write_text(
-        yaml.safe_dump({"name": "scripted", "backend": "scripted", "mode": "criterion-prob"})
-    )
-    cli_ok("judges", "add", str(judges), database_url=url)
-
-
 @pytest.mark.model
 @pytest.mark.slow
 def test_forty_pair_completions_scored_against_their_rubrics_in_one_run(
@@ -63,7 +56,7 @@ def test_forty_pair_completions_scored_against_their_rubrics_in_one_run(
 def test_forty_pair_selection_and_counts_on_each_database(
     database_url: str, tmp_path: Path
 ) -> None:
-    _add_scripted_judge(tmp_path, database_url)
+    add_scripted_judge(database_url, tmp_path)
     run = _forty_pair_run(database_url, tmp_path, "scripted")
     # The scripted judge gives P(yes) = 0.9 on every criterion (Auto-J rubrics have no pitfalls).
     assert all(s["status"] == "ok" and s["value"] == pytest.approx(0.9) for s in run["scores"])
@@ -93,30 +86,18 @@ def _forty_pair_run(url: str, tmp_path: Path, judge: str) -> dict:
     assert "40 completion(s) have only draft rubric versions" in " ".join(drafts.split())
     assert "1 completion(s) have no rubric: their prompt has none" in " ".join(drafts.split())
 
+    def score(*flags: str) -> dict:
+        """``score --judge JUDGE --include-drafts FLAGS --json``, its report read."""
+        command = ("score", "--judge", judge, "--include-drafts", *flags, "--json")
+        return cli_ok(*command, database_url=url).json()
+
     # One pair first, so the dry run has something cached to count.
-    first = cli_ok(
-        "score",
-        "--judge",
-        judge,
-        "--include-drafts",
-        "--prompt",
-        "pandalm/565",
-        "--json",
-        database_url=url,
-    ).json()
+    first = score("--prompt", "pandalm/565")
     assert [s["rubric"] for s in first["scores"]] == ["autoj/writing_advertisement@1"] * 2
     judgments_before = _count(url, Judgment)
     assert judgments_before == first["computed"] > 0
 
-    dry = cli_ok(
-        "score",
-        "--judge",
-        judge,
-        "--include-drafts",
-        "--dry-run",
-        "--json",
-        database_url=url,
-    ).json()
+    dry = score("--dry-run")
     assert _count(url, Judgment) == judgments_before  # the dry run judged and stored nothing
     assert dry["dry_run"] is True
     assert (dry["completions"], dry["scores"]) == (40, 40)
@@ -135,24 +116,16 @@ def _forty_pair_run(url: str, tmp_path: Path, judge: str) -> dict:
     assert f"{dry['judgments']} judgment(s): {dry['cached']} from the cache, " in flat
     assert "Nothing was judged." in flat and "autoj/writing_advertisement@1" in flat
 
-    run = cli_ok("score", "--judge", judge, "--include-drafts", "--json", database_url=url).json()
+    run = score()
     assert run["model_loads"] == 1  # every rubric of every completion, one backend
     assert (run["judgments"], run["cached"]) == (dry["judgments"], dry["cached"])
     assert run["computed"] == dry["judgments"] - dry["cached"] and run["failed"] == 0
     assert {s["completion_external_id"]: s["rubric"] for s in run["scores"]} == expected
     assert run["without_rubric"] == dry["without_rubric"]
 
-    again = cli_ok(
-        "score",
-        "--judge",
-        judge,
-        "--include-drafts",
-        "--dry-run",
-        "--json",
-        database_url=url,
-    ).json()
+    again = score("--dry-run")
     assert again["cached"] == again["judgments"] == dry["judgments"]
-    rerun = cli_ok("score", "--judge", judge, "--include-drafts", "--json", database_url=url).json()
+    rerun = score()
     assert rerun["model_loads"] == 0 and rerun["computed"] == 0
     assert [s["value"] for s in rerun["scores"]] == [s["value"] for s in run["scores"]]
     return run
@@ -164,7 +137,7 @@ def test_a_shared_rubric_scores_only_what_is_assigned_or_selected(
     url = database_url
     cli_ok("rubrics", "import", "--format", "autoj", str(AUTOJ), database_url=url)
     cli_ok("completions", "add", str(PAIRS / "completions.jsonl"), database_url=url)
-    _add_scripted_judge(tmp_path, url)
+    add_scripted_judge(url, tmp_path)
 
     def score(*args: str) -> dict:
         return cli_ok(
@@ -245,7 +218,7 @@ def test_tag_rules_assign_rubrics_to_prompts(database_url: str, tmp_path: Path) 
         database_url=url,
     )
     assert "1 prompt assignment(s) added by tag rules" in bare_added.stdout
-    _add_scripted_judge(tmp_path, url)
+    add_scripted_judge(url, tmp_path)
     dry = cli_ok(
         "score",
         "--judge",

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -46,6 +47,23 @@ print(json.dumps({"rewards": rewards, "status": [r.status for r in reward.last_r
 """
 
 
+def _run_script(cluster: Cluster, script: str, url: str, timeout: float) -> dict[str, Any]:
+    """``script`` run with the database ``url`` in a process of its own, in the cluster's
+    environment, from the checkout (it imports the tests' modules); the JSON its last line
+    prints."""
+    proc = subprocess.run(
+        [sys.executable, "-c", script, url],
+        env=cluster.env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
 def test_rewards_scored_by_celery_workers(
     make_postgres_database: Callable[[], str], tmp_path: Path
 ) -> None:
@@ -60,15 +78,7 @@ def test_rewards_scored_by_celery_workers(
     cluster = Cluster(url, REDIS_URL, tmp_path)
     try:
         worker = cluster.start_worker("fast").wait_ready()
-        proc = subprocess.run(
-            [sys.executable, "-c", SCRIPT, url],
-            env=cluster.env(),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        out = _run_script(cluster, SCRIPT, url, timeout=300)
     finally:
         cluster.stop()
         clean_redis(cluster.broker_url, cluster.prefix)
@@ -120,16 +130,7 @@ def test_group_mode_rewards_scored_by_celery_workers(
     cluster = Cluster(url, REDIS_URL, tmp_path, extra_env={"RUBRICSVC_JOBS_CHUNK_JUDGMENTS": "2"})
     try:
         worker = cluster.start_worker("embedded:group").wait_ready(timeout=300)
-        proc = subprocess.run(
-            [sys.executable, "-c", GROUP_SCRIPT, url],
-            env=cluster.env(),
-            capture_output=True,
-            text=True,
-            timeout=900,
-            cwd=Path(__file__).resolve().parents[2],
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        out = _run_script(cluster, GROUP_SCRIPT, url, timeout=900)
     finally:
         cluster.stop()
         clean_redis(cluster.broker_url, cluster.prefix)

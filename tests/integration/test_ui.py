@@ -25,7 +25,7 @@ from rubricsvc.rubrics.service import approve, save_rubric
 from rubricsvc.scoring.selection import Selection
 from rubricsvc.scoring.service import ScoreOptions, score
 from tests.api_harness import WORD_RUBRIC, settings_for
-from tests.helpers import read_database
+from tests.helpers import detached_versions, read_database
 
 GENERATOR = {"generator_model": "SmolLM2-135M-Instruct", "template": "draft_rubric.txt"}
 
@@ -102,20 +102,9 @@ def version_id(database_url: str, ref: str) -> int:
 
 
 def versions_of(database_url: str, name: str) -> list[RubricVersion]:
-    def read(session: Session) -> list[RubricVersion]:
-        rows = list(
-            session.scalars(
-                select(RubricVersion)
-                .where(RubricVersion.rubric.has(name=name))
-                .order_by(RubricVersion.number)
-            )
-        )
-        for row in rows:
-            _ = [c.text for c in row.criteria], row.rubric.name
-        session.expunge_all()
-        return rows
-
-    result: list[RubricVersion] = read_database(database_url, read)
+    result: list[RubricVersion] = read_database(
+        database_url, lambda session: detached_versions(session, name)
+    )
     return result
 
 

@@ -135,35 +135,23 @@ def test_the_embedded_judge_compares_pairs_in_both_orders(sqlite_url: str, tmp_p
             items.setdefault((label.completion_id, label.other_completion_id), []).append(
                 label.verdict or ""
             )
+
+        def shown(one: Completion, other: Completion) -> Judgment:
+            """The judgment of a pair (completions of one prompt) shown in this order."""
+            key = pairwise_key(
+                judge.config_hash,
+                version.content_hash,
+                one.prompt.content_hash,
+                one.content_hash,
+                other.content_hash,
+            )
+            return session.scalars(select(Judgment).where(Judgment.cache_key == key)).one()
+
         both = consistent = agree = 0
         for (a, b), votes in items.items():
             first, second = session.get(Completion, a), session.get(Completion, b)
             assert first is not None and second is not None
-            prompt = first.prompt.content_hash
-            forward = session.scalars(
-                select(Judgment).where(
-                    Judgment.cache_key
-                    == pairwise_key(
-                        judge.config_hash,
-                        version.content_hash,
-                        prompt,
-                        first.content_hash,
-                        second.content_hash,
-                    )
-                )
-            ).one()
-            backward = session.scalars(
-                select(Judgment).where(
-                    Judgment.cache_key
-                    == pairwise_key(
-                        judge.config_hash,
-                        version.content_hash,
-                        prompt,
-                        second.content_hash,
-                        first.content_hash,
-                    )
-                )
-            ).one()
+            forward, backward = shown(first, second), shown(second, first)
             # Stored with the completions shown, in order (the first record of that content).
             assert _hashes(session, forward) == (first.content_hash, second.content_hash)
             assert _hashes(session, backward) == (second.content_hash, first.content_hash)
@@ -296,23 +284,13 @@ def test_scalar_labels_correlate_with_scores(sqlite_url: str, tmp_path: Path) ->
 def test_a_judge_of_the_wrong_kind_is_refused(sqlite_url: str, tmp_path: Path) -> None:
     folder = _pandalm_slice(tmp_path / "pandalm", 3)
     cli_ok("labels", "import", "pandalm", str(folder), database_url=sqlite_url)
-    error = cli_error(
-        "judges",
-        "evaluate",
-        "--judge",
-        "embedded",
-        "--labels",
-        "pandalm-human",
-        database_url=sqlite_url,
-    )
+
+    def refused(labels: str) -> str:
+        """The error of evaluating the embedded judge on the label set ``labels``."""
+        command = ("judges", "evaluate", "--judge", "embedded", "--labels", labels)
+        return cli_error(*command, database_url=sqlite_url)
+
+    error = refused("pandalm-human")
     assert "pass --mode pairwise" in error and len(error.splitlines()) == 1
-    error = cli_error(
-        "judges",
-        "evaluate",
-        "--judge",
-        "embedded",
-        "--labels",
-        "no-such-set",
-        database_url=sqlite_url,
-    )
+    error = refused("no-such-set")
     assert "pandalm-human" in error  # the known sets are listed

@@ -15,6 +15,7 @@ from typing import Any
 
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.backends.base import JudgeBackend
+from rubricsvc.judging.capabilities import names_with
 
 # What makes a backend: called with the judge's options (and ``model`` when the judge names
 # one), it returns the backend. A class is one.
@@ -115,11 +116,7 @@ def backends_that(
         "loads_model_in_process": loads_model_in_process,
         "replays_only": replays_only,
     }
-    return sorted(
-        name
-        for name, registered in _BACKENDS.items()
-        if all(getattr(registered, c) == value for c, value in wanted.items() if value is not None)
-    )
+    return names_with(_BACKENDS, wanted)
 
 
 def replays_only(name: str) -> bool:

@@ -9,6 +9,7 @@ mode's name.
 from __future__ import annotations
 
 from rubricsvc.errors import ValidationFailed
+from rubricsvc.judging.capabilities import names_with
 from rubricsvc.judging.modes.base import VerdictModeImpl
 
 _MODES: dict[str, VerdictModeImpl] = {}
@@ -66,8 +67,4 @@ def modes_that(
         "judges_pairs": judges_pairs,
         "decodes": decodes,
     }
-    return sorted(
-        name
-        for name, mode in _MODES.items()
-        if all(getattr(mode, c) == value for c, value in wanted.items() if value is not None)
-    )
+    return names_with(_MODES, wanted)

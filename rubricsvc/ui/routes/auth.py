@@ -4,31 +4,25 @@ from __future__ import annotations
 
 import hmac
 
-from fastapi import APIRouter, Depends, Form, Request
+from fastapi import Depends, Form, Request
 from starlette.responses import RedirectResponse, Response
 
 from rubricsvc.apikeys import authenticate
 from rubricsvc.db import session_scope
 from rubricsvc.ui.deps import (
-    SESSION_PAGES,
     PageRefused,
     Reviewer,
     UiState,
     checked_form,
-    checked_parameters,
     current_reviewer,
     signer,
     ui_state,
 )
-from rubricsvc.ui.routes.common import redirect, safe_next
+from rubricsvc.ui.routes.common import page_router, redirect, safe_next, set_page_cookie
 from rubricsvc.ui.session import SESSION_COOKIE, SIGN_IN_COOKIE, SIGN_IN_SECONDS
 from rubricsvc.ui.templating import render
 
-router = APIRouter(
-    prefix="/ui",
-    include_in_schema=False,
-    dependencies=[Depends(SESSION_PAGES), Depends(checked_parameters)],
-)
+router = page_router("/ui")
 
 
 @router.get("/")
@@ -49,15 +43,7 @@ def _sign_in_page(
         next_url=safe_next(next_url),
         error=error,
     )
-    response.set_cookie(
-        SIGN_IN_COOKIE,
-        cookie,
-        max_age=SIGN_IN_SECONDS,
-        path="/ui",
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-    )
+    set_page_cookie(request, response, SIGN_IN_COOKIE, cookie, SIGN_IN_SECONDS, samesite="strict")
     return response
 
 
@@ -84,15 +70,7 @@ def sign_in(
             return _sign_in_page(request, next, "Unknown or revoked API key.", 401)
         cookie = sessions.session_cookie(key.id, key.key_hash)
     response = redirect(request, safe_next(next))
-    response.set_cookie(
-        SESSION_COOKIE,
-        cookie,
-        max_age=sessions.max_age,
-        path="/ui",
-        httponly=True,
-        samesite="lax",
-        secure=request.url.scheme == "https",
-    )
+    set_page_cookie(request, response, SESSION_COOKIE, cookie, sessions.max_age)
     response.delete_cookie(SIGN_IN_COOKIE, path="/ui")
     return response
 

@@ -6,27 +6,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Depends, Query
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 from starlette.responses import Response
 
 from rubricsvc.models import Completion, Judgment, RubricVersion, Score
 from rubricsvc.ui.deps import (
-    SESSION_PAGES,
     PageRefused,
-    Reviewer,
-    checked_parameters,
-    current_reviewer,
-    page_db,
 )
-from rubricsvc.ui.templating import render
+from rubricsvc.ui.routes.common import PageContext, page_context, page_router
 
-router = APIRouter(
-    prefix="/ui/completions",
-    include_in_schema=False,
-    dependencies=[Depends(SESSION_PAGES), Depends(checked_parameters)],
-)
+router = page_router("/ui/completions")
 
 
 @dataclass
@@ -108,15 +99,10 @@ def _verdict(entry: dict[str, Any], judgment: Judgment | None) -> dict[str, Any]
 
 
 @router.get("/{completion_id}")
-def completion_page(
-    request: Request,
-    completion_id: int,
-    reviewer: Reviewer = Depends(current_reviewer),
-    session: Session = Depends(page_db),
-) -> Response:
-    view = _completion_view(session, completion_id)
+def completion_page(completion_id: int, context: PageContext = Depends(page_context)) -> Response:
+    view = _completion_view(context.session, completion_id)
     peers = list(
-        session.scalars(
+        context.session.scalars(
             select(Completion.id)
             .where(
                 Completion.prompt_id == view.completion.prompt_id,
@@ -126,17 +112,15 @@ def completion_page(
             .limit(50)
         )
     )
-    return render(request, "completion.html", reviewer, view=view, peers=peers)
+    return context.render("completion.html", view=view, peers=peers)
 
 
 @router.get("/{completion_id}/compare")
 def compare_page(
-    request: Request,
     completion_id: int,
     with_: int = Query(..., alias="with", description="The other completion's id."),
-    reviewer: Reviewer = Depends(current_reviewer),
-    session: Session = Depends(page_db),
+    context: PageContext = Depends(page_context),
 ) -> Response:
-    left = _completion_view(session, completion_id)
-    right = _completion_view(session, with_)
-    return render(request, "compare.html", reviewer, views=[left, right])
+    left = _completion_view(context.session, completion_id)
+    right = _completion_view(context.session, with_)
+    return context.render("compare.html", views=[left, right])

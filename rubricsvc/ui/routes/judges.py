@@ -6,28 +6,20 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import selectinload
 from starlette.responses import Response
 
 from rubricsvc.models import JudgeAudit, JudgeConfig, JudgeEvaluation, Judgment
-from rubricsvc.ui.deps import SESSION_PAGES, Reviewer, checked_parameters, current_reviewer, page_db
-from rubricsvc.ui.templating import render
+from rubricsvc.ui.routes.common import PageContext, page_context, page_router
 
-router = APIRouter(
-    prefix="/ui",
-    include_in_schema=False,
-    dependencies=[Depends(SESSION_PAGES), Depends(checked_parameters)],
-)
+router = page_router("/ui")
 
 
 @router.get("/judges")
-def judges_page(
-    request: Request,
-    reviewer: Reviewer = Depends(current_reviewer),
-    session: Session = Depends(page_db),
-) -> Response:
+def judges_page(context: PageContext = Depends(page_context)) -> Response:
+    session = context.session
     configs = list(session.scalars(select(JudgeConfig).order_by(JudgeConfig.name, JudgeConfig.id)))
     evaluations: dict[int, list[JudgeEvaluation]] = defaultdict(list)
     for evaluation in session.scalars(
@@ -48,10 +40,8 @@ def judges_page(
             )
         )
     }
-    return render(
-        request,
+    return context.render(
         "judges.html",
-        reviewer,
         configs=configs,
         evaluations=evaluations,
         audits=audits,

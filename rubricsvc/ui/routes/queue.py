@@ -4,24 +4,18 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from fastapi import APIRouter, Depends, Query, Request
-from sqlalchemy.orm import Session
+from fastapi import Depends, Query
 from starlette.responses import Response
 
 from rubricsvc.models import Origin, VersionStatus
 from rubricsvc.rubrics.queue import QueueFilter, review_queue
 from rubricsvc.scoring.judge_configs import find_judge
-from rubricsvc.ui.deps import SESSION_PAGES, Reviewer, checked_parameters, current_reviewer, page_db
-from rubricsvc.ui.templating import render
+from rubricsvc.ui.routes.common import PageContext, page_context, page_router
 from rubricsvc.validation.validity import flagged_version_ids, validity_judges
 
 E = TypeVar("E", VersionStatus, Origin)
 
-router = APIRouter(
-    prefix="/ui",
-    include_in_schema=False,
-    dependencies=[Depends(SESSION_PAGES), Depends(checked_parameters)],
-)
+router = page_router("/ui")
 
 STATUSES = ["draft", "approved", "retired", "any"]
 
@@ -32,7 +26,6 @@ def _blank(value: str | None) -> str | None:
 
 @router.get("/queue")
 def queue(
-    request: Request,
     status: str = Query("draft"),
     origin: str | None = Query(None),
     generator: str | None = Query(None, max_length=300),
@@ -41,9 +34,9 @@ def queue(
     validity_judge: str | None = Query(None, max_length=200),
     validity_below: str | None = Query(None),
     page: int = Query(1, ge=1, le=10**6),
-    reviewer: Reviewer = Depends(current_reviewer),
-    session: Session = Depends(page_db),
+    context: PageContext = Depends(page_context),
 ) -> Response:
+    session = context.session
     errors: dict[str, str] = {}
     age: float | None = None
     if _blank(max_age_days):
@@ -82,10 +75,8 @@ def queue(
         ),
     )
     result = review_queue(session, wanted, page)
-    return render(
-        request,
+    return context.render(
         "queue.html",
-        reviewer,
         result=result,
         wanted=wanted,
         status=status if status in STATUSES else "draft",

@@ -3,7 +3,7 @@ and see how its criteria behave under the judges that scored it."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Depends, Query
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 from starlette.datastructures import FormData
@@ -18,27 +18,18 @@ from rubricsvc.rubrics.diff import diff_versions
 from rubricsvc.rubrics.review import authors_of, check_not_own
 from rubricsvc.scoring.judge_configs import find_judge
 from rubricsvc.ui.deps import (
-    SESSION_PAGES,
     PageRefused,
     Reviewer,
     UiState,
     checked_form,
-    checked_parameters,
-    current_reviewer,
-    page_db,
     require_scope,
     ui_state,
 )
 from rubricsvc.ui.editing import CATEGORIES, edited_spec, form_of, posted_form
-from rubricsvc.ui.routes.common import redirect
-from rubricsvc.ui.templating import render
+from rubricsvc.ui.routes.common import PageContext, page_context, page_router
 from rubricsvc.validation.validity import DEFAULT_BELOW, criterion_validity, validity_judges
 
-router = APIRouter(
-    prefix="/ui/versions",
-    include_in_schema=False,
-    dependencies=[Depends(SESSION_PAGES), Depends(checked_parameters)],
-)
+router = page_router("/ui/versions")
 
 
 def _version(session: Session, version_id: int) -> RubricVersion:
@@ -78,19 +69,16 @@ def _review_state(
 
 @router.get("/{version_id}")
 def version_page(
-    request: Request,
     version_id: int,
-    reviewer: Reviewer = Depends(current_reviewer),
-    session: Session = Depends(page_db),
+    context: PageContext = Depends(page_context),
     state: UiState = Depends(ui_state),
 ) -> Response:
+    session, reviewer = context.session, context.reviewer
     version = _version(session, version_id)
     siblings = _siblings(session, version)
     may_approve, refusal = _review_state(version, reviewer, state)
-    return render(
-        request,
+    return context.render(
         "version.html",
-        reviewer,
         version=version,
         siblings=siblings,
         children=[v for v in siblings if v.parent_id == version.id],
@@ -118,23 +106,19 @@ def _evidence_documents(session: Session, version: RubricVersion) -> dict[str, D
 
 @router.get("/{version_id}/diff")
 def diff_page(
-    request: Request,
     version_id: int,
     against: int = Query(..., description="The version id to compare with."),
-    reviewer: Reviewer = Depends(current_reviewer),
-    session: Session = Depends(page_db),
+    context: PageContext = Depends(page_context),
 ) -> Response:
-    version = _version(session, version_id)
-    other = _version(session, against)
+    version = _version(context.session, version_id)
+    other = _version(context.session, against)
     if other.rubric_id != version.rubric_id:
         raise PageRefused(404, f"{other.ref} is not a version of {version.rubric.name}.")
     old, new = sorted((version, other), key=lambda v: v.number)
     diff = diff_versions(old, new)
     changed = {c.text for c in diff.changed}
-    return render(
-        request,
+    return context.render(
         "diff.html",
-        reviewer,
         version=version,
         old=old,
         new=new,
@@ -142,57 +126,38 @@ def diff_page(
         removed={c.id for c in diff.removed},
         added={c.id for c in diff.added},
         changed=changed,
-        siblings=_siblings(session, version),
+        siblings=_siblings(context.session, version),
     )
 
 
 @router.get("/{version_id}/edit")
-def edit_page(
-    request: Request,
-    version_id: int,
-    reviewer: Reviewer = Depends(current_reviewer),
-    session: Session = Depends(page_db),
-) -> Response:
-    require_scope(reviewer, Scope.AUTHOR, "editing saves a new version")
-    version = _version(session, version_id)
-    return render(
-        request,
-        "edit.html",
-        reviewer,
-        version=version,
-        form=form_of(version),
-        categories=CATEGORIES,
+def edit_page(version_id: int, context: PageContext = Depends(page_context)) -> Response:
+    require_scope(context.reviewer, Scope.AUTHOR, "editing saves a new version")
+    version = _version(context.session, version_id)
+    return context.render(
+        "edit.html", version=version, form=form_of(version), categories=CATEGORIES
     )
 
 
 @router.post("/{version_id}/edit")
 def save_edit(
-    request: Request,
     version_id: int,
     form: FormData = Depends(checked_form),
-    reviewer: Reviewer = Depends(current_reviewer),
-    session: Session = Depends(page_db),
+    context: PageContext = Depends(page_context),
 ) -> Response:
-    require_scope(reviewer, Scope.AUTHOR, "editing saves a new version")
-    version = _version(session, version_id)
+    require_scope(context.reviewer, Scope.AUTHOR, "editing saves a new version")
+    version = _version(context.session, version_id)
     edit = posted_form(form, version)
-    spec = edited_spec(version, edit, reviewer.name)
+    spec = edited_spec(version, edit, context.reviewer.name)
     if spec is None:
-        return render(
-            request,
-            "edit.html",
-            reviewer,
-            status_code=422,
-            version=version,
-            form=edit,
-            categories=CATEGORIES,
+        return context.render(
+            "edit.html", status_code=422, version=version, form=edit, categories=CATEGORIES
         )
-    saved = service.save_rubric(session, spec, edited=version)
+    saved = service.save_rubric(context.session, spec, edited=version)
     if saved.outcome == "unchanged":
-        return redirect(request, f"/ui/versions/{saved.version.id}", "No change: nothing saved.")
-    session.commit()
-    return redirect(
-        request,
+        return context.redirect(f"/ui/versions/{saved.version.id}", "No change: nothing saved.")
+    context.session.commit()
+    return context.redirect(
         f"/ui/versions/{saved.version.id}",
         f"Saved {saved.version.ref} (a draft; its parent is {version.ref}).",
     )
@@ -200,56 +165,52 @@ def save_edit(
 
 @router.post("/{version_id}/approve")
 def approve(
-    request: Request,
     version_id: int,
     form: FormData = Depends(checked_form),
-    reviewer: Reviewer = Depends(current_reviewer),
-    session: Session = Depends(page_db),
+    context: PageContext = Depends(page_context),
     state: UiState = Depends(ui_state),
 ) -> Response:
-    require_scope(reviewer, Scope.REVIEW, "approving needs it")
-    version = _version(session, version_id)
+    require_scope(context.reviewer, Scope.REVIEW, "approving needs it")
+    version = _version(context.session, version_id)
+    name, note = context.reviewer.name, str(form.get("note") or "")
     try:
-        check_not_own(version, reviewer.name, allowed=state.settings.api.allow_self_review)
-        service.approve(session, version, reviewer.name, str(form.get("note") or ""))
+        check_not_own(version, name, allowed=state.settings.api.allow_self_review)
+        service.approve(context.session, version, name, note)
     except ForbiddenError as err:
         raise PageRefused(403, str(err)) from None
     except RubricsvcError as err:
         raise PageRefused(409, str(err)) from None
     # Committed before the redirect: the browser asks for the next page at once.
-    session.commit()
-    return redirect(request, f"/ui/versions/{version.id}", f"Approved {version.ref}.")
+    context.session.commit()
+    return context.redirect(f"/ui/versions/{version.id}", f"Approved {version.ref}.")
 
 
 @router.post("/{version_id}/retire")
 def retire(
-    request: Request,
     version_id: int,
     form: FormData = Depends(checked_form),
-    reviewer: Reviewer = Depends(current_reviewer),
-    session: Session = Depends(page_db),
+    context: PageContext = Depends(page_context),
 ) -> Response:
-    require_scope(reviewer, Scope.REVIEW, "retiring needs it")
-    version = _version(session, version_id)
+    require_scope(context.reviewer, Scope.REVIEW, "retiring needs it")
+    version = _version(context.session, version_id)
     try:
-        service.retire(session, version, reviewer.name, str(form.get("note") or ""))
+        service.retire(context.session, version, context.reviewer.name, str(form.get("note") or ""))
     except RubricsvcError as err:
         raise PageRefused(409, str(err)) from None
-    session.commit()
-    return redirect(request, f"/ui/versions/{version.id}", f"Retired {version.ref}.")
+    context.session.commit()
+    return context.redirect(f"/ui/versions/{version.id}", f"Retired {version.ref}.")
 
 
 @router.get("/{version_id}/analytics")
 def analytics_page(
-    request: Request,
     version_id: int,
     judge: int | None = Query(None, description="Only this judge config's scores."),
     validity: str | None = Query(
         None, max_length=200, description="Criterion validity under this judge (a name)."
     ),
-    reviewer: Reviewer = Depends(current_reviewer),
-    session: Session = Depends(page_db),
+    context: PageContext = Depends(page_context),
 ) -> Response:
+    session = context.session
     version = _version(session, version_id)
     analytics = rubric_analytics(session, version, judge)
     validity_names = validity_judges(session, version)
@@ -275,10 +236,8 @@ def analytics_page(
             .order_by(JudgeConfig.name)
         )
     )
-    return render(
-        request,
+    return context.render(
         "analytics.html",
-        reviewer,
         version=version,
         analytics=analytics,
         bars=chart_bars(analytics),
