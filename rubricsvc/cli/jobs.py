@@ -115,6 +115,7 @@ def follow(job_id: int, show: bool) -> jobs.JobProgress:
         _reaper(),
         get_settings().jobs.reap_interval,
         on_outage,
+        get_settings().jobs.heartbeat_timeout,
     )
     try:
         with progress_bar(f"job {job_id}", enabled=show, detail=True) as update:
@@ -161,7 +162,8 @@ def jobs_list(
 ) -> None:
     """The latest score jobs, newest first."""
     with db_session() as session:
-        states = [jobs.progress(session, job.id) for job in jobs.list_jobs(session, limit)]
+        timeout = get_settings().jobs.heartbeat_timeout
+        states = [jobs.progress(session, job.id, timeout) for job in jobs.list_jobs(session, limit)]
     if as_json:
         console.print_json(json.dumps([s.as_dict() for s in states]))
         return
@@ -195,7 +197,7 @@ def jobs_status(
         state = follow(job_id, show=not as_json)
     else:
         with db_session() as session:
-            state = jobs.progress(session, job_id)
+            state = jobs.progress(session, job_id, get_settings().jobs.heartbeat_timeout)
     if as_json:
         console.print_json(json.dumps(state.as_dict()))
     else:

@@ -29,7 +29,6 @@ from sqlalchemy import event, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from rubricsvc.batching import batches
-from rubricsvc.config import get_settings
 from rubricsvc.db import insert_for
 from rubricsvc.errors import ConflictError, NotFoundError, ValidationFailed
 from rubricsvc.hashing import content_hash
@@ -502,8 +501,9 @@ def _outbox(session: Session, chunk_ids: Sequence[int]) -> Outbox:
 def progress(session: Session, job_id: int, worker_timeout: float | None = None) -> JobProgress:
     """The job as its chunks stand now (running chunks' heartbeats included); no writes.
 
-    ``worker_timeout``: how long a worker counts as live after its last heartbeat (default:
-    the jobs' heartbeat timeout), to say whether a job sent to workers waits for one."""
+    ``worker_timeout``: how long a worker counts as live after its last heartbeat (the jobs'
+    heartbeat timeout), to say whether a job sent to workers waits for one (None: not asked,
+    ``waiting`` stays None)."""
     job = get_job(session, job_id)
     by_status = _chunk_counts(session, job_id)
     total, done, cached, failed, requests = _sums(by_status)
@@ -540,10 +540,8 @@ def _waiting(
     """Why the job's pending chunks are not taken, if no live worker serves its judge."""
     if job.status in FINISHED or not job.params.get(DISPATCHED_TO_WORKERS):
         return None
-    if ChunkStatus.PENDING not in by_status:
+    if ChunkStatus.PENDING not in by_status or worker_timeout is None:
         return None
-    if worker_timeout is None:
-        worker_timeout = get_settings().jobs.heartbeat_timeout
     judge = job.judge_config.name
     live, last_seen = presence.serving(session, judge, worker_timeout)
     if live:

@@ -96,8 +96,10 @@ def follow(
     reaper: Reaper | None = None,
     reap_interval: float = 0.0,
     on_outage: Callable[[Exception], None] | None = None,
+    worker_timeout: float | None = None,
 ) -> Iterator[jobs.JobProgress]:
-    """The job's progress at every poll, ending with the first finished one.
+    """The job's progress at every poll, ending with the first finished one (with
+    ``worker_timeout``, saying when no live worker serves its judge: ``jobs.progress``).
 
     With ``reaper``, reaps every ``reap_interval`` seconds on the way. A database error is
     raised, or, with ``on_outage``, reported to it and polled again (e.g. a restart);
@@ -112,7 +114,7 @@ def follow(
             with session_scope(engine) as session:
                 if reap_now and reaper is not None:
                     reaper(session)
-                state = jobs.progress(session, job_id)
+                state = jobs.progress(session, job_id, worker_timeout)
         except NotFoundError:
             raise
         except Exception as err:

@@ -37,8 +37,9 @@ router = APIRouter(prefix="/v1/score-jobs", tags=["score jobs"], route_class=Che
 JOB_ID = Path(ge=1, le=2**31 - 1)
 
 
-def _job_out(session: Session, job_id: int, created: bool | None = None) -> JobOut:
-    return replace(jobs.progress(session, job_id), created=created)
+def _job_out(state: AppState, session: Session, job_id: int, created: bool | None = None) -> JobOut:
+    progress = jobs.progress(session, job_id, state.settings.jobs.heartbeat_timeout)
+    return replace(progress, created=created)
 
 
 @router.post(
@@ -81,7 +82,7 @@ def submit_job(
         raise send.error
     if not submission.created:
         response.status_code = 200
-    return _job_out(session, submission.job.id, submission.created)
+    return _job_out(state, session, submission.job.id, submission.created)
 
 
 def _dispatcher(state: AppState) -> Dispatcher:
@@ -106,15 +107,21 @@ def _counter(state: AppState) -> Callable[[ScoreReport], None]:
 
 
 @router.get("", response_model=Page, dependencies=[Depends(require(Scope.READ))])
-def list_jobs(paging: Paging = Depends(), session: Session = Depends(db)) -> Page:
+def list_jobs(
+    paging: Paging = Depends(),
+    session: Session = Depends(db),
+    state: AppState = Depends(app_state),
+) -> Page:
     found = jobs.list_jobs(session, limit=paging.offset + paging.limit)[paging.offset :]
     total = jobs.count_jobs(session)
-    return paging.page([_job_out(session, job.id) for job in found], total)
+    return paging.page([_job_out(state, session, job.id) for job in found], total)
 
 
 @router.get("/{job_id}", response_model=JobOut, dependencies=[Depends(require(Scope.READ))])
-def get_job(job_id: int = JOB_ID, session: Session = Depends(db)) -> JobOut:
-    return _job_out(session, job_id)
+def get_job(
+    job_id: int = JOB_ID, session: Session = Depends(db), state: AppState = Depends(app_state)
+) -> JobOut:
+    return _job_out(state, session, job_id)
 
 
 @router.get("/{job_id}/results", response_model=Page, dependencies=[Depends(require(Scope.READ))])
@@ -134,8 +141,10 @@ def job_results(
 @router.post(
     "/{job_id}/cancel", response_model=JobOut, dependencies=[Depends(require(Scope.SCORE))]
 )
-def cancel_job(job_id: int = JOB_ID, session: Session = Depends(db)) -> JobOut:
+def cancel_job(
+    job_id: int = JOB_ID, session: Session = Depends(db), state: AppState = Depends(app_state)
+) -> JobOut:
     """Stop a job: chunks not yet started are cancelled; running ones finish."""
     jobs.cancel(session, job_id)
     session.flush()
-    return _job_out(session, job_id)
+    return _job_out(state, session, job_id)
