@@ -85,15 +85,19 @@ format: $(STAMP)
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist), each test module in one of them so
 # that a module's model load and servers are shared by its tests. TEST_WORKERS=0: one process.
+# Modules are handed out in the order tests/conftest.py puts them (the heaviest first):
+# without --no-loadscope-reorder, xdist re-sorts them by their number of tests, and a module of
+# a few long tests starts last.
 TEST_WORKERS ?= 2
+XDIST := --numprocesses=$(TEST_WORKERS) --dist=loadfile --no-loadscope-reorder
 test: setup lint browser
 	@echo "==> pytest ($(TEST_WORKERS) processes)"
-	$(BIN)/pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile
+	$(BIN)/pytest $(XDIST)
 
 # The inner loop: no model, no PostgreSQL, broker or browser, nothing marked slow.
 test-fast: setup
 	@echo "==> pytest, fast tests only ($(TEST_WORKERS) processes)"
-	$(BIN)/pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile \
+	$(BIN)/pytest $(XDIST) \
 		-m "not model and not postgres and not broker and not browser and not netns and not slow"
 
 # The browser tests drive Debian's Chromium (Playwright never downloads a browser here).

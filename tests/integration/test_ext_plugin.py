@@ -49,7 +49,7 @@ PLUGIN_SOURCE = textwrap.dedent(
     class ConstantBackend:
         """Every choice: P("Yes") = ``p_yes``; it decodes nothing."""
 
-        name = "toy-constant"
+        name = "toy-ext-constant"
 
         def __init__(self, model: str = "constant", *, p_yes: float = 0.8) -> None:
             self.model = model
@@ -116,7 +116,7 @@ PLUGIN_SOURCE = textwrap.dedent(
         return specs
 
 
-    ext.register_backend("toy-constant", ConstantBackend)
+    ext.register_backend("toy-ext-constant", ConstantBackend)
     ext.register_mode(ToyProb())
     ext.register_rubric_format("toy", read_toy, about="a toy rubric format")
     '''
@@ -128,7 +128,7 @@ TOY_RUBRIC = f"""# {RUBRIC_NAME} | {PROMPT} | How do I sleep better?
 """
 JUDGE = {
     "name": "toy",
-    "backend": "toy-constant",
+    "backend": "toy-ext-constant",
     "model": "constant-0.8",
     "mode": "toy-prob",
     "backend_options": {"p_yes": P_YES},
