@@ -86,6 +86,33 @@ def test_second_run_is_served_from_the_cache(session: Session) -> None:
     assert session.scalar(select(func.count()).select_from(Judgment)) == 8
 
 
+# A backend answering each mode in its own form (the default answers criterion-text and -prob).
+ANSWERS: dict[VerdictMode, dict[str, object]] = {
+    VerdictMode.CRITERION_TEXT: {},
+    VerdictMode.CRITERION_PROB: {},
+    VerdictMode.MULTI_CRITERION: {
+        "text": lambda _r: '{"1": "yes", "2": "no", "3": "yes", "4": "no"}'
+    },
+    VerdictMode.HOLISTIC: {"text": lambda _r: "Covers the basics.\nSCORE: 7"},
+    VerdictMode.PAIRWISE: {"probs": lambda _r: {"1": 0.6, "2": 0.3, "0": 0.1}},
+    VerdictMode.GROUP: {"text": lambda _r: '{"1": 7, "2": 3}'},
+}
+
+
+@pytest.mark.parametrize("mode", list(ANSWERS))
+def test_a_cached_report_reads_as_the_fresh_one(session: Session, mode: VerdictMode) -> None:
+    """A fresh verdict is reported as it is stored: the second run (every judgment from the
+    cache, read back from the database) gives the same criteria, details and all."""
+    _setup(session, ["Keep a schedule.", "Drink coffee at night."])
+    spec = {"max_criteria": 4} if mode is VerdictMode.MULTI_CRITERION else {}
+    first = _run(session, ScriptedBackend(**ANSWERS[mode]), mode, **spec)  # type: ignore[arg-type]
+    second = _run(session, ScriptedBackend(), mode, **spec)
+    assert first.failed == 0 and first.computed > 0
+    assert (second.computed, second.cached) == (0, first.computed)
+    assert [s.criteria for s in second.scores] == [s.criteria for s in first.scores]
+    assert [s.value for s in second.scores] == [s.value for s in first.scores]
+
+
 def test_garbage_is_retried_then_stored_as_failed_and_masked(session: Session) -> None:
     _setup(session, ["Keep a schedule and skip late coffee."])
 
