@@ -19,6 +19,10 @@ from tests.helpers import read_database
 from tests.requirements import prepared_model_dir
 
 DEMO_HEALTHBENCH = EXAMPLES / "validation" / "healthbench-10.jsonl"
+# Of the demo's ten conversations, the five shortest (conversation and response): 43 graded
+# criteria instead of 118, so the embedded judge (run twice: as is, then calibrated) does a
+# third of the demo's work; five prompts are enough for a paired interval over prompts.
+SHORTEST_CONVERSATIONS = 5
 
 # Labelled criteria (by position) of each demo rubric: neither checks nor pitfalls.
 CRITERIA = {"demo/sleep-advice@1": (1, 2, 3, 4), "demo/explain-recursion@1": (1, 2, 3)}
@@ -203,16 +207,30 @@ def _healthbench_labels(session: Session) -> list[tuple[str, str, int, bool]]:
     return found
 
 
+def _shortest_demo_conversations(path: Path) -> Path:
+    """The demo's HealthBench lines with the ``SHORTEST_CONVERSATIONS`` shortest texts, as given."""
+    lines = DEMO_HEALTHBENCH.read_text(encoding="utf-8").splitlines()
+
+    def length(line: str) -> int:
+        record = json.loads(line)
+        return len(json.dumps(record["prompt"])) + len(json.dumps(record["prompt_response"]))
+
+    shortest = sorted(lines, key=length)[:SHORTEST_CONVERSATIONS]
+    path.write_text("".join(line + "\n" for line in shortest), encoding="utf-8")
+    return path
+
+
 @pytest.mark.model
 @pytest.mark.slow
 def test_healthbench_labels_compare_embedded_calibrated_and_imported_judges(
     sqlite_url: str, tmp_path: Path
 ) -> None:
-    """As the demo does: its ten HealthBench conversations' grader verdicts as labels; the
+    """As the demo does: HealthBench conversations' grader verdicts as labels (five of its ten); the
     embedded judge, its calibrated form (`judges calibrate`) and a judge imported with `judges
     import` (here: the grader's verdicts, every third one turned round)."""
     prepared_model_dir()
-    cli_ok("labels", "import", "healthbench", str(DEMO_HEALTHBENCH), database_url=sqlite_url)
+    conversations = _shortest_demo_conversations(tmp_path / "healthbench-short.jsonl")
+    cli_ok("labels", "import", "healthbench", str(conversations), database_url=sqlite_url)
     cli_ok(
         "judges",
         "calibrate",
