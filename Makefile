@@ -76,7 +76,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	@echo "==> ruff format --check"
 	$(BIN)/ruff format --check .
-	@echo "==> mypy rubricsvc"
+	@echo "==> mypy (rubricsvc, workers, trainer, benchmarks)"
 	$(BIN)/mypy
 
 format: $(STAMP)

@@ -190,13 +190,13 @@ def alternated(
     return rows, ratios
 
 
-DECODING_MODES = {
-    "criterion-text (64 tokens)": {"mode": VerdictMode.CRITERION_TEXT, "max_tokens": 64},
-    "multi-criterion (8 per call, 96 tokens)": {
-        "mode": VerdictMode.MULTI_CRITERION,
-        "max_tokens": 96,
-        "max_criteria": 8,
-    },
+# Each decoding mode with the judge's settings it changes besides the mode.
+DECODING_MODES: dict[str, tuple[VerdictMode, dict[str, int]]] = {
+    "criterion-text (64 tokens)": (VerdictMode.CRITERION_TEXT, {"max_tokens": 64}),
+    "multi-criterion (8 per call, 96 tokens)": (
+        VerdictMode.MULTI_CRITERION,
+        {"max_tokens": 96, "max_criteria": 8},
+    ),
 }
 
 
@@ -215,12 +215,9 @@ def short_answer_run(setting: Setting, work: Workload) -> dict[str, Any]:
 
 def decoding_runs(backend: JudgeBackend, work: Workload) -> dict[str, Any]:
     results = {}
-    for label, settings in DECODING_MODES.items():
-        spec = BUILTIN_JUDGES["embedded"].with_mode(settings["mode"])
-        spec = spec.model_copy(update={k: v for k, v in settings.items() if k != "mode"})
-        results[label] = measure(
-            label, lambda s=spec: run_calls(backend, calls_for(s, work.decoding))
-        )
+    for label, (mode, settings) in DECODING_MODES.items():
+        spec = BUILTIN_JUDGES["embedded"].with_mode(mode).model_copy(update=settings)
+        results[label] = measure(label, partial(run_calls, backend, calls_for(spec, work.decoding)))
     return results
 
 

@@ -37,6 +37,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +125,7 @@ def versus(platform_result: dict[str, Any], peer: dict[str, Any], field: str) ->
     """How many times the peer's figure the platform's is (None when the peer's is zero)."""
     if not peer[field]:
         return None
-    return round(platform_result[field] / peer[field], 2)
+    return round(float(platform_result[field] / peer[field]), 2)
 
 
 RUBRICSVC = "rubricsvc (openai backend, criterion-prob)"
@@ -148,6 +149,12 @@ def graders_for(
     shape, and a long reply would only add minutes that warm nothing more."""
     grader_tokens = 32 if warm_up else healthbench_style.MAX_TOKENS
     per_criterion = 8 if warm_up else args.verifiers_tokens_per_criterion
+
+    def verifiers_grader(options: dict[str, Any]) -> Callable[[Sequence[Task]], dict[str, Any]]:
+        return lambda tasks: verifiers_rubric(
+            args.verifiers_python, server, peer_tasks(tasks), per_criterion, options, args
+        )
+
     graders: dict[str, Callable[[Sequence[Task]], dict[str, Any]]] = {
         RUBRICSVC: lambda tasks: platform_openai(server, tasks, args.concurrency),
         HEALTHBENCH: lambda tasks: asyncio.run(
@@ -163,9 +170,7 @@ def graders_for(
     }
     if not args.skip_verifiers:
         for label, options in VERIFIERS_OPTIONS.items():
-            graders[label] = lambda tasks, options=options: verifiers_rubric(
-                args.verifiers_python, server, peer_tasks(tasks), per_criterion, options, args
-            )
+            graders[label] = verifiers_grader(options)
     return graders
 
 
@@ -184,7 +189,7 @@ def run_repeats(
     (see docs/benchmarks.md), so repeating it would add minutes and no ratio."""
     warm_up = replace(warm_up, criteria=warm_up.criteria[:WARM_UP_CRITERIA])
     for name, grade in graders_for(server, args, warm_up=True).items():
-        measure(f"warm-up: {name}", lambda grade=grade: grade([warm_up]))
+        measure(f"warm-up: {name}", partial(grade, [warm_up]))
     graders = graders_for(server, args)
     repeats = []
     for index, task in enumerate(measured):
@@ -193,8 +198,7 @@ def run_repeats(
         if index == 0:
             names += [n for n in graders if n not in names]
         results = {
-            name: measure(name, lambda name=name, task=task: graders[name]([task]))
-            for name in rotated(names, index)
+            name: measure(name, partial(graders[name], [task])) for name in rotated(names, index)
         }
         repeats.append({"task": task.id, "order": list(results), "graders": results})
     return repeats

@@ -48,20 +48,22 @@ from benchmarks.bench_api_load import (
 )
 from benchmarks.results import headline, save, spread
 
+RUBRIC_NAME = "b8/sleep"
 RUBRIC = {
-    "name": "b8/sleep",
+    "name": RUBRIC_NAME,
     "prompt": {"external_id": "b8-sleep", "text": "How can I sleep better?"},
     "criteria": [
         {"text": "Recommends keeping a consistent sleep and wake time", "weight": 2},
         {"text": "Recommends sleeping pills without advising to consult a doctor", "weight": -1},
     ],
 }
+FIXED_COST_DELAY = 0.05  # seconds per batch
 FIXED_COST = {
     "name": "fixed-cost",
     "backend": "scripted",
     "model": "fixed-cost",
     "mode": "criterion-prob",
-    "backend_options": {"delay": 0.05, "exclusive": True},
+    "backend_options": {"delay": FIXED_COST_DELAY, "exclusive": True},
 }
 ANSWER = (
     "Go to bed and get up at the same time every day, weekends included. Keep the bedroom "
@@ -87,7 +89,7 @@ def prepare(server: Server, workdir: Path) -> None:
     variant.cli("db", "upgrade")
     (workdir / "b8-rubric.yaml").write_text(yaml.safe_dump({"rubrics": [RUBRIC]}))
     variant.cli("rubrics", "add", str(workdir / "b8-rubric.yaml"))
-    variant.cli("rubrics", "approve", RUBRIC["name"])
+    variant.cli("rubrics", "approve", RUBRIC_NAME)
     (workdir / "b8-judge.yaml").write_text(yaml.safe_dump({"judges": [FIXED_COST]}))
     variant.cli("judges", "add", str(workdir / "b8-judge.yaml"))
     server.key = variant.cli("keys", "create", "b8", "--scope", "score").splitlines()[-1]
@@ -192,7 +194,7 @@ def main() -> None:
 
     result: dict[str, Any] = {
         "runs": args.runs,
-        "fixed_cost_seconds_per_batch": FIXED_COST["backend_options"]["delay"],  # type: ignore[index]
+        "fixed_cost_seconds_per_batch": FIXED_COST_DELAY,
         "servers": {
             s.name: {
                 "judge": s.judge,
@@ -207,13 +209,12 @@ def main() -> None:
     }
     for s in servers:
         database, judge, how = s.name.split("-", 1)[0], s.judge, s.name.rsplit("-", 1)[1]
-        target = {"at_most": 1.15} if how == "gathered" else {}
         result["headlines"][s.name] = headline(
             s.ratios,
             f"{s.items} concurrent one-rollout reward requests over the same rollouts in one "
             f"request, {judge} judge, {database}, "
             + ("requests judged together" if how == "gathered" else "each request judged alone"),
-            **target,
+            at_most=1.15 if how == "gathered" else None,
         )
     save("reward_serving", result)
     for figure in result["headlines"].values():

@@ -72,9 +72,9 @@ def job_run(url: str, job_id: int) -> JobRun:
     engine = db.make_engine(url)
     try:
         with engine.connect() as conn:
-            created: datetime = conn.scalar(
+            created = conn.execute(
                 select(ScoreJob.created_at).where(ScoreJob.id == job_id)
-            )
+            ).scalar_one()
             ended: datetime = conn.scalar(
                 select(func.max(ScoreChunk.heartbeat_at)).where(ScoreChunk.job_id == job_id)
             )

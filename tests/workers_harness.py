@@ -489,6 +489,7 @@ class PrivatePostgres:
         self.start()
 
     def start(self) -> None:
+        assert self.data is not None, "init() makes the data directory"
         options = (
             f"-p {self.port} -c listen_addresses={self.address} -c unix_socket_directories= "
             "-c fsync=off"
