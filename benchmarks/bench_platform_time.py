@@ -17,8 +17,11 @@ rubric (criterion-prob, one judgment per criterion), on a fresh SQLite database 
 
 "Before" is the code of ``BASELINE_COMMIT`` (the start of the reward-serving work, checked
 out with ``git worktree add``), "now" this checkout; each runs in a process of its own with
-the same driver, the same warm-up (one run of each path) and the same items, and the two
-take turns for ``--runs`` rounds, the order swapped every other round. Each process reports
+the same driver, the same warm-up (one run of each path) and the same items, and they
+take turns for ``--runs`` rounds, the order swapped every other round. "Now" settles its heap
+after warm-up as its server does (``rubricsvc.heap``); a third process of this checkout leaves
+it to the interpreter's default collector, as the baseline does, so the code's own gain is
+seen apart from the collector's. Each process reports
 the median of three measured runs of each path. Scaling with processes: two "now" processes
 at once, each on its own SQLite file, against one alone in the same round (the machine has
 two cores).
@@ -47,9 +50,11 @@ MEASURED_RUNS = 3
 DRIVER = Path(__file__).with_name("platform_time_driver.py")
 
 
-def start(code: Path, database: Path, rollouts: int) -> subprocess.Popen[str]:
+def start(code: Path, database: Path, rollouts: int, settle: bool = True) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(code)}
     args = [str(database), str(rollouts), str(CRITERIA), str(MEASURED_RUNS)]
+    if not settle:
+        args.append("--default-collector")
     return subprocess.Popen(
         [sys.executable, str(DRIVER), *args],
         cwd=code, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -64,12 +69,16 @@ def finish(process: subprocess.Popen[str]) -> dict[str, float]:
     return figures
 
 
-def measure(code: Path, workdir: Path, rollouts: int, processes: int = 1) -> list[dict[str, float]]:
-    """The driver's figures from ``processes`` processes of ``code`` run at once."""
+def measure(
+    code: Path, workdir: Path, rollouts: int, processes: int = 1, settle: bool = True
+) -> list[dict[str, float]]:
+    """The driver's figures from ``processes`` processes of ``code`` run at once; ``settle``:
+    the process settles its heap after warm-up as its server does (else the interpreter's
+    default collector throughout)."""
     running = []
     for n in range(processes):
         database = workdir / f"{code.name}-{n}-{os.urandom(4).hex()}.sqlite"
-        running.append(start(code, database, rollouts))
+        running.append(start(code, database, rollouts, settle))
     return [finish(process) for process in running]
 
 
@@ -82,26 +91,34 @@ def main() -> None:
     paths = ("score", "rewards")
     before: dict[str, list[float]] = {p: [] for p in paths}
     now: dict[str, list[float]] = {p: [] for p in paths}
+    # This checkout with the interpreter's default collector, as the baseline runs: the code's
+    # own gain apart from the settled heap's.
+    now_default: dict[str, list[float]] = {p: [] for p in paths}
     ceiling_ratio: dict[str, list[float]] = {p: [] for p in paths}
     scaling: dict[str, list[float]] = {p: [] for p in paths}
     with tempfile.TemporaryDirectory() as tmp, checkout(BASELINE_COMMIT, Path(tmp)) as baseline:
         workdir = Path(tmp)
         for round_ in range(args.runs):
-            order = [("before", baseline), ("now", ROOT)]
+            order = [("before", baseline, True), ("now", ROOT, True), ("default", ROOT, False)]
             if round_ % 2:
                 order.reverse()
-            figures = {name: measure(code, workdir, args.rollouts)[0] for name, code in order}
+            figures = {
+                name: measure(code, workdir, args.rollouts, settle=settle)[0]
+                for name, code, settle in order
+            }
             pair = measure(ROOT, workdir, args.rollouts, processes=2)
             for path in paths:
                 key = f"{path}_ms"
                 before[path].append(figures["before"][key])
                 now[path].append(figures["now"][key])
+                now_default[path].append(figures["default"][key])
                 ceiling_ratio[path].append(figures["before"][key] / figures["now"][key])
                 # Judgments/s of two processes at once over one alone (this round's "now").
                 together = sum(1000 / f[key] for f in pair)
                 scaling[path].append(together / (1000 / figures["now"][key]))
             print(f"round {round_ + 1}: before {figures['before']}, now {figures['now']}, "
-                  f"two at once {pair}", flush=True)  # fmt: skip
+                  f"now with the default collector {figures['default']}, two at once {pair}",
+                  flush=True)  # fmt: skip
 
     judgments = args.rollouts * CRITERIA
     labels = {"score": "score()", "rewards": "the reward path (compute_rewards)"}
@@ -116,6 +133,7 @@ def main() -> None:
             path: {
                 "before_ms": spread(before[path], 4),
                 "now_ms": spread(now[path], 4),
+                "now_default_collector_ms": spread(now_default[path], 4),
                 "now_ceiling_per_s": spread([1000 / ms for ms in now[path]], 0),
                 "ceiling_ratio": spread(ceiling_ratio[path]),
                 "two_processes_scaling": spread(scaling[path]),

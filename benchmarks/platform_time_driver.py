@@ -7,7 +7,11 @@ what both the baseline commit and this checkout have. Prints one JSON line:
 warm-up run of each path, the process's heap then settled as the checkout's server settles
 its own (``settle_heap``).
 
-Usage: ``python benchmarks/platform_time_driver.py DATABASE ROLLOUTS CRITERIA MEASURED``
+With ``--default-collector`` the heap is left to the interpreter's default collector, as the
+baseline's server leaves it: the code's own gain, apart from the settled heap's.
+
+Usage: ``python benchmarks/platform_time_driver.py DATABASE ROLLOUTS CRITERIA MEASURED
+[--default-collector]``
 """
 
 from __future__ import annotations
@@ -135,7 +139,8 @@ def main() -> None:
 
     score_path("warm-score")
     reward_path("warm-reward")
-    settle_heap()
+    if "--default-collector" not in sys.argv[5:]:
+        settle_heap()
     result = {
         "score_ms": statistics.median(
             1000 * score_path(f"s{k}") / judgments for k in range(measured)

@@ -446,6 +446,9 @@ def platform_time(result: dict[str, Any]) -> list[str]:
             labels[path],
             spread_text(figures["before_ms"], " ms"),
             spread_text(figures["now_ms"], " ms"),
+            spread_text(figures["now_default_collector_ms"], " ms")
+            if "now_default_collector_ms" in figures
+            else "not measured",
             spread_text(figures["now_ceiling_per_s"], "/s"),
             spread_text(figures["ceiling_ratio"], "x"),
             spread_text(figures["two_processes_scaling"], "x"),
@@ -458,13 +461,16 @@ def platform_time(result: dict[str, Any]) -> list[str]:
         f"SQLite. Baseline commit `{result['baseline_commit'][:10]}`. {result['runs']} rounds, "
         "the baseline and this checkout in turn, each process the median of "
         f"{result['measured_runs_per_process']} runs after one warm-up run of each path; "
-        "median [min-max] of the rounds.",
+        'median [min-max] of the rounds. "Now" settles its heap after warm-up as its server '
+        'does; "default collector" is the same checkout left to the interpreter\'s collector, '
+        "as the baseline is.",
         "",
         *table(
             [
                 "path",
                 "baseline, per judgment",
                 "now, per judgment",
+                "now, default collector",
                 "now, ceiling of one process",
                 "ceiling, now / baseline",
                 "two processes / one",
