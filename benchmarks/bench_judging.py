@@ -26,9 +26,9 @@ from typing import Any
 
 from benchmarks.results import headline, save, spread
 from benchmarks.workload import Task, load_short_answers, load_tasks
-from rubricsvc.judging.backends.base import BackendError, JudgeBackend
-from rubricsvc.judging.backends.tokens import encode_chat
-from rubricsvc.judging.backends.transformers import reused_prefix_length
+from rubricsvc.backends.base import BackendError, JudgeBackend
+from rubricsvc.backends.tokens import encode_chat
+from rubricsvc.backends.transformers import reused_prefix_length
 from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec, VerdictMode
 from rubricsvc.judging.modes import Call, CallContext, get_mode
 from rubricsvc.judging.types import ChoiceRequest, Generation, GenerationRequest
@@ -236,7 +236,7 @@ def compare(
 
 
 def bench_transformers(work: Workload, runs: int) -> tuple[dict[str, Any], list[float], float]:
-    from rubricsvc.judging.backends.transformers import TransformersBackend
+    from rubricsvc.backends.transformers import TransformersBackend
 
     backend = TransformersBackend(batch_size=16)
 
@@ -260,7 +260,7 @@ def bench_vllm(work: Workload, runs: int) -> tuple[dict[str, Any], list[float], 
     # An idle engine's processes wait asleep, so the two engines take turns on the cores.
     os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{(os.cpu_count() or 1) - 1}")
-    from rubricsvc.judging.backends.vllm import VLLMBackend
+    from rubricsvc.backends.vllm import VLLMBackend
 
     engines: list[VLLMBackend] = []
 

@@ -35,9 +35,9 @@ from pathlib import Path
 
 from benchmarks.results import headline, save, spread
 from benchmarks.workload import Task, load_tasks
+from rubricsvc.backends.base import BackendError, JudgeBackend
 from rubricsvc.db import make_engine, session_scope, upgrade
 from rubricsvc.hashing import content_hash
-from rubricsvc.judging.backends.base import BackendError, JudgeBackend
 from rubricsvc.judging.config import BUILTIN_JUDGES
 from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from rubricsvc.models import Completion
@@ -182,8 +182,8 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
+    from rubricsvc.backends.transformers import TransformersBackend
     from rubricsvc.config import get_settings
-    from rubricsvc.judging.backends.transformers import TransformersBackend
     from rubricsvc.judging.embedded import prepare_embedded_model
 
     model_dir = prepare_embedded_model(get_settings().judge.model_dir)

@@ -67,7 +67,7 @@ def peer_tasks(tasks: Sequence[Task]) -> list[dict[str, Any]]:
 
 
 def platform_openai(server: VLLMServer, tasks: Sequence[Task], concurrency: int) -> dict[str, Any]:
-    from rubricsvc.judging.backends.openai import OpenAIBackend
+    from rubricsvc.backends.openai import OpenAIBackend
 
     backend = OpenAIBackend(
         server.base_url, server.model, max_concurrency=concurrency, max_context=server.max_context

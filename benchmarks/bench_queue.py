@@ -104,7 +104,7 @@ def fresh_database(admin: Any, args: argparse.Namespace, spec: JudgeSpec) -> str
 
 
 def in_process(url: str, spec: JudgeSpec, selection: Selection = BENCH) -> tuple[float, int]:
-    from rubricsvc.judging.backends import backend_from_spec
+    from rubricsvc.backends import backend_from_spec
 
     engine = make_engine(url)
     started = time.perf_counter()

@@ -59,10 +59,10 @@ from benchmarks.databases import create_database
 from benchmarks.results import headline, save, spread
 from rubricsvc.api import create_app
 from rubricsvc.apikeys import create_key
+from rubricsvc.backends import backend_from_spec
 from rubricsvc.config import ApiSettings, BrokerSettings, DatabaseSettings, JobSettings, Settings
 from rubricsvc.db import make_engine, session_scope
 from rubricsvc.hashing import content_hash
-from rubricsvc.judging.backends import backend_from_spec
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import Base, Completion, ScoreChunk, ScoreJob
 from rubricsvc.prompts import find_prompt, prompt_hash

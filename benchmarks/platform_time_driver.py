@@ -24,9 +24,9 @@ from collections.abc import Sequence
 
 from sqlalchemy import select
 
+from rubricsvc.backends.base import BackendError
 from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.db import make_engine, session_scope, upgrade
-from rubricsvc.judging.backends.base import BackendError
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from rubricsvc.models import Completion

@@ -24,6 +24,14 @@ them through the judge config they score with.
 
 from __future__ import annotations
 
+from rubricsvc.backends import (
+    BackendError,
+    BackendFactory,
+    ContextLengthError,
+    JudgeBackend,
+    backend_names,
+    register_backend,
+)
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.hashing import content_hash
 from rubricsvc.importers.common import RubricBatch
@@ -33,14 +41,6 @@ from rubricsvc.importers.rubric_formats import (
     rubric_format_names,
 )
 from rubricsvc.judging.aggregation import Status
-from rubricsvc.judging.backends import (
-    BackendError,
-    BackendFactory,
-    ContextLengthError,
-    JudgeBackend,
-    backend_names,
-    register_backend,
-)
 from rubricsvc.judging.modes import (
     Assessment,
     AssessOptions,

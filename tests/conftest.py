@@ -94,8 +94,8 @@ def _model_loads_need_the_model_mark() -> Iterator[None]:
     """Loading a model in this process (a CLI command, the API, a trainer) is using it: the
     test must be marked ``model`` (``uses``). The backends import their libraries lazily, so
     this costs nothing where no model is loaded."""
-    from rubricsvc.judging.backends.transformers import TransformersBackend
-    from rubricsvc.judging.backends.vllm import VLLMBackend
+    from rubricsvc.backends.transformers import TransformersBackend
+    from rubricsvc.backends.vllm import VLLMBackend
 
     originals = {cls: cls.__init__ for cls in (TransformersBackend, VLLMBackend)}
 

@@ -22,7 +22,7 @@ from rubricsvc.plugins import load_plugins
 from rubricsvc.scoring.service import ScoreOptions
 
 if TYPE_CHECKING:
-    from rubricsvc.judging.backends.provider import BackendProvider, JudgeLimits
+    from rubricsvc.backends.provider import BackendProvider, JudgeLimits
 
 
 @cache
@@ -133,8 +133,8 @@ class ScorerSettings(Strict):
     def backend_provider(self, limits: JudgeLimits | None = None) -> BackendProvider:
         """The in-process scorer's provider: the process's embedded-model folder and, unless
         ``limits`` are given, the judges' shared API limits of its settings."""
+        from rubricsvc.backends.provider import BackendProvider, JudgeLimits
         from rubricsvc.config import get_settings
-        from rubricsvc.judging.backends.provider import BackendProvider, JudgeLimits
 
         settings = get_settings()
         limits = limits or JudgeLimits.from_settings(settings)

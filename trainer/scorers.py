@@ -22,7 +22,7 @@ from trainer.config import ScorerSettings, ScorerVia
 from trainer.retrying import next_wait
 
 if TYPE_CHECKING:
-    from rubricsvc.judging.backends.provider import BackendProvider, JudgeLimits
+    from rubricsvc.backends.provider import BackendProvider, JudgeLimits
 
 
 class Scorer(Protocol):

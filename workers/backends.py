@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from functools import cache
 
+from rubricsvc.backends import JudgeBackend
+from rubricsvc.backends.provider import BackendProvider
 from rubricsvc.config import get_settings
-from rubricsvc.judging.backends import JudgeBackend
-from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.judging.config import JudgeSpec
 
 

@@ -26,9 +26,9 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
+from rubricsvc.backends.transformers import TransformersBackend
 from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.db import make_engine, upgrade
-from rubricsvc.judging.backends.transformers import TransformersBackend
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.rubrics import service as rubrics
 from rubricsvc.rubrics.schemas import RubricSpec

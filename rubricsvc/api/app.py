@@ -17,9 +17,9 @@ from rubricsvc.api.logs import install_redaction
 from rubricsvc.api.metrics import MetricsMiddleware
 from rubricsvc.api.routes import completions, jobs, operations, prompts, rewards, rubrics
 from rubricsvc.api.state import AppState
+from rubricsvc.backends import BackendChoice, JudgeBackend
 from rubricsvc.config import Settings, get_settings
 from rubricsvc.db import make_engine
-from rubricsvc.judging.backends import BackendChoice, JudgeBackend
 from rubricsvc.plugins import load_plugins
 from rubricsvc.ui import install_ui
 

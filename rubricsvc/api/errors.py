@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Send
 
+from rubricsvc.backends.base import BackendError
 from rubricsvc.errors import (
     ConflictError,
     DependencyMissing,
@@ -28,7 +29,6 @@ from rubricsvc.errors import (
     RubricsvcError,
     ValidationFailed,
 )
-from rubricsvc.judging.backends.base import BackendError
 
 # Each error of the library maps to one status and code.
 _STATUS: list[tuple[type[RubricsvcError], int, str]] = [

@@ -2,7 +2,7 @@
 
 One bucket per key, holding at most N requests and refilled continuously at N per minute (a
 key idle for a minute may send N at once, and then one every 60/N seconds). It is the bucket
-of the shared judge limits (``rubricsvc.judging.backends.limits``): in this process's memory
+of the shared judge limits (``rubricsvc.backends.limits``): in this process's memory
 by default, or in Redis, clocked by Redis's own ``TIME`` and shared by every server process,
 when ``RUBRICSVC_API_RATE_LIMIT_URL`` is set. While Redis cannot be reached, each process
 counts on its own (and says so in its log) rather than refusing every request.
@@ -71,7 +71,7 @@ class RedisRateLimiter:
         self._warned_at = -math.inf
 
     def _limiter(self, key_id: int) -> Any:
-        from rubricsvc.judging.backends.limits import SharedLimiter
+        from rubricsvc.backends.limits import SharedLimiter
 
         limiter = self._limiters.get(key_id)
         if limiter is None:

@@ -15,10 +15,10 @@ from rubricsvc.api.keycache import KeyCache
 from rubricsvc.api.metrics import Metrics
 from rubricsvc.api.ratelimit import RateLimiter, rate_limiter
 from rubricsvc.apikeys import authenticate
+from rubricsvc.backends import BackendChoice, JudgeBackend
+from rubricsvc.backends.provider import BackendProvider
 from rubricsvc.config import Settings
 from rubricsvc.db import session_scope
-from rubricsvc.judging.backends import BackendChoice, JudgeBackend
-from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.models import ApiKey
 from rubricsvc.scoring.coalescing import RewardCoalescer
 

@@ -31,9 +31,9 @@ from functools import partial
 from typing import Any
 
 from rubricsvc.audit.attacks import ATTACKS, NEUTRALIZED_FAMILIES, Attack, Target
+from rubricsvc.backends.base import JudgeBackend
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.hashing import content_hash
-from rubricsvc.judging.backends.base import JudgeBackend
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.failures import ResponseFailurePolicy, empty_counts
 from rubricsvc.judging.modes import (

@@ -11,12 +11,12 @@ from rubricsvc.audit.attacks import NEUTRALIZED_FAMILIES, select_attacks
 from rubricsvc.audit.runner import AuditOptions, AuditReport, run_audit
 from rubricsvc.audit.sets import DEMO_SET, demo_items, stored_items
 from rubricsvc.audit.store import save_audit
+from rubricsvc.backends.provider import BackendProvider
 from rubricsvc.cli.context import CliExit, console, db_session, err_console
 from rubricsvc.cli.progress import progress_bar
 from rubricsvc.cli.render import build_table
 from rubricsvc.config import get_settings
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
-from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.judging.failures import ResponseFailurePolicy
 from rubricsvc.judging.modes import mode_names
 from rubricsvc.scoring.judge_configs import find_judge

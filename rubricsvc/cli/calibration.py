@@ -10,12 +10,12 @@ from typing import Any
 
 import typer
 
+from rubricsvc.backends.provider import BackendProvider
 from rubricsvc.cli.context import CliExit, console, db_session
 from rubricsvc.cli.progress import progress_bar
 from rubricsvc.cli.render import build_table
 from rubricsvc.config import get_settings
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec
 from rubricsvc.judging.modes import get_mode, modes_that
 from rubricsvc.scoring.judge_configs import ensure_judge_config, find_judge

@@ -9,6 +9,7 @@ from typing import Any
 import typer
 from pydantic import ValidationError
 
+from rubricsvc.backends.provider import BackendProvider
 from rubricsvc.cli.context import console, db_session, err_console
 from rubricsvc.cli.progress import progress_bar
 from rubricsvc.cli.render import build_table
@@ -18,7 +19,6 @@ from rubricsvc.distill.service import DistillRequest, distill
 from rubricsvc.distill.training import DistillSettings
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.fileformats import describe_validation_error, read_records
-from rubricsvc.judging.backends.provider import BackendProvider
 
 
 def judges_distill(

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 from sqlalchemy.orm import Session
 
+from rubricsvc.backends.provider import BackendProvider
 from rubricsvc.cli.context import CliExit, console, db_session, err_console
 from rubricsvc.cli.importing import print_import_report
 from rubricsvc.cli.progress import progress_bar
@@ -27,7 +28,6 @@ from rubricsvc.cli.render import (
 from rubricsvc.config import get_settings
 from rubricsvc.fileformats import read_text
 from rubricsvc.importers.rubric_formats import import_rubrics, rubric_format_names
-from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.judging.modes import get_mode
 from rubricsvc.models import RubricVersion, VersionStatus
 from rubricsvc.rubrics import service

@@ -17,6 +17,7 @@ from rich.table import Table
 from sqlalchemy import ColumnElement, or_, select
 from sqlalchemy.orm import Session, selectinload
 
+from rubricsvc.backends.provider import BackendProvider
 from rubricsvc.cli.context import console, db_session, err_console
 from rubricsvc.cli.jobs import score_via_celery, unfinished_exit
 from rubricsvc.cli.progress import progress_bar
@@ -24,7 +25,6 @@ from rubricsvc.cli.render import build_table
 from rubricsvc.config import get_settings
 from rubricsvc.errors import NotFoundError, RubricsvcError
 from rubricsvc.judging.aggregation import AGGREGATIONS, DEFAULT_MIN_COVERAGE
-from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.judging.config import BUILTIN_JUDGES
 from rubricsvc.judging.failures import ResponseFailurePolicy, empty_counts
 from rubricsvc.judging.modes import mode_names

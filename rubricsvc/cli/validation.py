@@ -9,12 +9,12 @@ from typing import Any
 import typer
 from sqlalchemy import select
 
+from rubricsvc.backends.provider import BackendProvider
 from rubricsvc.cli.context import console, db_session
 from rubricsvc.cli.progress import progress_bar
 from rubricsvc.cli.render import build_table, dumps
 from rubricsvc.config import get_settings
 from rubricsvc.importers.judge_verdicts import import_judge_verdicts
-from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.judging.modes import mode_names
 from rubricsvc.models import JudgeAudit, JudgeConfig
 from rubricsvc.scoring.judge_configs import find_judge, gate_status, stored_spec

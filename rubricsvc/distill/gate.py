@@ -16,9 +16,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from rubricsvc.backends.base import JudgeBackend
 from rubricsvc.distill.examples import Target
 from rubricsvc.distill.training import DistillSettings
-from rubricsvc.judging.backends.base import JudgeBackend
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import (
     Completion,

@@ -33,13 +33,13 @@ from typing import Any, Literal
 from pydantic import ValidationError, model_validator
 from sqlalchemy.orm import Session
 
+from rubricsvc.backends import replays_only
 from rubricsvc.errors import ConflictError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error
 from rubricsvc.importers.common import located, read_jsonl
 from rubricsvc.importers.labels_jsonl import Resolver
 from rubricsvc.importers.lines import Line, PairLine, PointwiseLine, ScalarLine, parse_line
 from rubricsvc.judging import keys
-from rubricsvc.judging.backends import replays_only
 from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec, VerdictMode
 from rubricsvc.judging.failures import FailureClass
 from rubricsvc.judging.modes import get_mode

@@ -1,1 +1,2 @@
-"""Judging: backends, prompt templates, verdict parsing and aggregation."""
+"""Judging: verdict modes, prompt templates, verdict parsing and aggregation (the backends
+that answer are in ``rubricsvc.backends``)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 
-from rubricsvc.judging.backends.base import BackendError, ContextLengthError
+from rubricsvc.backends.base import BackendError, ContextLengthError
 
 
 class FailureClass(enum.StrEnum):

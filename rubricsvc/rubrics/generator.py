@@ -13,10 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
+from rubricsvc.backends import operational_options
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.fileformats import describe_validation_error, read_records
 from rubricsvc.hashing import content_hash
-from rubricsvc.judging.backends import operational_options
 from rubricsvc.judging.templates import PromptTemplate, load_template
 from rubricsvc.models import Category
 

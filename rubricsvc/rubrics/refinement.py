@@ -30,11 +30,11 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from rubricsvc.backends.base import BackendError, JudgeBackend
+from rubricsvc.backends.retry import Backoff
 from rubricsvc.batching import batches
 from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error
-from rubricsvc.judging.backends.base import BackendError, JudgeBackend
-from rubricsvc.judging.backends.retry import Backoff
 from rubricsvc.judging.modes import render_conversation
 from rubricsvc.judging.neutral import judged
 from rubricsvc.judging.types import GenerationRequest

@@ -39,8 +39,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rubricsvc.backends.base import BackendCrash, BackendError
 from rubricsvc.hashing import content_hash
-from rubricsvc.judging.backends.base import BackendCrash, BackendError
 from rubricsvc.judging.failures import FailureClass
 from rubricsvc.judging.modes import Call, CompletionView, Item
 from rubricsvc.judging.types import ChoiceResult, Generation

@@ -25,10 +25,10 @@ from sqlalchemy import Engine, and_, or_, select, update
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
+from rubricsvc.backends.base import BackendError, JudgeBackend
 from rubricsvc.config import JobSettings
 from rubricsvc.db import session_scope
 from rubricsvc.errors import RubricsvcError
-from rubricsvc.judging.backends.base import BackendError, JudgeBackend
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.failures import DEFAULT_JUDGE_FAILURE_ALARM, ResponseFailurePolicy
 from rubricsvc.models import ChunkStatus, JobStatus, ScoreChunk, ScoreJob

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rubricsvc.judging.backends.base import BackendCrash, BackendError, JudgeBackend
-from rubricsvc.judging.backends.retry import Backoff
+from rubricsvc.backends.base import BackendCrash, BackendError, JudgeBackend
+from rubricsvc.backends.retry import Backoff
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.failures import FailureClass, classify_backend_error
 from rubricsvc.judging.modes import (

@@ -15,9 +15,9 @@ from pydantic import ValidationError
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
+from rubricsvc.backends import backends_that
 from rubricsvc.errors import ConflictError, NotFoundError, RubricsvcError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error, read_records
-from rubricsvc.judging.backends import backends_that
 from rubricsvc.judging.config import BUILTIN_JUDGES, JURY_BACKEND, JudgeSpec
 from rubricsvc.models import JudgeConfig, JudgeGate, JudgeGateStatus
 

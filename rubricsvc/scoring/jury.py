@@ -22,8 +22,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from rubricsvc.backends.base import JudgeBackend
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.judging.backends.base import JudgeBackend
 from rubricsvc.judging.config import JudgeSpec, JurySpec
 from rubricsvc.judging.failures import empty_counts
 from rubricsvc.models import JudgeConfig, ScoreStatus

@@ -24,9 +24,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from rubricsvc.backends.base import JudgeBackend
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
-from rubricsvc.judging.backends.base import JudgeBackend
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.failures import (
     DEFAULT_JUDGE_FAILURE_ALARM,

@@ -15,8 +15,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from rubricsvc.backends import JudgeBackend
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.judging.backends import JudgeBackend
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import LabelKind, LabelSet
 from rubricsvc.scoring.judge_configs import ensure_judge_config

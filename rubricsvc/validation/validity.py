@@ -20,8 +20,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from rubricsvc.backends import replays_only
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.judging.backends import replays_only
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.modes import get_mode, modes_that
 from rubricsvc.models import (

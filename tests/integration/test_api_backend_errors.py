@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from rubricsvc.backends import create_backend
 from rubricsvc.db import make_engine, session_scope
-from rubricsvc.judging.backends import create_backend
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.rubrics.schemas import RubricSpec
 from rubricsvc.rubrics.service import approve, save_rubric
@@ -136,8 +136,8 @@ def test_a_lone_masked_openrlhf_rollout_gets_its_prompts_mean_so_far(sqlite_url:
     has nothing to take the mean of: a masked rollout gets the mean of its prompt's rewards so
     far under the same judge (zero advantage in expectation), or for a prompt with none yet the
     judge's mean over every prompt; 0.0 only for a judge with no score at all."""
-    from rubricsvc.judging.backends.base import BackendError
-    from rubricsvc.judging.backends.scripted import ScriptedBackend
+    from rubricsvc.backends.base import BackendError
+    from rubricsvc.backends.scripted import ScriptedBackend
     from rubricsvc.judging.types import ChoiceRequest
 
     judge = {"down": False}

@@ -29,8 +29,8 @@ from sqlalchemy import func, select  # noqa: E402
 from rubricsvc.api import create_app  # noqa: E402
 from rubricsvc.api.logs import REDACTED, RedactSecrets  # noqa: E402
 from rubricsvc.api.ratelimit import MemoryRateLimiter  # noqa: E402
+from rubricsvc.backends.scripted import ScriptedBackend  # noqa: E402
 from rubricsvc.db import make_engine, session_scope  # noqa: E402
-from rubricsvc.judging.backends.scripted import ScriptedBackend  # noqa: E402
 from rubricsvc.judging.config import JudgeSpec, VerdictMode  # noqa: E402
 from rubricsvc.judging.modes import get_mode  # noqa: E402
 from rubricsvc.judging.types import ChoiceRequest  # noqa: E402

@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from rubricsvc.judging.backends.base import BackendError
-from rubricsvc.judging.backends.scripted import ScriptedBackend
+from rubricsvc.backends.base import BackendError
+from rubricsvc.backends.scripted import ScriptedBackend
 from rubricsvc.judging.templates import load_template
 from rubricsvc.judging.types import GenerationRequest
 from rubricsvc.models import Criterion, Origin, RubricVersion

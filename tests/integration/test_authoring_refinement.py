@@ -11,9 +11,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from rubricsvc import db
+from rubricsvc.backends.scripted import ScriptedBackend
 from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.errors import NotFoundError, ValidationFailed
-from rubricsvc.judging.backends.scripted import ScriptedBackend
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.judging.types import ChoiceRequest, GenerationRequest
 from rubricsvc.models import RubricVersion, VersionStatus

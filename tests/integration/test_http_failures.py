@@ -15,8 +15,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from rubricsvc.backends import create_backend
 from rubricsvc.completions import CompletionRecord, add_completions
-from rubricsvc.judging.backends import create_backend
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import Judgment, JudgmentStatus
 from rubricsvc.rubrics import service as rubrics

@@ -12,11 +12,11 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from rubricsvc.backends.scripted import ScriptedBackend
 from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.config import JobSettings
 from rubricsvc.db import session_scope
 from rubricsvc.errors import ConflictError
-from rubricsvc.judging.backends.scripted import ScriptedBackend
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import JudgeConfig, Judgment, Score, ScoreChunk
 from rubricsvc.rubrics import service as rubrics

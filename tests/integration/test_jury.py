@@ -25,9 +25,9 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from rubricsvc import db
+from rubricsvc.backends.provider import BackendProvider
 from rubricsvc.completions import CompletionRecord, store_completion
 from rubricsvc.config import get_settings
-from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec
 from rubricsvc.judging.templates import BUNDLED_DIR
 from rubricsvc.models import Completion, JudgeConfig, Judgment, JudgmentStatus, Score

@@ -21,8 +21,8 @@ import yaml
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from rubricsvc.backends.scripted import ScriptedBackend
 from rubricsvc.completions import CompletionRecord, add_completions
-from rubricsvc.judging.backends.scripted import ScriptedBackend
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import Judgment, Score
 from rubricsvc.rubrics import service as rubrics

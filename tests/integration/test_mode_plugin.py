@@ -16,12 +16,12 @@ import pytest
 from sqlalchemy import select
 
 from rubricsvc import db
+from rubricsvc.backends.provider import BackendProvider
 from rubricsvc.config import Settings
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging import modes
 from rubricsvc.judging import verdicts as v
 from rubricsvc.judging.aggregation import Status
-from rubricsvc.judging.backends.provider import BackendProvider
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.modes.text import framed, probs_of
 from rubricsvc.judging.neutral import judged

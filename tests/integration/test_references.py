@@ -11,8 +11,8 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from rubricsvc.backends.scripted import ScriptedBackend
 from rubricsvc.completions import CompletionRecord, add_completions
-from rubricsvc.judging.backends.scripted import ScriptedBackend
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.modes import (
     CallContext,

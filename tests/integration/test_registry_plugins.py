@@ -17,7 +17,7 @@ from typing import ClassVar
 import pytest
 from pydantic import ValidationError
 
-from rubricsvc.judging.backends import (
+from rubricsvc.backends import (
     BackendError,
     backend_names,
     create_backend,

@@ -25,8 +25,8 @@ import pytest
 
 from rubricsvc.api import create_app
 from rubricsvc.apikeys import Scope, create_key
+from rubricsvc.backends.scripted import ScriptedBackend
 from rubricsvc.db import make_engine, session_scope
-from rubricsvc.judging.backends.scripted import ScriptedBackend
 from rubricsvc.judging.types import ChoiceRequest
 from rubricsvc.rubrics.schemas import RubricSpec
 from rubricsvc.rubrics.service import approve, save_rubric

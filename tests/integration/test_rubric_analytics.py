@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import Engine, event, select, text
 from sqlalchemy.orm import Session
 
+from rubricsvc.backends.base import BackendError, ContextLengthError
+from rubricsvc.backends.scripted import ScriptedBackend
 from rubricsvc.completions import CompletionRecord, add_completions
-from rubricsvc.judging.backends.base import BackendError, ContextLengthError
-from rubricsvc.judging.backends.scripted import ScriptedBackend
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.judging.types import GenerationRequest
 from rubricsvc.models import Criterion, JudgeConfig, Judgment, RubricVersion, Score

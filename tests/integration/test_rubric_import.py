@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from rubricsvc import db
-from rubricsvc.judging.backends.scripted import ScriptedBackend
+from rubricsvc.backends.scripted import ScriptedBackend
 from rubricsvc.models import Completion, Criterion, Judgment, Prompt, Rubric, RubricVersion
 from rubricsvc.prompts import get_or_create_prompt
 from rubricsvc.rubrics.generation import DraftRequest, generate_rubrics

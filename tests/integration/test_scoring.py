@@ -12,10 +12,10 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from rubricsvc.backends.base import BackendError
+from rubricsvc.backends.scripted import ScriptedBackend
 from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.judging.aggregation import Outcome, aggregate
-from rubricsvc.judging.backends.base import BackendError
-from rubricsvc.judging.backends.scripted import ScriptedBackend
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.judging.types import ChoiceRequest, GenerationRequest
 from rubricsvc.models import Judgment, JudgmentStatus, Score
@@ -416,8 +416,8 @@ def test_check_criteria_need_no_judge(session: Session) -> None:
 
 
 def test_a_backend_that_cannot_be_created_stops_the_run(session: Session) -> None:
+    from rubricsvc.backends import create_backend
     from rubricsvc.errors import ValidationFailed
-    from rubricsvc.judging.backends import create_backend
 
     _setup(session, ["Keep a schedule."])
     judge = JudgeSpec(name="imported-like", backend="imported", mode=VerdictMode.CRITERION_TEXT)

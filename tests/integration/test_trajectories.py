@@ -129,7 +129,7 @@ def test_a_completion_without_a_trajectory_is_masked_on_a_trajectory_criterion()
 @pytest.mark.model
 def test_the_real_model_judges_the_rendered_trajectory() -> None:
     require_module("transformers", "transformers")
-    from rubricsvc.judging.backends.transformers import TransformersBackend
+    from rubricsvc.backends.transformers import TransformersBackend
 
     spec = BUILTIN_JUDGES["embedded"]
     impl = get_mode("criterion-prob")

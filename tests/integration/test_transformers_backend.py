@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from rubricsvc.backends.kept import KeptView
 from rubricsvc.db import make_engine, session_scope
-from rubricsvc.judging.backends.kept import KeptView
 from rubricsvc.judging.config import BUILTIN_JUDGES
 from rubricsvc.judging.modes import (
     CallContext,
@@ -47,7 +47,7 @@ CRITERIA = [
 
 @pytest.fixture(scope="module")
 def backend():  # type: ignore[no-untyped-def]
-    from rubricsvc.judging.backends.transformers import TransformersBackend
+    from rubricsvc.backends.transformers import TransformersBackend
 
     backend = TransformersBackend(batch_size=4)
     yield backend
@@ -91,7 +91,7 @@ def test_prefix_reuse_gives_the_same_probabilities(backend) -> None:  # type: ig
 
 def test_the_shared_prefix_is_long(backend) -> None:  # type: ignore[no-untyped-def]
     """The layout puts the response before the criterion, so most of each prompt is shared."""
-    from rubricsvc.judging.backends.transformers import reused_prefix_length
+    from rubricsvc.backends.transformers import reused_prefix_length
 
     requests = [r for r in _requests() if r.group == "1"]
     sequences = [backend.encode(r.chat) for r in requests]

@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.api import create_app
 from rubricsvc.apikeys import create_key, revoke_key
+from rubricsvc.backends.scripted import ScriptedBackend
 from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.db import make_engine, session_scope
-from rubricsvc.judging.backends.scripted import ScriptedBackend
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.models import Completion, RubricVersion, VersionStatus
 from rubricsvc.rubrics.schemas import RubricSpec

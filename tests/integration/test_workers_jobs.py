@@ -16,11 +16,11 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Engine, func, select, update
 
+from rubricsvc.backends.base import BackendError, JudgeBackend
+from rubricsvc.backends.scripted import ScriptedBackend
 from rubricsvc.config import JobSettings
 from rubricsvc.db import session_scope
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.judging.backends.base import BackendError, JudgeBackend
-from rubricsvc.judging.backends.scripted import ScriptedBackend
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import ChunkStatus, Judgment, Score, ScoreChunk, ScoreJob, WorkerPresence
 from rubricsvc.models.base import utcnow

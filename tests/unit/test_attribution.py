@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rubricsvc.judging.backends.base import BackendCrash, BackendError
+from rubricsvc.backends.base import BackendCrash, BackendError
 from rubricsvc.judging.failures import FailureClass
 from rubricsvc.judging.modes import Call, CompletionView, Item
 from rubricsvc.judging.modes.citation import CitedPair

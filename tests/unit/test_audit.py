@@ -15,8 +15,8 @@ from rubricsvc.audit.runner import (
     run_audit,
 )
 from rubricsvc.audit.sets import demo_items
-from rubricsvc.judging.backends.base import BackendError, ContextLengthError
-from rubricsvc.judging.backends.scripted import ScriptedBackend
+from rubricsvc.backends.base import BackendError, ContextLengthError
+from rubricsvc.backends.scripted import ScriptedBackend
 from rubricsvc.judging.config import BUILTIN_JUDGES
 from rubricsvc.judging.types import ChoiceRequest
 

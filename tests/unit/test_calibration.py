@@ -10,8 +10,8 @@ from itertools import pairwise
 import pytest
 from pydantic import ValidationError
 
+from rubricsvc.backends.scripted import ScriptedBackend
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.judging.backends.scripted import ScriptedBackend
 from rubricsvc.judging.calibration import CalibrationMap, logit, sigmoid
 from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec
 from rubricsvc.judging.modes import CompletionView, CriterionView, Item, get_mode

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from rubricsvc.backends.base import BackendError
+from rubricsvc.backends.kept import KeptView
+from rubricsvc.backends.limits import LimitedBackend, SharedLimiter, estimated_tokens
+from rubricsvc.backends.provider import BackendProvider, JudgeLimits
+from rubricsvc.backends.scripted import ScriptedBackend
 from rubricsvc.config import ApiLimits, get_settings
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.judging.backends.base import BackendError
-from rubricsvc.judging.backends.kept import KeptView
-from rubricsvc.judging.backends.limits import LimitedBackend, SharedLimiter, estimated_tokens
-from rubricsvc.judging.backends.provider import BackendProvider, JudgeLimits
-from rubricsvc.judging.backends.scripted import ScriptedBackend
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.judging.types import Generation, GenerationRequest
 from tests.workers_harness import REDIS_URL, redis_unavailable, require

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks.bench_judging import prefill_per_judgment
-from rubricsvc.judging.backends.transformers import MIN_REUSED_PREFIX, reused_prefix_length
+from rubricsvc.backends.transformers import MIN_REUSED_PREFIX, reused_prefix_length
 from rubricsvc.judging.modes import Call
 from rubricsvc.judging.types import ChoiceRequest
 

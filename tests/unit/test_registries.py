@@ -29,14 +29,14 @@ from pathlib import Path
 
 import pytest
 
-from rubricsvc.judging.backends import backend_names, backends_that, get_backend, register_backend
+from rubricsvc.backends import backend_names, backends_that, get_backend, register_backend
 from rubricsvc.judging.config import VerdictMode
 from rubricsvc.judging.modes import mode_names, modes_that, register_mode
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("rubricsvc", "workers", "trainer")
 # The registries themselves (they hold the names by definition).
-REGISTRIES = ("rubricsvc/judging/modes/registry.py", "rubricsvc/judging/backends/registry.py")
+REGISTRIES = ("rubricsvc/judging/modes/registry.py", "rubricsvc/backends/registry.py")
 # Where ``VerdictMode`` members may be named: the built-in modes, and the enum's own module
 # (the spec's default mode and the built-in judges).
 VERDICT_MODE_HOMES = ("rubricsvc/judging/modes/", "rubricsvc/judging/config.py")
@@ -290,7 +290,7 @@ def test_a_mode_must_declare_its_capabilities() -> None:
 
 def test_a_backend_factory_by_name_is_module_colon_attribute() -> None:
     with pytest.raises(ValueError, match="'module:attribute'"):
-        register_backend("half-named", "rubricsvc.judging.backends.scripted")
+        register_backend("half-named", "rubricsvc.backends.scripted")
     assert "half-named" not in backend_names()
 
 

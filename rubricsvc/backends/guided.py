@@ -26,7 +26,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rubricsvc.judging.backends.base import BackendError
+from rubricsvc.backends.base import BackendError
 from rubricsvc.judging.types import Generation, GenerationRequest
 
 MAX_STRING_TOKENS = 48  # a string still open after this many tokens ends the reply, cut

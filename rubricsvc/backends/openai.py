@@ -25,10 +25,10 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from rubricsvc.backends.base import BackendError, ContextLengthError
+from rubricsvc.backends.tokens import ChoiceTokens, encode_chat
 from rubricsvc.errors import missing_extra
 from rubricsvc.judging import neutral
-from rubricsvc.judging.backends.base import BackendError, ContextLengthError
-from rubricsvc.judging.backends.tokens import ChoiceTokens, encode_chat
 from rubricsvc.judging.types import (
     Chat,
     ChoiceRequest,

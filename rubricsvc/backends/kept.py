@@ -23,9 +23,9 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
+from rubricsvc.backends import BackendChoice, BackendError, JudgeBackend, backend_from_spec
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.hashing import content_hash
-from rubricsvc.judging.backends import BackendChoice, BackendError, JudgeBackend, backend_from_spec
 from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 
 log = logging.getLogger(__name__)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rubricsvc.backends.base import BackendError
 from rubricsvc.judging import neutral
-from rubricsvc.judging.backends.base import BackendError
 from rubricsvc.judging.types import Chat
 
 

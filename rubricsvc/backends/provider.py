@@ -16,10 +16,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from rubricsvc.backends import BackendChoice, JudgeBackend, backend_from_spec
+from rubricsvc.backends.kept import KeptBackends, config_key, loaded_backend_key
 from rubricsvc.config import ApiLimits, Settings
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.judging.backends import BackendChoice, JudgeBackend, backend_from_spec
-from rubricsvc.judging.backends.kept import KeptBackends, config_key, loaded_backend_key
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,6 @@ class BackendProvider:
                 f"judge {name!r} has API limits, which are counted in Redis: set "
                 "RUBRICSVC_JUDGE_LIMITS_URL (the broker is not Redis)"
             )
-        from rubricsvc.judging.backends.limits import limited
+        from rubricsvc.backends.limits import limited
 
         return limited(self._make(spec), url, name, limits)

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from rubricsvc.judging.backends.base import BackendError
+from rubricsvc.backends.base import BackendError
 from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 
 TextScript = Callable[[GenerationRequest], str | BackendError]

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rubricsvc.backends.base import BackendError, ContextLengthError
+from rubricsvc.backends.tokens import ChoiceTokens, default_model_path, encode_chat
 from rubricsvc.errors import DependencyMissing
-from rubricsvc.judging.backends.base import BackendError, ContextLengthError
-from rubricsvc.judging.backends.tokens import ChoiceTokens, default_model_path, encode_chat
 from rubricsvc.judging.types import (
     Chat,
     ChoiceRequest,

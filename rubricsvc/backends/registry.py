@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from rubricsvc.backends.base import JudgeBackend
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.judging.backends.base import JudgeBackend
 from rubricsvc.judging.capabilities import names_with
 
 # What makes a backend: called with the judge's options (and ``model`` when the judge names

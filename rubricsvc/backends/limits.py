@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from rubricsvc.backends.base import BackendError, JudgeBackend
 from rubricsvc.config import ApiLimits
-from rubricsvc.judging.backends.base import BackendError, JudgeBackend
 from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 
 R = TypeVar("R")

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from rubricsvc.judging.backends.base import BackendError
+from rubricsvc.backends.base import BackendError
 
 RATE_LIMITED_DELAY = 1.0  # seconds, at least, before retrying after a 429
 

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from rubricsvc.backends.base import BackendError, JudgeBackend
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.judging.backends.base import BackendError, JudgeBackend
 from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 
 R = TypeVar("R")
@@ -42,7 +42,7 @@ class FaultyBackend:
         if isinstance(inner, str):
             if inner == self.name:
                 raise ValidationFailed("a faulty backend cannot wrap another faulty backend")
-            from rubricsvc.judging.backends import create_backend
+            from rubricsvc.backends import create_backend
 
             inner = create_backend(inner, model_dir=model_dir, **inner_options)
         self.inner = inner

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from rubricsvc.judging.backends.base import BackendError, ContextLengthError, JudgeBackend
-from rubricsvc.judging.backends.registry import (
+from rubricsvc.backends.base import BackendError, ContextLengthError, JudgeBackend
+from rubricsvc.backends.registry import (
     BackendFactory,
     RegisteredBackend,
     backend_names,
@@ -23,33 +23,29 @@ from rubricsvc.judging.backends.registry import (
 # The built-in backends, registered as a plugin's are; their modules are imported on first use.
 register_backend(
     "transformers",
-    "rubricsvc.judging.backends.transformers:TransformersBackend",
+    "rubricsvc.backends.transformers:TransformersBackend",
     runs_embedded_model=True,
     loads_model_in_process=True,
     operational_options=("batch_size", "prefix_reuse", "threads"),
 )
 register_backend(
     "vllm",
-    "rubricsvc.judging.backends.vllm:VLLMBackend",
+    "rubricsvc.backends.vllm:VLLMBackend",
     runs_embedded_model=True,
     loads_model_in_process=True,
     operational_options=("kv_cache_memory_bytes", "enforce_eager", "enable_prefix_caching"),
 )
 register_backend(
     "openai",
-    "rubricsvc.judging.backends.openai:OpenAIBackend",
+    "rubricsvc.backends.openai:OpenAIBackend",
     operational_options=("api_key_env", "max_concurrency", "timeout"),
 )
-register_backend("scripted", "rubricsvc.judging.backends.scripted:ScriptedBackend")
+register_backend("scripted", "rubricsvc.backends.scripted:ScriptedBackend")
 # Wraps another backend, failing a share of its requests at random (tests of failures); it
 # passes the embedded model's folder on to the backend it wraps.
-register_backend(
-    "faulty", "rubricsvc.judging.backends.faulty:FaultyBackend", runs_embedded_model=True
-)
+register_backend("faulty", "rubricsvc.backends.faulty:FaultyBackend", runs_embedded_model=True)
 # Verdicts imported from a data set: replayed from the store, never asked for new ones.
-register_backend(
-    "imported", "rubricsvc.judging.backends.imported:ImportedBackend", replays_only=True
-)
+register_backend("imported", "rubricsvc.backends.imported:ImportedBackend", replays_only=True)
 
 
 def create_backend(
