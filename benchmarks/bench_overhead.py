@@ -44,8 +44,8 @@ from rubricsvc.models import Completion
 from rubricsvc.prompts import find_prompt
 from rubricsvc.rubrics.schemas import RubricSpec, normalized_text
 from rubricsvc.rubrics.service import approve, save_rubric
+from rubricsvc.scoring.scorer import ScoreOptions, ScoreReport, score
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreOptions, ScoreReport, score
 
 
 class Recorder:

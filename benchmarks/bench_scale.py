@@ -71,8 +71,8 @@ from rubricsvc.rubrics.service import approve, save_rubric
 from rubricsvc.scoring import jobs, lifecycle
 from rubricsvc.scoring.chunks import run_chunk
 from rubricsvc.scoring.judge_configs import ensure_judge_config
+from rubricsvc.scoring.scorer import ScoreOptions, case_plan, score
 from rubricsvc.scoring.selection import Selection, select_work
-from rubricsvc.scoring.service import ScoreOptions, case_plan, score
 from rubricsvc.scoring.store import judgments_by_key
 
 POSTGRES = os.environ.get(

@@ -15,7 +15,7 @@ criteria, 10 completions of the prompt scored by one criterion-prob judge: 100 j
 10 scores per version; 80% drafts, 20% approved; 70% drafted by an LLM, 20% imported, 10%
 written by a person), and the version whose analytics are read is seeded identically in
 both. The rows go in as a user loading data would: SQLAlchemy Core inserts of many rows at
-once through the real schema, with score details shaped exactly as the scoring service
+once through the real schema, with score details shaped exactly as the scorer
 writes them (``criteria`` entries with judgment ids, failed ones with their failure class);
 then ``VACUUM ANALYZE``, as autovacuum would leave a loaded database.
 

@@ -33,8 +33,8 @@ from rubricsvc.models import Completion
 from rubricsvc.rubrics.schemas import RubricSpec
 from rubricsvc.rubrics.service import approve, save_rubric
 from rubricsvc.scoring.rewards import RewardRequest, compute_rewards
+from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreOptions, score
 
 PROMPT = "p-platform"
 

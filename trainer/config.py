@@ -19,7 +19,7 @@ from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, AggregationName
 from rubricsvc.judging.config import ModeName
 from rubricsvc.judging.failures import ResponseFailurePolicy
 from rubricsvc.plugins import load_plugins
-from rubricsvc.scoring.service import ScoreOptions
+from rubricsvc.scoring.scorer import ScoreOptions
 
 if TYPE_CHECKING:
     from rubricsvc.backends.provider import BackendProvider, JudgeLimits

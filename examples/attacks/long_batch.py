@@ -32,8 +32,8 @@ from rubricsvc.db import make_engine, upgrade
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.rubrics import service as rubrics
 from rubricsvc.rubrics.schemas import RubricSpec
+from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreOptions, score
 
 FILLER = "I will keep talking about sleep and schedules and coffee. "
 

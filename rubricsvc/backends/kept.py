@@ -1,7 +1,7 @@
 """Backends kept loaded for the life of a process (a worker, the API server, a trainer);
 the process's ``BackendProvider`` (``provider``) keeps them here.
 
-The scoring service closes its backend at the end of each run; a long-lived process hands it
+The scorer closes its backend at the end of each run; a long-lived process hands it
 a view whose ``close`` does nothing, so the model stays loaded between runs. Calls through
 the views of one backend are serialized: the in-process backends keep per-call state (the
 transformers backend's key/value cache) and one model on one machine gains nothing from
@@ -57,7 +57,7 @@ def loaded_backend_key(spec: BackendChoice) -> str:
 
 
 class KeptView:
-    """A kept backend as the scoring service sees it: everything but ``close``."""
+    """A kept backend as the scorer sees it: everything but ``close``."""
 
     def __init__(self, inner: JudgeBackend, lock: threading.RLock) -> None:
         self.inner = inner

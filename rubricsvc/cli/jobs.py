@@ -24,8 +24,8 @@ from rubricsvc.scoring.judge_configs import (
     find_reward_judge,
 )
 from rubricsvc.scoring.lifecycle import Delivery
+from rubricsvc.scoring.scorer import ScoreOptions, ScoreReport
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreOptions, ScoreReport
 
 jobs_app = typer.Typer(
     help="Score jobs run by workers (see `score --via celery`).", no_args_is_help=True

@@ -49,8 +49,8 @@ from rubricsvc.scoring.judge_configs import (
 )
 from rubricsvc.scoring.jury import JuryScoredCompletion, score_judge
 from rubricsvc.scoring.options import score_options
+from rubricsvc.scoring.scorer import ScoredCompletion, ScoreReport, plan_run
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoredCompletion, ScoreReport, plan_run
 
 scores_app = typer.Typer(help="Read and export stored scores.", no_args_is_help=True)
 judges_app = typer.Typer(help="Judge configurations.", no_args_is_help=True)

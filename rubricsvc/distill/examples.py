@@ -5,7 +5,7 @@ A target is one (completion, criterion) and the teacher's P(met): its probabilit
 one (criterion-prob), else 1 or 0; a label set's target is the mean of its labellers' values.
 The split is by prompt, so no held-out prompt is seen in training, however many completions
 and criteria it has. Training prompts are rendered by the student's own verdict mode from the
-stored rows (``scoring.service``), so the text trained on is the text judged later.
+stored rows (``scoring.scorer``), so the text trained on is the text judged later.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from rubricsvc.models import (
     LabelSet,
     RubricVersion,
 )
-from rubricsvc.scoring.service import case_plan, completion_view
+from rubricsvc.scoring.scorer import case_plan, completion_view
 from rubricsvc.validation.calibration import split_prompts
 
 # The verdict tokens a criterion-prob student is asked for ("Answer with one word: Yes or No").

@@ -13,7 +13,7 @@ tags}], ``prompt_response`` (the graded completion), ``responses`` (a Python-rep
 - a completion (source ``healthbench-graded``, or the record's ``model``), external id
   ``healthbench/<id>/<source>``, its metadata holding the source's score and location;
 - one judgment per criterion by the judge config ``imported`` (value 1 or 0, verdict yes or no,
-  reasoning = the grader's explanation), keyed as the scoring service keys them; then scores
+  reasoning = the grader's explanation), keyed as the scorer keys them; then scores
   with the ``healthbench`` aggregation, all read from those judgments.
 
 Items the rubric schema refuses are kept, never dropped (see ``common.plan_criteria``):

@@ -46,7 +46,7 @@ from rubricsvc.judging.modes import get_mode
 from rubricsvc.models import Completion, Judgment, JudgmentStatus, RubricVersion
 from rubricsvc.rubrics.repository import resolve_version
 from rubricsvc.scoring.judge_configs import ensure_judge_config, latest_judge_config, stored_spec
-from rubricsvc.scoring.service import case_plan
+from rubricsvc.scoring.scorer import case_plan
 from rubricsvc.scoring.store import judgments_by_key, save_judgments
 from rubricsvc.validation.evaluate import own_rubric_versions
 from rubricsvc.validation.labelsets import NAME_MAX, PAIRWISE_VALUES

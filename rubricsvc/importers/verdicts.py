@@ -1,7 +1,7 @@
 """Verdicts that come with a data set: stored as judgments of the judge ``imported``, then scored.
 
 The judge config ``imported`` has no backend: its judgments are only ever read. They are keyed
-exactly as the scoring service keys a criterion judgment, so ``score`` finds every one of them
+exactly as the scorer keys a criterion judgment, so ``score`` finds every one of them
 in its cache and never calls a model.
 """
 
@@ -17,8 +17,8 @@ from rubricsvc.importers.common import ImportReport
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.judging.keys import criterion_key
 from rubricsvc.models import Completion, Criterion, JudgeConfig, JudgmentStatus, Prompt
+from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreOptions, score
 from rubricsvc.scoring.store import judgments_by_key, save_judgments
 
 # The graders are not named in the files imported so far: model "unknown". Criterion-text is
@@ -37,7 +37,7 @@ def verdict_row(
     reasoning: str | None,
     raw_output: str | None,
 ) -> dict[str, Any]:
-    """A judgment row for one binary verdict, under the key the scoring service looks up."""
+    """A judgment row for one binary verdict, under the key the scorer looks up."""
     prompt, completion, criterion = judged
     key = criterion_key(
         judge.config_hash, criterion.content_hash, prompt.content_hash, completion.content_hash

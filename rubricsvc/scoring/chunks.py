@@ -6,7 +6,7 @@ Every dispatcher ends here: a Celery worker's task and the API's local threads c
 A claim is one atomic UPDATE (pending, or running with a stale heartbeat, becomes running
 under this worker's token), so two deliveries of the same message cannot both score the
 chunk; every later write names the token, so a worker whose chunk was given to another
-cannot overwrite it. Judgments and scores are written idempotently by the scoring service.
+cannot overwrite it. Judgments and scores are written idempotently by the scorer.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from rubricsvc.models import ChunkStatus, JobStatus, ScoreChunk, ScoreJob
 from rubricsvc.models.base import utcnow
 from rubricsvc.scoring.jobs import get_job, rollup
 from rubricsvc.scoring.judge_configs import stored_spec
+from rubricsvc.scoring.scorer import ScoreOptions, ScoreReport, score
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreOptions, ScoreReport, score
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.modes import get_mode
 from rubricsvc.scoring.rewards import RewardBatch, RewardRequest
-from rubricsvc.scoring.service import JudgingTally
+from rubricsvc.scoring.scorer import JudgingTally
 
 # Judges requests as one batch; ``gathered``: they are several callers' (see Ungatherable).
 RunBatch = Callable[[list[RewardRequest], bool], RewardBatch]

@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 from rubricsvc.config import BrokerSettings, JobSettings
 from rubricsvc.errors import missing_extra
 from rubricsvc.scoring.chunks import BackendFor, run_chunk
-from rubricsvc.scoring.service import ScoreReport
+from rubricsvc.scoring.scorer import ScoreReport
 
 if TYPE_CHECKING:
     from celery import Celery

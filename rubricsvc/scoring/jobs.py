@@ -50,8 +50,7 @@ from rubricsvc.models import (
 from rubricsvc.models.base import utcnow
 from rubricsvc.scoring import presence
 from rubricsvc.scoring.judge_configs import ensure_judge_config
-from rubricsvc.scoring.selection import Selection, select_work
-from rubricsvc.scoring.service import (
+from rubricsvc.scoring.scorer import (
     Planned,
     ScoredCompletion,
     ScoreOptions,
@@ -59,6 +58,7 @@ from rubricsvc.scoring.service import (
     plan_cases,
     score_aggregation,
 )
+from rubricsvc.scoring.selection import Selection, select_work
 
 log = logging.getLogger(__name__)
 
@@ -266,7 +266,7 @@ def _plan_chunks(
 ) -> list[tuple[list[int], int]]:
     """Whole completions, in id order, grouped until a group plans ``size`` judgments, each
     group with the judgments its completions plan (each key once, as its run counts them:
-    ``service.distinct_items``). A mode that compares completions sees only its chunk's, so a
+    ``scorer.distinct_items``). A mode that compares completions sees only its chunk's, so a
     prompt's completions (in prompt order) then stay in one chunk."""
     compares = get_mode(spec.mode).compares
     keys_of: dict[int, list[str]] = {}

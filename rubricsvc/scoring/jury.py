@@ -28,8 +28,7 @@ from rubricsvc.judging.config import JudgeSpec, JurySpec
 from rubricsvc.judging.failures import empty_counts
 from rubricsvc.models import JudgeConfig, ScoreStatus
 from rubricsvc.scoring.judge_configs import ensure_judge_config, member_config
-from rubricsvc.scoring.selection import Selection, select_work
-from rubricsvc.scoring.service import (
+from rubricsvc.scoring.scorer import (
     JudgingTally,
     ScoredCompletion,
     ScoreOptions,
@@ -37,6 +36,7 @@ from rubricsvc.scoring.service import (
     score,
     score_aggregation,
 )
+from rubricsvc.scoring.selection import Selection, select_work
 from rubricsvc.scoring.store import save_scores
 
 # A judge spec -> a factory of its backend: ``BackendProvider.factory``.

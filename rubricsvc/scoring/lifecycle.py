@@ -19,8 +19,8 @@ from rubricsvc.errors import NotFoundError
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.scoring import jobs
 from rubricsvc.scoring.dispatch import Dispatcher
+from rubricsvc.scoring.scorer import ScoreOptions
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreOptions
 
 
 class Delivery:

@@ -6,7 +6,7 @@ from typing import Any
 
 from rubricsvc.config import ScoringSettings
 from rubricsvc.judging.failures import ResponseFailurePolicy
-from rubricsvc.scoring.service import ScoreOptions
+from rubricsvc.scoring.scorer import ScoreOptions
 
 
 def score_options(settings: ScoringSettings, **given: Any) -> ScoreOptions:

@@ -36,8 +36,8 @@ from rubricsvc.judging.failures import empty_counts
 from rubricsvc.models import Completion, CompletionDocument, JudgeConfig, Prompt, Score
 from rubricsvc.prompts import prompt_hash
 from rubricsvc.scoring.jury import BackendFactories, score_judge
+from rubricsvc.scoring.scorer import JudgingTally, ScoredCompletion, ScoreOptions
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import JudgingTally, ScoredCompletion, ScoreOptions
 
 DEFAULT_SOURCE = "rewards"
 Messages = list[dict[str, Any]]

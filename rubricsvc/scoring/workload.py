@@ -1,7 +1,7 @@
 """The work a request asks for, counted by planning it, before anything is stored or judged.
 
 Each (completion, rubric version) is planned by its judge's mode exactly as scoring will plan
-it (``service.plan_cases``): a pairwise or group judge with the completion's peers, a
+it (``scorer.plan_cases``): a pairwise or group judge with the completion's peers, a
 citations criterion with one check per cited (claim, document), several criteria in one call
 as one judgment. Each judgment counts once (a pairwise mirror, a group's repeats: shared by
 the completions that plan them), the cache not subtracted; a check criterion counts one; a
@@ -25,14 +25,14 @@ from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.modes import DocumentView
 from rubricsvc.models import Completion, Document
 from rubricsvc.scoring.rewards import RewardRequest, find_prompts, wanted_completions
-from rubricsvc.scoring.selection import Selection, select_work
-from rubricsvc.scoring.service import (
+from rubricsvc.scoring.scorer import (
     Planned,
     completion_view,
     distinct_items,
     plan_cases,
     view_of,
 )
+from rubricsvc.scoring.selection import Selection, select_work
 
 
 @dataclass

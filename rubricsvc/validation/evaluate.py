@@ -41,14 +41,14 @@ from rubricsvc.models import (
     RubricVersion,
 )
 from rubricsvc.scoring.judge_configs import ensure_judge_config
-from rubricsvc.scoring.selection import Selection, select_work
-from rubricsvc.scoring.service import (
+from rubricsvc.scoring.scorer import (
     ScoreOptions,
     ScoreReport,
     case_plan,
     score,
     score_aggregation,
 )
+from rubricsvc.scoring.selection import Selection, select_work
 from rubricsvc.scoring.store import judgments_by_key
 from rubricsvc.validation import metrics as m
 

@@ -33,7 +33,7 @@ from rubricsvc.models import (
     LabelKind,
     RubricVersion,
 )
-from rubricsvc.scoring.service import case_plan
+from rubricsvc.scoring.scorer import case_plan
 from rubricsvc.scoring.store import judgments_by_key
 from rubricsvc.validation import metrics as m
 from rubricsvc.validation.evaluate import _either, _imported_verdict, _majority_met, _value

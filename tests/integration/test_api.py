@@ -22,8 +22,8 @@ from rubricsvc.judging.config import BUILTIN_JUDGES  # noqa: E402
 from rubricsvc.rubrics.schemas import RubricSpec  # noqa: E402
 from rubricsvc.rubrics.service import save_rubric  # noqa: E402
 from rubricsvc.scoring import jobs  # noqa: E402
+from rubricsvc.scoring.scorer import ScoreOptions  # noqa: E402
 from rubricsvc.scoring.selection import Selection  # noqa: E402
-from rubricsvc.scoring.service import ScoreOptions  # noqa: E402
 from tests.api_harness import WORD_RUBRIC, api_client, bearer, wait_for_job  # noqa: E402
 
 SEA = "api-sea"

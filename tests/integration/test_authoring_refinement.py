@@ -21,8 +21,8 @@ from rubricsvc.rubrics import service
 from rubricsvc.rubrics.generator import GeneratorSpec
 from rubricsvc.rubrics.refinement import RefineOptions, refine
 from rubricsvc.rubrics.repository import resolve_version
+from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreOptions, score
 from tests.cli_runner import run_cli
 from tests.helpers import rubric_spec
 

@@ -20,8 +20,8 @@ from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import Judgment, JudgmentStatus
 from rubricsvc.rubrics import service as rubrics
+from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreOptions, score
 from tests.fake_openai import FakeOpenAI, chat_completion, openai_judge, serving
 from tests.helpers import rubric_spec
 from tests.requirements import require_module

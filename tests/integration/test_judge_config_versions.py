@@ -28,8 +28,8 @@ from rubricsvc.scoring.judge_configs import (
     find_judge,
     to_row,
 )
+from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreOptions, score
 from tests.helpers import rubric_spec
 
 JUDGE = JudgeSpec(name="versioned", backend="scripted", mode="criterion-prob")

@@ -33,8 +33,8 @@ from rubricsvc.judging.templates import BUNDLED_DIR
 from rubricsvc.models import Completion, JudgeConfig, Judgment, JudgmentStatus, Score
 from rubricsvc.scoring.judge_configs import ensure_judge_config, load_judge_file
 from rubricsvc.scoring.jury import JuryScoredCompletion, score_judge
+from rubricsvc.scoring.scorer import ScoreOptions, ScoreReport
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreOptions, ScoreReport
 from tests.cli_runner import add_examples, cli_error, cli_ok
 from tests.helpers import approve_rubrics
 from tests.requirements import prepared_model_dir

@@ -26,8 +26,8 @@ from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import Judgment, Score
 from rubricsvc.rubrics import service as rubrics
+from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreOptions, score
 from tests.cli_runner import cli_ok
 from tests.helpers import read_database, rubric_spec
 

@@ -27,8 +27,8 @@ from rubricsvc.judging.modes.text import framed, probs_of
 from rubricsvc.judging.neutral import judged
 from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation
 from rubricsvc.models import Score
+from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreOptions, score
 from tests.workers_harness import (
     REPO,
     MakeCluster,

@@ -26,8 +26,8 @@ from rubricsvc.judging.modes.text import NO_REFERENCE, NO_REFERENCE_REASON
 from rubricsvc.judging.types import GenerationRequest
 from rubricsvc.models import Judgment
 from rubricsvc.rubrics import service as rubrics
+from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreOptions, score
 from tests.helpers import rubric_spec
 
 REFERENCE = "Keep a fixed schedule and skip caffeine after noon."

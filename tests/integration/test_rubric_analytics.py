@@ -1,4 +1,4 @@
-"""Per-criterion analytics of a rubric version, read from scores the real scoring service stored.
+"""Per-criterion analytics of a rubric version, read from scores the real scorer stored.
 
 A scripted judge gives known verdicts: the response's marker words decide each criterion
 (STEP, SOURCE, BRIEF, PILLS; GARBLE makes the judge's reply to "Cites a source" unparseable,
@@ -30,8 +30,8 @@ from rubricsvc.rubrics.analytics import (
 )
 from rubricsvc.rubrics.schemas import RubricSpec
 from rubricsvc.scoring.attribution import CANARY_RESPONSE
+from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreOptions, score
 
 NAME = "t/analytics"
 # (text, weight); the first four are decided by a marker word, "Is polite" is always met.
@@ -113,7 +113,7 @@ def _score(
     judge: str = "scripted-markers",
     aggregation: str = "rar",
 ) -> int:
-    """Score every completion against ``version`` through the scoring service; the judge
+    """Score every completion against ``version`` through the scorer; the judge
     config's id."""
     spec = JudgeSpec(
         name=judge,

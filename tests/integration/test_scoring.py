@@ -1,4 +1,4 @@
-"""The scoring service: cache, retries, masking, modes, and verdicts that a response cannot forge.
+"""The scorer: cache, retries, masking, modes, and verdicts that a response cannot forge.
 
 These tests are about the pipeline, not the model, so the judge here is scripted; the real
 model is exercised by the backend contract tests and the end-to-end CLI test.
@@ -20,8 +20,8 @@ from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.judging.types import ChoiceRequest, GenerationRequest
 from rubricsvc.models import Judgment, JudgmentStatus, Score
 from rubricsvc.rubrics import service as rubrics
+from rubricsvc.scoring.scorer import ScoreOptions, ScoreReport, score
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreOptions, ScoreReport, score
 from tests.helpers import rubric_spec
 
 CRITERIA = [

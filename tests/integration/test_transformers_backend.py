@@ -22,7 +22,7 @@ from rubricsvc.judging.modes import (
 from rubricsvc.judging.types import ChoiceRequest
 from rubricsvc.rubrics.service import approve, save_rubric
 from rubricsvc.scoring.rewards import RewardRequest, compute_rewards
-from rubricsvc.scoring.service import ScoreOptions
+from rubricsvc.scoring.scorer import ScoreOptions
 from tests.helpers import rubric_spec
 from tests.requirements import require_module
 

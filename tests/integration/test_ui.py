@@ -22,8 +22,8 @@ from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.models import Completion, RubricVersion, VersionStatus
 from rubricsvc.rubrics.schemas import RubricSpec
 from rubricsvc.rubrics.service import approve, save_rubric
+from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreOptions, score
 from tests.api_harness import WORD_RUBRIC, settings_for
 from tests.helpers import detached_versions, read_database
 

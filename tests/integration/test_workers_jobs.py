@@ -27,8 +27,8 @@ from rubricsvc.models.base import utcnow
 from rubricsvc.scoring import jobs, lifecycle
 from rubricsvc.scoring.chunks import ChunkRun, run_chunk
 from rubricsvc.scoring.dispatch import LocalDispatcher
+from rubricsvc.scoring.scorer import ScoreOptions, ScoreReport, score
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreOptions, ScoreReport, score
 from tests.cli_runner import CliResult, run_cli
 from tests.requirements import require_module
 from tests.workers_harness import (

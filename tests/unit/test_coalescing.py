@@ -14,7 +14,7 @@ from rubricsvc.errors import NotFoundError
 from rubricsvc.judging.failures import empty_counts
 from rubricsvc.scoring.coalescing import RewardCoalescer, Ungatherable, split_batch
 from rubricsvc.scoring.rewards import RewardBatch, RewardRequest, RewardResult
-from rubricsvc.scoring.service import JudgingTally
+from rubricsvc.scoring.scorer import JudgingTally
 
 
 class Judge:

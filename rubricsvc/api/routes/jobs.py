@@ -27,8 +27,8 @@ from rubricsvc.scoring.dispatch import CeleryDispatcher, Dispatcher, LocalDispat
 from rubricsvc.scoring.judge_configs import find_reward_judge
 from rubricsvc.scoring.lifecycle import Delivery
 from rubricsvc.scoring.options import score_options
+from rubricsvc.scoring.scorer import ScoreReport
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.service import ScoreReport
 
 # A job as the API shows it: the library's own progress record.
 JobOut = jobs.JobProgress
