@@ -43,7 +43,7 @@ from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, Gen
 from rubricsvc.models import Completion
 from rubricsvc.prompts import find_prompt
 from rubricsvc.rubrics.schemas import RubricSpec, normalized_text
-from rubricsvc.rubrics.service import approve, save_rubric
+from rubricsvc.rubrics.versions import approve, save_rubric
 from rubricsvc.scoring.scorer import ScoreOptions, ScoreReport, score
 from rubricsvc.scoring.selection import Selection
 

@@ -38,7 +38,7 @@ from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import Completion
 from rubricsvc.prompts import find_prompt
 from rubricsvc.rubrics.schemas import RubricSpec
-from rubricsvc.rubrics.service import approve, save_rubric
+from rubricsvc.rubrics.versions import approve, save_rubric
 from rubricsvc.scoring import jobs
 from rubricsvc.scoring.judge_configs import ensure_judge_config
 from rubricsvc.scoring.scorer import ScoreOptions, score

@@ -67,7 +67,7 @@ from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import Base, Completion, ScoreChunk, ScoreJob
 from rubricsvc.prompts import find_prompt, prompt_hash
 from rubricsvc.rubrics.schemas import RubricSpec
-from rubricsvc.rubrics.service import approve, save_rubric
+from rubricsvc.rubrics.versions import approve, save_rubric
 from rubricsvc.scoring import jobs, lifecycle
 from rubricsvc.scoring.chunks import run_chunk
 from rubricsvc.scoring.judge_configs import ensure_judge_config

@@ -31,7 +31,7 @@ from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from rubricsvc.models import Completion
 from rubricsvc.rubrics.schemas import RubricSpec
-from rubricsvc.rubrics.service import approve, save_rubric
+from rubricsvc.rubrics.versions import approve, save_rubric
 from rubricsvc.scoring.rewards import RewardRequest, compute_rewards
 from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection

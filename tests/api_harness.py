@@ -16,7 +16,7 @@ from rubricsvc.apikeys import Scope, create_key
 from rubricsvc.config import ApiSettings, BrokerSettings, DatabaseSettings, Settings
 from rubricsvc.db import make_engine, session_scope
 from rubricsvc.rubrics.schemas import RubricSpec
-from rubricsvc.rubrics.service import approve, save_rubric
+from rubricsvc.rubrics.versions import approve, save_rubric
 from tests.helpers import blue_sea_rubric
 
 # Check criteria only: scoring it needs no model, so routes that score answer at once.

@@ -14,7 +14,7 @@ from rubricsvc import db
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import RubricVersion
 from rubricsvc.rubrics.schemas import RubricSpec
-from rubricsvc.rubrics.service import approve, save_rubric
+from rubricsvc.rubrics.versions import approve, save_rubric
 from rubricsvc.scoring.judge_configs import ensure_judge_config
 from tests.cli_runner import cli_ok
 

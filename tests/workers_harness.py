@@ -40,7 +40,7 @@ from rubricsvc.models import (
     ScoreChunk,
     ScoreJob,
 )
-from rubricsvc.rubrics import service as rubrics
+from rubricsvc.rubrics import versions as rubrics
 from rubricsvc.scoring.judge_configs import ensure_judge_config
 from tests.cli_runner import DEMO_RUBRICS, EXAMPLES, CliResult
 from tests.helpers import rubric_spec

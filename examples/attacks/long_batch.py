@@ -30,7 +30,7 @@ from rubricsvc.backends.transformers import TransformersBackend
 from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.db import make_engine, upgrade
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
-from rubricsvc.rubrics import service as rubrics
+from rubricsvc.rubrics import versions as rubrics
 from rubricsvc.rubrics.schemas import RubricSpec
 from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection

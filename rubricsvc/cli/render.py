@@ -9,7 +9,7 @@ from rich.table import Table
 
 from rubricsvc.models import RubricVersion
 from rubricsvc.rubrics.diff import RubricDiff
-from rubricsvc.rubrics.service import authored_fields
+from rubricsvc.rubrics.versions import authored_fields
 
 
 def version_summary(version: RubricVersion) -> dict[str, Any]:

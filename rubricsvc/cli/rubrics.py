@@ -30,7 +30,7 @@ from rubricsvc.fileformats import read_text
 from rubricsvc.importers.rubric_formats import import_rubrics, rubric_format_names
 from rubricsvc.judging.modes import get_mode
 from rubricsvc.models import RubricVersion, VersionStatus
-from rubricsvc.rubrics import service
+from rubricsvc.rubrics import versions as rubric_versions
 from rubricsvc.rubrics.diff import diff_versions
 from rubricsvc.rubrics.draft_inputs import (
     load_prompt_records,
@@ -86,7 +86,7 @@ def add(
     """
     specs = load_rubric_files(files)
     with db_session() as session:
-        results = [service.save_rubric(session, spec) for spec in specs]
+        results = [rubric_versions.save_rubric(session, spec) for spec in specs]
         for result in results:
             console.print(f"{result.outcome:>11}  {result.version.ref}  (id {result.version.id})")
     counts = {
@@ -205,7 +205,7 @@ def approve(
             if version.status == VersionStatus.APPROVED:
                 console.print(f"{version.ref} (id {version.id}) is already approved")
                 continue
-            service.approve(session, version, reviewer or getpass.getuser(), note)
+            rubric_versions.approve(session, version, reviewer or getpass.getuser(), note)
             console.print(f"approved {version.ref} (id {version.id})")
 
 
@@ -217,7 +217,7 @@ def retire(
 ) -> None:
     """Retire a version: kept for traceability, no longer used."""
     with db_session() as session:
-        version = service.retire(
+        version = rubric_versions.retire(
             session, resolve_version(session, ref), reviewer or getpass.getuser(), note
         )
         console.print(f"retired {version.ref} (id {version.id})")
@@ -245,7 +245,7 @@ def export(
             versions = [resolve_version(session, ref) for ref in refs]
         else:
             versions = list_versions(session, status=status)
-        specs = [service.spec_of(version) for version in versions]
+        specs = [rubric_versions.spec_of(version) for version in versions]
     names = [spec.name for spec in specs]
     if len(set(names)) != len(names):
         twice = next(name for name in names if names.count(name) > 1)

@@ -17,7 +17,7 @@ from rubricsvc.errors import RubricsvcError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error, read_records
 from rubricsvc.models import Completion, Prompt, RubricVersion
 from rubricsvc.rubrics.schemas import CriterionSpec, PromptSpec, RubricSpec, normalized_text
-from rubricsvc.rubrics.service import save_rubric, store_prompt_spec
+from rubricsvc.rubrics.versions import save_rubric, store_prompt_spec
 
 Record = TypeVar("Record", bound=BaseModel)
 

@@ -78,8 +78,8 @@ class RubricVersion(CreatedAtMixin, Base):
     """One immutable snapshot of a rubric's criteria.
 
     Only ``status`` and the review fields may change after saving: they describe the
-    lifecycle of the version, not its content. Everything else is frozen by the service
-    layer, an ORM flush guard and database triggers.
+    lifecycle of the version, not its content. Everything else is frozen by ``rubrics.versions``
+    (no update), an ORM flush guard and database triggers.
     """
 
     __tablename__ = "rubric_versions"

@@ -1,1 +1,2 @@
-"""Rubrics: file schemas, loading, the repository and the versioning service."""
+"""Rubrics: file schemas, loading, the repository, and ``versions`` (saving, versioning and
+approving rubric versions)."""

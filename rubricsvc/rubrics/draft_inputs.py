@@ -24,7 +24,7 @@ from rubricsvc.models import Completion, CompletionDocument, Document, Prompt
 from rubricsvc.prompts import find_prompt
 from rubricsvc.rubrics.generation import DraftRequest, EvidenceDocument
 from rubricsvc.rubrics.schemas import PromptSpec
-from rubricsvc.rubrics.service import store_prompt_spec
+from rubricsvc.rubrics.versions import store_prompt_spec
 
 
 class PromptRecord(PromptSpec):

@@ -39,7 +39,7 @@ from rubricsvc.rubrics.drafts import DraftError, parse_draft
 from rubricsvc.rubrics.generator import GeneratorSpec
 from rubricsvc.rubrics.generic import with_generic
 from rubricsvc.rubrics.schemas import NAME_PATTERN, CriterionSpec, RubricSpec
-from rubricsvc.rubrics.service import prompt_spec_of, save_rubric
+from rubricsvc.rubrics.versions import prompt_spec_of, save_rubric
 
 DEFAULT_NAME_PREFIX = "gen/"
 Progress = Callable[[int, int], None]

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.models import RubricVersion
 from rubricsvc.rubrics.schemas import CriterionSpec, RubricSpec, normalized_text
-from rubricsvc.rubrics.service import SaveResult, save_rubric, spec_of
+from rubricsvc.rubrics.versions import SaveResult, save_rubric, spec_of
 
 GENERIC_TAG = "generic"
 

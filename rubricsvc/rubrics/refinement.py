@@ -50,7 +50,7 @@ from rubricsvc.models import (
 from rubricsvc.rubrics.drafts import DraftError, parse_draft
 from rubricsvc.rubrics.generator import GeneratorSpec, with_overrides
 from rubricsvc.rubrics.schemas import CriterionSpec, RubricSpec
-from rubricsvc.rubrics.service import SaveResult, save_rubric, spec_of
+from rubricsvc.rubrics.versions import SaveResult, save_rubric, spec_of
 
 DEFAULT_TOLERANCE = 0.02  # values closer than this count as equal (probabilities)
 REFINEMENT_TEMPLATE = "rubric_refinement"

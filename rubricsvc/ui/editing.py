@@ -16,7 +16,7 @@ from starlette.datastructures import FormData
 
 from rubricsvc.models import Category, RubricVersion
 from rubricsvc.rubrics.schemas import RubricSpec
-from rubricsvc.rubrics.service import authored_fields, spec_of
+from rubricsvc.rubrics.versions import authored_fields, spec_of
 
 CATEGORIES = [c.value for c in Category]
 EDITED_FIELDS = ("text", "explanation", "weight", "category", "theme")

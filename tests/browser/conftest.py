@@ -27,7 +27,7 @@ from rubricsvc import db, demo
 from rubricsvc.apikeys import create_key
 from rubricsvc.models import Completion, RubricVersion
 from rubricsvc.rubrics.schemas import RubricSpec
-from rubricsvc.rubrics.service import save_rubric
+from rubricsvc.rubrics.versions import save_rubric
 from tests.browser.harness import (
     CHROMIUM_ARGS,
     RubricsvcServer,

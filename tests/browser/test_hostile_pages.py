@@ -27,7 +27,7 @@ from rubricsvc import db
 from rubricsvc.documents import document_hash
 from rubricsvc.models import Completion
 from rubricsvc.rubrics.schemas import RubricSpec
-from rubricsvc.rubrics.service import approve, save_rubric
+from rubricsvc.rubrics.versions import approve, save_rubric
 from tests.browser.conftest import REVIEWER, UiServer
 from tests.browser.test_review_workbench import sign_in
 from tests.cli_runner import cli_ok

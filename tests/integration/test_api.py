@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from rubricsvc.db import make_engine, session_scope  # noqa: E402
 from rubricsvc.judging.config import BUILTIN_JUDGES  # noqa: E402
 from rubricsvc.rubrics.schemas import RubricSpec  # noqa: E402
-from rubricsvc.rubrics.service import save_rubric  # noqa: E402
+from rubricsvc.rubrics.versions import save_rubric  # noqa: E402
 from rubricsvc.scoring import jobs  # noqa: E402
 from rubricsvc.scoring.scorer import ScoreOptions  # noqa: E402
 from rubricsvc.scoring.selection import Selection  # noqa: E402

@@ -16,7 +16,7 @@ from rubricsvc.backends import create_backend
 from rubricsvc.db import make_engine, session_scope
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.rubrics.schemas import RubricSpec
-from rubricsvc.rubrics.service import approve, save_rubric
+from rubricsvc.rubrics.versions import approve, save_rubric
 from rubricsvc.scoring.judge_configs import ensure_judge_config
 from tests.api_harness import api_client, bearer
 from tests.fake_openai import FakeOpenAI, serving

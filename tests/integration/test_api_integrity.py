@@ -567,7 +567,7 @@ def test_rubricsvc_serve_logs_no_key(sqlite_url: str, tmp_path: Path) -> None:
     with session_scope(engine) as session:
         from rubricsvc.apikeys import create_key
         from rubricsvc.rubrics.schemas import RubricSpec
-        from rubricsvc.rubrics.service import approve, save_rubric
+        from rubricsvc.rubrics.versions import approve, save_rubric
 
         secret = create_key(session, "openrlhf", ["score"]).secret
         approve(session, save_rubric(session, RubricSpec.model_validate(WORD_RUBRIC)).version)

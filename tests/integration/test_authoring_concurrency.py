@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from rubricsvc import db
 from rubricsvc.models import Rubric, RubricVersion
-from rubricsvc.rubrics import service
+from rubricsvc.rubrics import versions as rubric_versions
 from rubricsvc.rubrics.repository import resolve_version
 from tests.helpers import rubric_dict, rubric_spec
 
@@ -41,7 +41,7 @@ def _save_edit(url: str, data: dict[str, Any], barrier: Any, results: Any) -> No
         barrier.wait(timeout=60)
         started = time.time()
         with db.session_scope(engine) as session:
-            result = service.save_rubric(session, spec)
+            result = rubric_versions.save_rubric(session, spec)
             saved = time.time()
             parent = result.version.parent.number if result.version.parent else None
             report = {
@@ -102,7 +102,7 @@ def _versions(url: str) -> list[tuple[int, int | None, list[float]]]:
 def test_two_concurrent_edits_each_become_a_version(postgres_url: str) -> None:
     engine = db.make_engine(postgres_url)
     with db.session_scope(engine) as session:
-        service.save_rubric(session, rubric_spec())
+        rubric_versions.save_rubric(session, rubric_spec())
     engine.dispose()
 
     first, second = _run_writers(postgres_url, [_edited(3), _edited(4)])

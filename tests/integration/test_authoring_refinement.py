@@ -17,7 +17,7 @@ from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.judging.types import ChoiceRequest, GenerationRequest
 from rubricsvc.models import RubricVersion, VersionStatus
-from rubricsvc.rubrics import service
+from rubricsvc.rubrics import versions as rubric_versions
 from rubricsvc.rubrics.generator import GeneratorSpec
 from rubricsvc.rubrics.refinement import RefineOptions, refine
 from rubricsvc.rubrics.repository import resolve_version
@@ -67,7 +67,7 @@ def _scored_rubric(session: Session) -> RubricVersion:
     spec = rubric_spec(
         "t/sleep", criteria=CRITERIA, prompt={"text": "How do I sleep better?", "external_id": "p"}
     )
-    version = service.save_rubric(session, spec).version
+    version = rubric_versions.save_rubric(session, spec).version
     records = [
         ("test", CompletionRecord(prompt_external_id="p", text=text, external_id=name))
         for name, text in RESPONSES.items()

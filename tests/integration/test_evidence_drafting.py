@@ -168,7 +168,7 @@ def test_the_version_page_shows_where_each_criterion_came_from(sqlite_url: str) 
     from rubricsvc.db import make_engine, session_scope
     from rubricsvc.documents import DocumentRecord, labelled, resolve_documents
     from rubricsvc.rubrics.schemas import RubricSpec
-    from rubricsvc.rubrics.service import save_rubric
+    from rubricsvc.rubrics.versions import save_rubric
     from tests.api_harness import settings_for
     from tests.integration.test_ui import sign_in, version_id
 

@@ -40,7 +40,7 @@ from rubricsvc import db  # noqa: E402
 from rubricsvc.backends.scripted import ScriptedBackend  # noqa: E402
 from rubricsvc.completions import CompletionRecord, add_completions  # noqa: E402
 from rubricsvc.rubrics.schemas import RubricSpec  # noqa: E402
-from rubricsvc.rubrics.service import approve, save_rubric  # noqa: E402
+from rubricsvc.rubrics.versions import approve, save_rubric  # noqa: E402
 from tests.api_harness import WORD_RUBRIC, api_client, bearer, wait_for_job  # noqa: E402
 from tests.cli_runner import run_cli  # noqa: E402
 from tests.integration.test_input_policy import (  # noqa: E402

@@ -19,7 +19,7 @@ from rubricsvc.backends import create_backend
 from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import Judgment, JudgmentStatus
-from rubricsvc.rubrics import service as rubrics
+from rubricsvc.rubrics import versions as rubrics
 from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection
 from tests.fake_openai import FakeOpenAI, chat_completion, openai_judge, serving

@@ -26,7 +26,7 @@ from rubricsvc.db import make_engine, session_scope
 from rubricsvc.hashing import content_hash
 from rubricsvc.models import Base, Prompt, RubricVersion, VersionStatus
 from rubricsvc.rubrics.schemas import RubricSpec
-from rubricsvc.rubrics.service import save_rubric
+from rubricsvc.rubrics.versions import save_rubric
 from tests.api_harness import WORD_RUBRIC, api_client, bearer
 from tests.cli_runner import run_cli
 from tests.helpers import read_database

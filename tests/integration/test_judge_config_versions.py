@@ -19,7 +19,7 @@ from rubricsvc.db import session_scope
 from rubricsvc.errors import ConflictError
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import JudgeConfig, Judgment, Score, ScoreChunk
-from rubricsvc.rubrics import service as rubrics
+from rubricsvc.rubrics import versions as rubrics
 from rubricsvc.scoring import jobs
 from rubricsvc.scoring.chunks import run_chunk
 from rubricsvc.scoring.judge_configs import (

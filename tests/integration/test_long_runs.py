@@ -25,7 +25,7 @@ from rubricsvc.backends.scripted import ScriptedBackend
 from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import Judgment, Score
-from rubricsvc.rubrics import service as rubrics
+from rubricsvc.rubrics import versions as rubrics
 from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection
 from tests.cli_runner import cli_ok

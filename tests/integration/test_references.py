@@ -25,7 +25,7 @@ from rubricsvc.judging.modes import (
 from rubricsvc.judging.modes.text import NO_REFERENCE, NO_REFERENCE_REASON
 from rubricsvc.judging.types import GenerationRequest
 from rubricsvc.models import Judgment
-from rubricsvc.rubrics import service as rubrics
+from rubricsvc.rubrics import versions as rubrics
 from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection
 from tests.helpers import rubric_spec

@@ -29,7 +29,7 @@ from rubricsvc.backends.scripted import ScriptedBackend
 from rubricsvc.db import make_engine, session_scope
 from rubricsvc.judging.types import ChoiceRequest
 from rubricsvc.rubrics.schemas import RubricSpec
-from rubricsvc.rubrics.service import approve, save_rubric
+from rubricsvc.rubrics.versions import approve, save_rubric
 from tests.api_harness import bearer, settings_for
 from tests.requirements import require_module
 from tests.servers import free_port

@@ -21,7 +21,7 @@ from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.judging.types import GenerationRequest
 from rubricsvc.models import Criterion, JudgeConfig, Judgment, RubricVersion, Score
-from rubricsvc.rubrics import service as rubrics
+from rubricsvc.rubrics import versions as rubrics
 from rubricsvc.rubrics.analytics import (
     CriterionStats,
     RubricAnalytics,

@@ -20,7 +20,7 @@ from rubricsvc.prompts import get_or_create_prompt
 from rubricsvc.rubrics.generation import DraftRequest, generate_rubrics
 from rubricsvc.rubrics.generator import GeneratorSpec
 from rubricsvc.rubrics.repository import list_versions
-from rubricsvc.rubrics.service import spec_of
+from rubricsvc.rubrics.versions import spec_of
 from tests.cli_runner import CliResult, run_cli
 from tests.helpers import read_database
 

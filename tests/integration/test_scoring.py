@@ -19,7 +19,7 @@ from rubricsvc.judging.aggregation import Outcome, aggregate
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.judging.types import ChoiceRequest, GenerationRequest
 from rubricsvc.models import Judgment, JudgmentStatus, Score
-from rubricsvc.rubrics import service as rubrics
+from rubricsvc.rubrics import versions as rubrics
 from rubricsvc.scoring.scorer import ScoreOptions, ScoreReport, score
 from rubricsvc.scoring.selection import Selection
 from tests.helpers import rubric_spec

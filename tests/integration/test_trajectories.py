@@ -20,7 +20,7 @@ from rubricsvc.judging.modes import (
 from rubricsvc.judging.modes.assess import NO_TRAJECTORY, assess_criteria
 from rubricsvc.judging.modes.base import AssessOptions
 from rubricsvc.judging.types import ChoiceRequest
-from rubricsvc.rubrics import service as rubrics
+from rubricsvc.rubrics import versions as rubrics
 from rubricsvc.rubrics.schemas import CriterionSpec, RubricSpec
 from tests.requirements import require_module
 

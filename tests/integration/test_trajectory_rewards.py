@@ -160,7 +160,7 @@ def test_in_process_rewards_check_every_trajectory_before_storing(sqlite_url: st
     from rubricsvc.db import make_engine, session_scope
     from rubricsvc.errors import ValidationFailed
     from rubricsvc.rubrics.schemas import RubricSpec
-    from rubricsvc.rubrics.service import approve, save_rubric
+    from rubricsvc.rubrics.versions import approve, save_rubric
     from rubricsvc.scoring.rewards import RewardRequest, find_prompts, store_completions
 
     engine = make_engine(sqlite_url)

@@ -20,7 +20,7 @@ from rubricsvc.judging.modes import (
     criterion_prob_calls,
 )
 from rubricsvc.judging.types import ChoiceRequest
-from rubricsvc.rubrics.service import approve, save_rubric
+from rubricsvc.rubrics.versions import approve, save_rubric
 from rubricsvc.scoring.rewards import RewardRequest, compute_rewards
 from rubricsvc.scoring.scorer import ScoreOptions
 from tests.helpers import rubric_spec

@@ -21,7 +21,7 @@ from rubricsvc.db import make_engine, session_scope
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.models import Completion, RubricVersion, VersionStatus
 from rubricsvc.rubrics.schemas import RubricSpec
-from rubricsvc.rubrics.service import approve, save_rubric
+from rubricsvc.rubrics.versions import approve, save_rubric
 from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection
 from tests.api_harness import WORD_RUBRIC, settings_for

@@ -9,21 +9,21 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.errors import ConflictError, ImmutableError, NotFoundError
 from rubricsvc.models import Criterion, RubricVersion, VersionStatus
-from rubricsvc.rubrics import service
+from rubricsvc.rubrics import versions as rubric_versions
 from rubricsvc.rubrics.diff import diff_versions
 from rubricsvc.rubrics.repository import list_versions, resolve_version
 from tests.helpers import rubric_dict, rubric_spec
 
 
 def _save(session: Session, **overrides: object) -> RubricVersion:
-    version = service.save_rubric(session, rubric_spec(**overrides)).version  # type: ignore[arg-type]
+    version = rubric_versions.save_rubric(session, rubric_spec(**overrides)).version  # type: ignore[arg-type]
     session.commit()
     return version
 
 
 def test_same_content_is_not_a_new_version(session: Session) -> None:
-    first = service.save_rubric(session, rubric_spec())
-    second = service.save_rubric(session, rubric_spec())
+    first = rubric_versions.save_rubric(session, rubric_spec())
+    second = rubric_versions.save_rubric(session, rubric_spec())
     assert (first.outcome, second.outcome) == ("created", "unchanged")
     assert second.version.id == first.version.id
     assert session.scalar(select(func.count()).select_from(RubricVersion)) == 1
@@ -33,7 +33,7 @@ def test_edit_makes_a_new_version_with_its_parent(session: Session) -> None:
     v1 = _save(session)
     edited = rubric_dict()
     edited["criteria"][1]["weight"] = 3
-    result = service.save_rubric(session, rubric_spec(criteria=edited["criteria"]))
+    result = rubric_versions.save_rubric(session, rubric_spec(criteria=edited["criteria"]))
     session.commit()
     v2 = result.version
     assert result.outcome == "new version"
@@ -104,13 +104,13 @@ def test_lifecycle_columns_may_change(engine: Engine, session: Session) -> None:
 
 def test_review_transitions(session: Session) -> None:
     version = _save(session)
-    service.approve(session, version, "ann")
+    rubric_versions.approve(session, version, "ann")
     assert (version.status, version.reviewed_by) == (VersionStatus.APPROVED, "ann")
     with pytest.raises(ConflictError, match="already approved"):
-        service.approve(session, version)
-    service.retire(session, version, "bob")
+        rubric_versions.approve(session, version)
+    rubric_versions.retire(session, version, "bob")
     with pytest.raises(ConflictError, match="retired"):
-        service.approve(session, version)
+        rubric_versions.approve(session, version)
     session.commit()
     assert list_versions(session, status=VersionStatus.RETIRED)[0].id == version.id
 
@@ -133,9 +133,9 @@ def test_references(session: Session) -> None:
 
 def test_export_round_trips(session: Session) -> None:
     version = _save(session)
-    exported = service.spec_of(version)
+    exported = rubric_versions.spec_of(version)
     assert exported.content_hash() == version.content_hash
-    assert service.save_rubric(session, exported).outcome == "unchanged"
+    assert rubric_versions.save_rubric(session, exported).outcome == "unchanged"
 
 
 def test_rubric_cannot_move_to_another_prompt(session: Session) -> None:
@@ -143,4 +143,4 @@ def test_rubric_cannot_move_to_another_prompt(session: Session) -> None:
     moved = rubric_dict()
     moved["prompt"] = {"text": "A different prompt"}
     with pytest.raises(ConflictError, match="belongs to prompt"):
-        service.save_rubric(session, rubric_spec(prompt=moved["prompt"]))
+        rubric_versions.save_rubric(session, rubric_spec(prompt=moved["prompt"]))

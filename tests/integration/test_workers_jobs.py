@@ -422,7 +422,7 @@ def test_resume_puts_the_chunks_on_the_judges_queue(seeded: Engine, database_url
 
 def test_versions_approved_mid_job_do_not_change_it(seeded: Engine) -> None:
     """Chunks score with the versions found at submission, which the job's report reads."""
-    from rubricsvc.rubrics import service as rubrics
+    from rubricsvc.rubrics import versions as rubrics
     from tests.helpers import rubric_spec
 
     job = submit(seeded).job

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.api.schemas import MAX_OFFSET, MAX_PAGE, CompletionOut, Page, PromptOut, VersionOut
 from rubricsvc.models import Completion, Prompt, RubricVersion
-from rubricsvc.rubrics.service import spec_of
+from rubricsvc.rubrics.versions import spec_of
 
 
 class Paging:

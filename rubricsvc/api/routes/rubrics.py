@@ -30,7 +30,7 @@ from rubricsvc.api.state import AppState
 from rubricsvc.apikeys import Scope
 from rubricsvc.errors import NotFoundError
 from rubricsvc.models import ApiKey, RubricVersion, VersionStatus
-from rubricsvc.rubrics import service
+from rubricsvc.rubrics import versions as rubric_versions
 from rubricsvc.rubrics.diff import diff_versions
 from rubricsvc.rubrics.draft_inputs import requests_from_database
 from rubricsvc.rubrics.generation import GenerationOptions, generate_rubrics
@@ -88,7 +88,7 @@ def create_rubric(
 ) -> SavedRubric:
     """Save a rubric: a new rubric, a new version of it, or (same content) the latest one.
     The version records the saving key's name (``origin_detail.saved_by``)."""
-    result = service.save_rubric(session, with_saved_by(spec, key.name))
+    result = rubric_versions.save_rubric(session, with_saved_by(spec, key.name))
     if result.outcome == "unchanged":
         response.status_code = 200
     return SavedRubric(outcome=result.outcome, version=version_out(result.version))
@@ -160,7 +160,7 @@ def get_rubric_version(
 
 
 # The review actions and what each does to a version (both keep it stored).
-REVIEW_ACTIONS = {"approve": service.approve, "retire": service.retire}
+REVIEW_ACTIONS = {"approve": rubric_versions.approve, "retire": rubric_versions.retire}
 
 
 @router.post(

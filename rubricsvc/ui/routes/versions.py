@@ -12,7 +12,7 @@ from starlette.responses import Response
 from rubricsvc.apikeys import Scope
 from rubricsvc.errors import ForbiddenError, RubricsvcError
 from rubricsvc.models import Document, JudgeConfig, Rubric, RubricVersion, Score
-from rubricsvc.rubrics import service
+from rubricsvc.rubrics import versions as rubric_versions
 from rubricsvc.rubrics.analytics import chart_bars, rubric_analytics
 from rubricsvc.rubrics.diff import diff_versions
 from rubricsvc.rubrics.review import authors_of, check_not_own
@@ -153,7 +153,7 @@ def save_edit(
         return context.render(
             "edit.html", status_code=422, version=version, form=edit, categories=CATEGORIES
         )
-    saved = service.save_rubric(context.session, spec, edited=version)
+    saved = rubric_versions.save_rubric(context.session, spec, edited=version)
     if saved.outcome == "unchanged":
         return context.redirect(f"/ui/versions/{saved.version.id}", "No change: nothing saved.")
     context.session.commit()
@@ -175,7 +175,7 @@ def approve(
     name, note = context.reviewer.name, str(form.get("note") or "")
     try:
         check_not_own(version, name, allowed=state.settings.api.allow_self_review)
-        service.approve(context.session, version, name, note)
+        rubric_versions.approve(context.session, version, name, note)
     except ForbiddenError as err:
         raise PageRefused(403, str(err)) from None
     except RubricsvcError as err:
@@ -194,7 +194,9 @@ def retire(
     require_scope(context.reviewer, Scope.REVIEW, "retiring needs it")
     version = _version(context.session, version_id)
     try:
-        service.retire(context.session, version, context.reviewer.name, str(form.get("note") or ""))
+        rubric_versions.retire(
+            context.session, version, context.reviewer.name, str(form.get("note") or "")
+        )
     except RubricsvcError as err:
         raise PageRefused(409, str(err)) from None
     context.session.commit()

@@ -1,4 +1,4 @@
-"""Creating, versioning and reviewing rubrics. Services flush; the caller commits.
+"""Creating, versioning and reviewing rubrics. It flushes; the caller commits.
 
 Saved versions are never changed: ``save_rubric`` with new content appends a version
 whose parent is the previous latest, and the same content is a no-op.
