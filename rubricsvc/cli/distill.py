@@ -15,7 +15,7 @@ from rubricsvc.cli.progress import progress_bar
 from rubricsvc.cli.render import build_table
 from rubricsvc.config import get_settings
 from rubricsvc.distill.examples import parse_split
-from rubricsvc.distill.service import DistillRequest, distill
+from rubricsvc.distill.pipeline import DistillRequest, distill
 from rubricsvc.distill.training import DistillSettings
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.fileformats import describe_validation_error, read_records

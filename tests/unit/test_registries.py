@@ -43,7 +43,7 @@ VERDICT_MODE_HOMES = ("rubricsvc/judging/modes/", "rubricsvc/judging/config.py")
 
 # (path, the flagged code as ``ast.unparse`` writes it) -> why it stays.
 ALLOWED: dict[tuple[str, str], str] = {
-    ("rubricsvc/distill/service.py", "VerdictMode.CRITERION_PROB"): (
+    ("rubricsvc/distill/pipeline.py", "VerdictMode.CRITERION_PROB"): (
         "the student judge is trained on the criterion-prob prompt and its Yes/No tokens, so "
         "its mode is that one by construction: a setting, not a branch"
     ),
