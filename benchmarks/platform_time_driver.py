@@ -24,17 +24,23 @@ from collections.abc import Sequence
 
 from sqlalchemy import select
 
-from rubricsvc.backends.base import BackendError
 from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.db import make_engine, session_scope, upgrade
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from rubricsvc.models import Completion
 from rubricsvc.rubrics.schemas import RubricSpec
-from rubricsvc.rubrics.versions import approve, save_rubric
 from rubricsvc.scoring.rewards import RewardRequest, compute_rewards
-from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection
+
+try:  # this checkout's module names
+    from rubricsvc.backends.base import BackendError
+    from rubricsvc.rubrics.versions import approve, save_rubric
+    from rubricsvc.scoring.scorer import ScoreOptions, score
+except ImportError:  # the baseline commit's, from before they were renamed
+    from rubricsvc.judging.backends.base import BackendError  # type: ignore[import-not-found,no-redef]
+    from rubricsvc.rubrics.service import approve, save_rubric  # type: ignore[import-not-found,no-redef]
+    from rubricsvc.scoring.service import ScoreOptions, score  # type: ignore[import-not-found,no-redef]
 
 PROMPT = "p-platform"
 
