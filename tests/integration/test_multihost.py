@@ -25,7 +25,7 @@ from rubricsvc import db
 from rubricsvc.apikeys import create_key
 from rubricsvc.models import ChunkStatus, Judgment, ScoreChunk
 from tests.multihost_harness import SplitBench, data_host, job_id_of, pid_of
-from tests.netns import Network, wait_listening
+from tests.netns import Host, Network, wait_listening
 from tests.requirements import require_module
 from tests.workers_harness import (
     FAST_RECOVERY,
@@ -93,6 +93,22 @@ def held_by(url: str, worker: Worker, job_id: int | None = None) -> int | None:
 # --- 1. a worker host drops off the network while it holds a chunk -------------------------
 
 
+def chunks_of_40(url: str, broker_url: str, tmp_path: Path) -> Cluster:
+    """Workers and commands on ``url`` and ``broker_url`` that cut jobs into 40 judgments."""
+    return Cluster(url, broker_url, tmp_path, extra_env={"RUBRICSVC_JOBS_CHUNK_JUDGMENTS": "40"})
+
+
+def worker_hosts(
+    network: Network, cluster: Cluster, judge_a: str, judge_b: str
+) -> tuple[tuple[Host, Worker], tuple[Host, Worker]]:
+    """Hosts ``wa`` and ``wb``, each with a worker of its judge, both ready."""
+    wa, wb = network.add_host("wa"), network.add_host("wb")
+    a, b = cluster.start_worker(judge_a, wa), cluster.start_worker(judge_b, wb)
+    a.wait_ready()
+    b.wait_ready()
+    return (wa, a), (wb, b)
+
+
 def test_a_worker_host_cut_off_mid_chunk_loses_it_to_the_other_host(
     network: Network, tmp_path: Path
 ) -> None:
@@ -102,15 +118,9 @@ def test_a_worker_host_cut_off_mid_chunk_loses_it_to_the_other_host(
         # chunk 2 s of judging (50 ms per judgment).
         total = seed(url, 8, 10, 4, [fast_judge(latency=0.05)])
         chunk_seconds = 40 * 0.05
-        cluster = Cluster(
-            url, redis.url, tmp_path, extra_env={"RUBRICSVC_JOBS_CHUNK_JUDGMENTS": "40"}
-        )
+        cluster = chunks_of_40(url, redis.url, tmp_path)
         try:
-            wa, wb = network.add_host("wa"), network.add_host("wb")
-            a = cluster.start_worker("fast", wa)
-            b = cluster.start_worker("fast", wb)
-            a.wait_ready()
-            b.wait_ready()
+            (wa, a), (_, b) = worker_hosts(network, cluster, "fast", "fast")
             follower = cluster.start_follower(
                 "score", "--judge", "fast", "--via", "celery", "--json"
             )
@@ -169,15 +179,9 @@ def test_the_data_host_unreachable_from_one_worker_host_for_30_s(
         judges = [fast_judge("fast", latency=0.025), fast_judge("other", latency=0.1)]
         # 320 judgments per judge in 8 chunks each: 1 s a chunk for fast, 4 s for other.
         total = seed(url, 8, 10, 4, judges)
-        cluster = Cluster(
-            url, redis.url, tmp_path, extra_env={"RUBRICSVC_JOBS_CHUNK_JUDGMENTS": "40"}
-        )
+        cluster = chunks_of_40(url, redis.url, tmp_path)
         try:
-            wa, wb = network.add_host("wa"), network.add_host("wb")
-            a = cluster.start_worker("fast", wa)
-            b = cluster.start_worker("other", wb)
-            a.wait_ready()
-            b.wait_ready()
+            (wa, a), (_, b) = worker_hosts(network, cluster, "fast", "other")
             on_a = cluster.start_follower("score", "--judge", "fast", "--via", "celery", "--json")
             on_b = cluster.start_follower("score", "--judge", "other", "--via", "celery", "--json")
 
