@@ -19,7 +19,9 @@ cache) of the demo sleep prompt against a two-criterion rubric: first in one req
 each in its own request, all sent at once from one aiohttp client with a connection each
 (OpenRLHF's executor sends its rollouts' requests concurrently as they finish, with aiohttp). The ratio is
 the wall time of the second over the first; the headline is its median over ``--runs`` with
-the smallest and largest. Every server gets the same warm-up (both shapes, 8 rollouts) first.
+the smallest and largest. With the fixed-cost judge, whose shapes take a tenth of a second,
+each run is the median of ``--repeats`` (5) of each shape, alternated. Every server gets the
+same warm-up (both shapes, 8 rollouts) first.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import tempfile
 import time
 import uuid
@@ -133,11 +136,14 @@ async def send(server: Server, batches: list[list[dict[str, Any]]]) -> float:
         return time.perf_counter() - started
 
 
-def measure(server: Server, count: int) -> tuple[float, float]:
-    """Seconds for ``count`` new rollouts in one request, then each in its own request."""
-    one = asyncio.run(send(server, [rollouts(count)]))
-    many = asyncio.run(send(server, [[item] for item in rollouts(count)]))
-    return one, many
+def measure(server: Server, count: int, repeats: int = 1) -> tuple[float, float]:
+    """Seconds for ``count`` new rollouts in one request, then each in its own request: the
+    median of ``repeats`` of each, the two shapes alternated."""
+    ones, manys = [], []
+    for _ in range(repeats):
+        ones.append(asyncio.run(send(server, [rollouts(count)])))
+        manys.append(asyncio.run(send(server, [[item] for item in rollouts(count)])))
+    return statistics.median(ones), statistics.median(manys)
 
 
 def main() -> None:
@@ -147,6 +153,14 @@ def main() -> None:
     parser.add_argument("--embedded-items", type=int, default=64, help="rollouts, embedded")
     parser.add_argument("--databases", default=f"sqlite,{DEFAULT_POSTGRES}")
     parser.add_argument("--port", type=int, default=8951)
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="fixed-cost judge: each run the median of this many of each shape (a shape takes "
+        "a tenth of a second, so one alone is mostly noise); the embedded judge's take half a "
+        "minute each, one per run",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -179,7 +193,8 @@ def main() -> None:
                 print(f"{server.name}: ready", flush=True)
             for number in range(1, args.runs + 1):
                 for server in servers:
-                    one, many = measure(server, server.items)
+                    repeats = args.repeats if server.judge == "fixed-cost" else 1
+                    one, many = measure(server, server.items, repeats)
                     server.seconds["one"].append(one)
                     server.seconds["many"].append(many)
                     server.ratios.append(many / one)
@@ -195,6 +210,7 @@ def main() -> None:
     result: dict[str, Any] = {
         "runs": args.runs,
         "fixed_cost_seconds_per_batch": FIXED_COST_DELAY,
+        "fixed_cost_repeats": args.repeats,
         "servers": {
             s.name: {
                 "judge": s.judge,

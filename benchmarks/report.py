@@ -418,10 +418,16 @@ def reward_serving(result: dict[str, Any]) -> list[str]:
         for name, figures in result["servers"].items()
     ]
     step_ms = 1000 * result["fixed_cost_seconds_per_batch"]
+    repeats = result.get("fixed_cost_repeats", 1)
+    each_run = (
+        f" With the fixed-cost judge each run is the median of {repeats} of each shape, alternated."
+        if repeats > 1
+        else ""
+    )
     return [
         f"The fixed-cost judge charges {step_ms:g} ms per batch, one batch at a time. "
         f"{result['runs']} runs on each server, the servers in turn, each after the same "
-        "warm-up; median [min-max] of the runs.",
+        f"warm-up; median [min-max] of the runs.{each_run}",
         "",
         *table(
             [
