@@ -418,7 +418,7 @@ def reward_serving(result: dict[str, Any]) -> list[str]:
         for name, figures in result["servers"].items()
     ]
     step_ms = 1000 * result["fixed_cost_seconds_per_batch"]
-    repeats = result.get("fixed_cost_repeats", 1)
+    repeats = result["fixed_cost_repeats"]
     each_run = (
         f" With the fixed-cost judge each run is the median of {repeats} of each shape, alternated."
         if repeats > 1
@@ -452,9 +452,7 @@ def platform_time(result: dict[str, Any]) -> list[str]:
             labels[path],
             spread_text(figures["before_ms"], " ms"),
             spread_text(figures["now_ms"], " ms"),
-            spread_text(figures["now_default_collector_ms"], " ms")
-            if "now_default_collector_ms" in figures
-            else "not measured",
+            spread_text(figures["now_default_collector_ms"], " ms"),
             spread_text(figures["now_ceiling_per_s"], "/s"),
             spread_text(figures["ceiling_ratio"], "x"),
             spread_text(figures["two_processes_scaling"], "x"),
