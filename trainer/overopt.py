@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.fileformats import describe_validation_error, load_yaml
-from rubricsvc.judging.checks import run_check
+from rubricsvc.judging.readers.checks import run_check
 from rubricsvc.rubrics.schemas import Check, RubricSpec
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from rubricsvc.judging.checks import word_count
+from rubricsvc.judging.readers.checks import word_count
 
 
 def repeated_ngram_fraction(text: str, n: int = 3) -> float:

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rubricsvc.hashing import content_hash
-from rubricsvc.judging.checks import compile_pattern
+from rubricsvc.judging.readers.checks import compile_pattern
 from rubricsvc.models.rubric import Category, CriterionKind, CriterionTarget
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"

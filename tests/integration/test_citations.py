@@ -289,7 +289,7 @@ def test_deepresearch_bench_reports_list_each_cited_claim_with_its_support(
     """Three of DeepResearch Bench's reports, each scored once with documents written to support
     three of its cited claims and once with documents that do not: every (claim, label) pair is
     listed, the ones with a document carry the model's support."""
-    from rubricsvc.judging.citations import extract_citations
+    from rubricsvc.judging.readers.citations import extract_citations
 
     require_embedded_model()
     reports, documents = _drb_records()

@@ -7,7 +7,6 @@ import pytest
 from sqlalchemy.orm import Session
 
 from rubricsvc.hashing import content_hash
-from rubricsvc.judging.checks import run_trajectory_check
 from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec
 from rubricsvc.judging.modes import (
     CallContext,
@@ -19,6 +18,7 @@ from rubricsvc.judging.modes import (
 )
 from rubricsvc.judging.modes.assess import NO_TRAJECTORY, assess_criteria
 from rubricsvc.judging.modes.base import AssessOptions
+from rubricsvc.judging.readers.checks import run_trajectory_check
 from rubricsvc.judging.types import ChoiceRequest
 from rubricsvc.rubrics import versions as rubrics
 from rubricsvc.rubrics.schemas import CriterionSpec, RubricSpec

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.judging.checks import (
+from rubricsvc.judging.readers.checks import (
     UnsupportedPattern,
     compile_pattern,
     regex_found,
@@ -54,7 +54,7 @@ PATHOLOGICAL = r"^(\w+\s?)+$"  # exponential for a backtracking engine on "aaa..
 
 _BOUND_SCRIPT = """
 import sys
-from rubricsvc.judging.checks import run_check
+from rubricsvc.judging.readers.checks import run_check
 from rubricsvc.rubrics.schemas import RubricSpec
 
 pattern = sys.argv[1]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from rubricsvc.judging.citations import Citations, CitedClaim, Reference, extract_citations
+from rubricsvc.judging.readers.citations import Citations, CitedClaim, Reference, extract_citations
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "deep_research_bench_citations"
 SYNTHETIC_REFERENCES = "\n\n## References\n[1] https://a.org/1 - One\n[2] https://b.org/2 - Two\n"

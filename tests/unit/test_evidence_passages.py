@@ -3,7 +3,12 @@ order, the ones BM25 ranks highest for the claim."""
 
 from __future__ import annotations
 
-from rubricsvc.judging.evidence import GAP, PASSAGE_BUDGET_CHARS, passages, relevant_passages
+from rubricsvc.judging.readers.evidence import (
+    GAP,
+    PASSAGE_BUDGET_CHARS,
+    passages,
+    relevant_passages,
+)
 
 FACT = "Lyon had 522,250 inhabitants at the 2021 census, according to INSEE."
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import time
 
-from rubricsvc.judging.checks import run_trajectory_check, tool_error_ignored, tool_loop_found
 from rubricsvc.judging.modes.text import TRAJECTORY_TOTAL_CHARS, render_trajectory
+from rubricsvc.judging.readers.checks import (
+    run_trajectory_check,
+    tool_error_ignored,
+    tool_loop_found,
+)
 
 
 def call(name: str, arguments: str) -> dict[str, object]:

@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rubricsvc.judging.aggregation import Outcome, Status, aggregate
-from rubricsvc.judging.checks import TRAJECTORY_CHECKS, run_check, run_trajectory_check
 from rubricsvc.judging.failures import FailureClass, ResponseFailurePolicy, worst_value
 from rubricsvc.judging.modes.base import (
     Assessment,
@@ -23,6 +22,7 @@ from rubricsvc.judging.modes.base import (
     Ruling,
 )
 from rubricsvc.judging.modes.citation import citations_outcome
+from rubricsvc.judging.readers.checks import TRAJECTORY_CHECKS, run_check, run_trajectory_check
 
 NOT_JUDGED = Ruling(None, error="not judged")
 

@@ -1,10 +1,10 @@
 """Citation criteria (kind ``citations``): are the response's cited claims supported by the
 documents they cite?
 
-The claims that carry a citation are found deterministically (``judging.citations``); each
+The claims that carry a citation are found deterministically (``judging.readers.citations``); each
 (claim, cited label) pair is matched to one of the completion's documents by its label (or by
 the URL the response's reference list gives that label), and the judge is asked whether the
-document, cut to the passages that bear on the claim (``judging.evidence``), supports the
+document, cut to the passages that bear on the claim (``judging.readers.evidence``), supports the
 claim: one forward pass for P(yes) in ``criterion-prob``, a reasoned verdict line in the modes
 that decode. A pair whose label names no document is unsupported without asking. The
 criterion's value is the mean support over the pairs (the expected share of supported
@@ -27,8 +27,6 @@ from typing import Any
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging import keys
 from rubricsvc.judging import verdicts as v
-from rubricsvc.judging.citations import extract_citations
-from rubricsvc.judging.evidence import relevant_passages
 from rubricsvc.judging.failures import FailureClass, ResponseFailurePolicy
 from rubricsvc.judging.modes import text
 from rubricsvc.judging.modes.base import (
@@ -41,6 +39,8 @@ from rubricsvc.judging.modes.base import (
     Ruling,
 )
 from rubricsvc.judging.neutral import judged
+from rubricsvc.judging.readers.citations import extract_citations
+from rubricsvc.judging.readers.evidence import relevant_passages
 from rubricsvc.judging.templates import PromptTemplate, load_template
 from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation
 

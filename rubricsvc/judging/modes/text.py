@@ -22,7 +22,12 @@ from rubricsvc.judging.modes.base import (
     RubricCriterion,
 )
 from rubricsvc.judging.neutral import judged
-from rubricsvc.judging.trajectory import is_tool_result, looks_like_error, message_text, tool_calls
+from rubricsvc.judging.readers.trajectory import (
+    is_tool_result,
+    looks_like_error,
+    message_text,
+    tool_calls,
+)
 from rubricsvc.judging.types import ChoiceResult, Generation, GenerationRequest
 
 

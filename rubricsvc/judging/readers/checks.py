@@ -17,7 +17,7 @@ from typing import Any
 import re2
 
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.judging.trajectory import (
+from rubricsvc.judging.readers.trajectory import (
     all_tool_calls,
     is_tool_result,
     looks_like_error,
