@@ -25,7 +25,7 @@ from rubricsvc.validation.calibration import (
     Measured,
     calibrate,
 )
-from rubricsvc.validation.evaluate import pointwise_observations
+from rubricsvc.validation.evaluation import pointwise_observations
 from rubricsvc.validation.labelsets import get_label_set
 
 

@@ -18,7 +18,7 @@ from rubricsvc.importers.judge_verdicts import import_judge_verdicts
 from rubricsvc.judging.modes import mode_names
 from rubricsvc.models import JudgeAudit, JudgeConfig
 from rubricsvc.scoring.judge_configs import find_judge, gate_status, stored_spec
-from rubricsvc.validation.evaluate import EvaluationOptions, evaluate, evaluations_of
+from rubricsvc.validation.evaluation import EvaluationOptions, evaluate, evaluations_of
 from rubricsvc.validation.labelsets import get_label_set
 
 

@@ -30,7 +30,7 @@ from rubricsvc.models import (
     LabelSet,
 )
 from rubricsvc.validation import metrics as m
-from rubricsvc.validation.evaluate import (
+from rubricsvc.validation.evaluation import (
     EvaluationOptions,
     PointwiseObservation,
     Progress,

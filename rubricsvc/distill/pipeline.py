@@ -41,7 +41,7 @@ from rubricsvc.errors import ConflictError, ValidationFailed
 from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec, VerdictMode
 from rubricsvc.models import JudgeConfig, JudgeGate, JudgeGateStatus
 from rubricsvc.scoring.judge_configs import ensure_judge_config, latest_judge_config, stored_spec
-from rubricsvc.validation.evaluate import EvaluationOptions
+from rubricsvc.validation.evaluation import EvaluationOptions
 from rubricsvc.validation.labelsets import get_label_set
 
 STUDENT_MODE = VerdictMode.CRITERION_PROB  # one forward pass a verdict: the cheap reward

@@ -48,7 +48,7 @@ from rubricsvc.rubrics.repository import resolve_version
 from rubricsvc.scoring.judge_configs import ensure_judge_config, latest_judge_config, stored_spec
 from rubricsvc.scoring.scorer import case_plan
 from rubricsvc.scoring.store import judgments_by_key, save_judgments
-from rubricsvc.validation.evaluate import own_rubric_versions
+from rubricsvc.validation.evaluation import own_rubric_versions
 from rubricsvc.validation.labelsets import NAME_MAX, PAIRWISE_VALUES
 
 # What each mode's verdicts are, as the file gives them.

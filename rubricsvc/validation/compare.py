@@ -20,8 +20,12 @@ from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import LabelKind, LabelSet
 from rubricsvc.scoring.judge_configs import ensure_judge_config
-from rubricsvc.validation import evaluate as ev
+from rubricsvc.validation import evaluation as ev
 from rubricsvc.validation import metrics as m
+from rubricsvc.validation.evaluation.common import _Items, _items
+from rubricsvc.validation.evaluation.pairwise import _pairwise
+from rubricsvc.validation.evaluation.pointwise import _pointwise
+from rubricsvc.validation.evaluation.scalar import _scalar
 
 Observation = ev.PointwiseObservation | ev.PairObservation | ev.ScalarObservation
 
@@ -62,7 +66,7 @@ def agreement_statistic(
     return share
 
 
-def _kind(items: ev._Items) -> LabelKind:
+def _kind(items: _Items) -> LabelKind:
     """The kind with the most labelled items (the one ``judges evaluate`` reports first)."""
     sizes = [
         (LabelKind.POINTWISE, len(items.pointwise)),
@@ -89,7 +93,7 @@ def compare(
     names = [spec.name for spec in specs]
     if len(set(names)) != len(names):
         raise ValidationFailed(f"a judge is named twice: {', '.join(names)}")
-    items = ev._items(session, label_set)
+    items = _items(session, label_set)
     kind = _kind(items)
     per_judge: list[list[Observation]] = []
     for spec, factory in zip(specs, backend_factories, strict=True):
@@ -101,11 +105,11 @@ def compare(
         judging = ev.Judging(session, spec, row, factory, progress, checkpoint)
         found: Sequence[Observation]
         if kind == LabelKind.POINTWISE:
-            found = ev._pointwise(judging, items)
+            found = _pointwise(judging, items)
         elif kind == LabelKind.PAIRWISE:
-            found = ev._pairwise(judging, label_set, items)
+            found = _pairwise(judging, label_set, items)
         else:
-            found = ev._scalar(judging, label_set, items)
+            found = _scalar(judging, label_set, items)
         per_judge.append(list(found))
     if not per_judge[0]:
         raise ValidationFailed(f"label set {label_set.name} has no item with a majority label")

@@ -36,7 +36,8 @@ from rubricsvc.models import (
 from rubricsvc.scoring.scorer import case_plan
 from rubricsvc.scoring.store import judgments_by_key
 from rubricsvc.validation import metrics as m
-from rubricsvc.validation.evaluate import _either, _imported_verdict, _majority_met, _value
+from rubricsvc.validation.evaluation.common import _either, _imported_verdict
+from rubricsvc.validation.evaluation.pointwise import _majority_met, _value
 
 DEFAULT_BELOW = 0.5
 RESAMPLES = 1000

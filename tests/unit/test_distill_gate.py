@@ -9,7 +9,7 @@ from rubricsvc.distill.gate import decide, paired_gain
 from rubricsvc.distill.training import DistillSettings
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.models import JudgeGateStatus
-from rubricsvc.validation.evaluate import EvaluationOptions, PointwiseObservation
+from rubricsvc.validation.evaluation import EvaluationOptions, PointwiseObservation
 
 
 def _obs(prompt: int, item: int, label: float, judged: float | None) -> PointwiseObservation:
