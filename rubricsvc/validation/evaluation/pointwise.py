@@ -104,7 +104,7 @@ def _pointwise(judging: Judging, items: _Items) -> list[PointwiseObservation]:
         if criterion_id not in plan.key_of:
             raise ValidationFailed(
                 f"judge {spec.name} ({spec.mode}) does not judge criteria one by one; pointwise "
-                "labels need criterion-prob, criterion-text or multi-criterion"
+                f"labels need {_either(modes_that(per_criterion=True))}"
             )
         key_of[(completion_id, criterion_id)] = plan.key_of[criterion_id]
     judged = judgments_by_key(session, key_of.values())
