@@ -2,4 +2,5 @@
 
 from rubricsvc.cli import main
 
-main()
+if __name__ == "__main__":  # importing the module (a tool walking the package) runs nothing
+    main()
