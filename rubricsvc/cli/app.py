@@ -7,19 +7,25 @@ import sys
 import typer
 
 from rubricsvc.cli import (
-    admin,
     audit,
     calibration,
-    data,
+    completions,
+    db,
     distill,
     importing,
     jobs,
+    judges,
+    keys,
     labels,
+    models,
+    prompts,
     rubrics,
-    scoring,
-    serving,
+    score,
+    scores,
+    serve,
     train,
     validation,
+    worker,
 )
 from rubricsvc.cli.context import CliExit, fail, load_configured_plugins
 from rubricsvc.errors import RubricsvcError
@@ -32,28 +38,28 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-app.add_typer(admin.db_app, name="db")
-app.add_typer(admin.models_app, name="models")
+app.add_typer(db.db_app, name="db")
+app.add_typer(models.models_app, name="models")
 app.add_typer(rubrics.app, name="rubrics")
-app.add_typer(data.completions_app, name="completions")
-app.add_typer(data.prompts_app, name="prompts")
-scoring.judges_app.command("audit")(audit.judges_audit)
-scoring.judges_app.command("calibrate")(calibration.judges_calibrate)
-scoring.judges_app.command("distill")(distill.judges_distill)
-scoring.judges_app.command("evaluate")(validation.judges_evaluate)
-scoring.judges_app.command("import")(validation.judges_import)
-scoring.judges_app.command("compare")(validation.judges_compare)
-scoring.judges_app.command("show")(validation.judges_show)
-app.add_typer(scoring.judges_app, name="judges")
-app.add_typer(scoring.scores_app, name="scores")
-app.command("score")(scoring.score_command)
+app.add_typer(completions.completions_app, name="completions")
+app.add_typer(prompts.prompts_app, name="prompts")
+judges.judges_app.command("audit")(audit.judges_audit)
+judges.judges_app.command("calibrate")(calibration.judges_calibrate)
+judges.judges_app.command("distill")(distill.judges_distill)
+judges.judges_app.command("evaluate")(validation.judges_evaluate)
+judges.judges_app.command("import")(validation.judges_import)
+judges.judges_app.command("compare")(validation.judges_compare)
+judges.judges_app.command("show")(validation.judges_show)
+app.add_typer(judges.judges_app, name="judges")
+app.add_typer(scores.scores_app, name="scores")
+app.command("score")(score.score_command)
 app.add_typer(importing.import_app, name="import")
 app.add_typer(labels.labels_app, name="labels")
 app.add_typer(jobs.jobs_app, name="jobs")
-app.command("worker")(jobs.worker_command)
+app.command("worker")(worker.worker_command)
 app.add_typer(train.train_app, name="train")
-app.add_typer(serving.keys_app, name="keys")
-app.command("serve")(serving.serve_command)
+app.add_typer(keys.keys_app, name="keys")
+app.command("serve")(serve.serve_command)
 
 
 def _check_arguments(arguments: list[str]) -> None:

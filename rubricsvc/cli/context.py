@@ -60,6 +60,16 @@ def require_migrated(db: Engine) -> None:
         raise CliExit(f"database {where} {state}: run `rubricsvc db upgrade`")
 
 
+def require_broker() -> str:
+    url = get_settings().broker.url
+    if not url:
+        raise CliExit(
+            "no broker configured: set RUBRICSVC_BROKER_URL (redis://... or amqp://...) "
+            "to score on workers"
+        )
+    return url
+
+
 @contextmanager
 def db_session(migrated: bool = True) -> Iterator[Session]:
     """A session in one transaction for a command; errors become one-line exits."""

@@ -1,12 +1,16 @@
-"""Turning stored objects into tables and JSON for the CLI."""
+"""Turning stored objects into tables and JSON for the CLI, and what the ingest commands
+(``completions add``, ``prompts add``, ``prompts assign``) share: their tag rules and reports."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
+from rubricsvc.assignments import TagRule, load_rule_file, parse_rule
+from rubricsvc.cli.context import console, err_console
 from rubricsvc.models import RubricVersion
 from rubricsvc.rubrics.diff import RubricDiff
 from rubricsvc.rubrics.versions import authored_fields
@@ -125,3 +129,39 @@ def diff_lines(diff: RubricDiff) -> list[str]:
     if diff.empty:
         lines.append("(no differences)")
     return lines
+
+
+ASSIGN_HELP = (
+    "Assign a shared rubric to the prompts with a tag: 'KEY:VALUE -> RUBRIC' "
+    "(e.g. 'scenario:writing_advertisement -> autoj/writing_advertisement'); repeatable."
+)
+RULES_HELP = "A file of such rules, one per line ('#' starts a comment)."
+
+
+def tag_rules(assign: list[str], rules_file: Path | None) -> list[TagRule]:
+    """The rules given on the command line and in the rule file, all checked first."""
+    rules = [parse_rule(text) for text in assign]
+    return rules + (load_rule_file(rules_file) if rules_file is not None else [])
+
+
+def print_warnings(warnings: list[str]) -> None:
+    for warning in warnings:
+        err_console.print(f"[yellow]warning[/yellow]: {warning}", soft_wrap=True)
+
+
+def report_ingest(noun: str, result: Any, rule_report: Any | None) -> None:
+    """What an ingest stored (an ``IngestResult`` or a prompts result), what its tag rules
+    assigned, and its warnings."""
+    console.print(
+        f"{result.added} {noun}(s) added, {result.unchanged} already stored"
+        + (f"; {result.assigned} rubric assignment(s) added" if result.assigned else "")
+    )
+    if rule_report is not None:
+        report_rules(rule_report.assigned, rule_report.unmatched_rules)
+    print_warnings(result.warnings)
+
+
+def report_rules(assigned: int, unmatched: list[str] | None) -> None:
+    console.print(f"{assigned} prompt assignment(s) added by tag rules")
+    for rule in unmatched or []:
+        err_console.print(f"[yellow]warning[/yellow]: rule {rule!r} matched no prompt")
