@@ -178,7 +178,9 @@ class TransformersBackend:
             ]
         torch = self._torch
         prefix = torch.tensor([sequences[0][:prefix_len]])
-        cache = self.lm(input_ids=prefix, use_cache=True).past_key_values
+        # Only the cache is read: the prefix's logits (a vocabulary-sized row per token) are
+        # left uncomputed, as far as the model allows.
+        cache = self.lm(input_ids=prefix, use_cache=True, **self._keep([-1])).past_key_values
         out: list[Any] = []
         for start in range(0, len(sequences), self.batch_size):
             chunk = [s[prefix_len:] for s in sequences[start : start + self.batch_size]]

