@@ -37,7 +37,7 @@ from rubricsvc.models import Completion, CompletionDocument, JudgeConfig, Prompt
 from rubricsvc.prompts import prompt_hash
 from rubricsvc.scoring.jury import BackendFactories, score_judge
 from rubricsvc.scoring.scorer import JudgingTally, ScoredCompletion, ScoreOptions
-from rubricsvc.scoring.selection import Selection
+from rubricsvc.scoring.selection import Selection, usable_versions
 
 DEFAULT_SOURCE = "rewards"
 Messages = list[dict[str, Any]]
@@ -145,11 +145,14 @@ def compute_rewards(
     by_rubric: dict[str | None, list[int]] = {}
     for request, completion_id in zip(requests, completion_ids, strict=True):
         by_rubric.setdefault(request.rubric, []).append(completion_id)
+    ambiguous: dict[int, list[str]] = {}
     for rubric, ids in by_rubric.items():
         selection = Selection(
             completion_ids=tuple(sorted(set(ids))),
             rubric_ref=rubric,
             include_drafts=include_drafts,
+            # Several usable rubrics and none named: refused unjudged, nothing spent on it.
+            one_version_each=True,
         )
         report = score_judge(session, spec, selection, options, backends)
         batch.aggregation = report.aggregation
@@ -158,12 +161,30 @@ def compute_rewards(
             batch.by_completion.setdefault(completion_id, JudgingTally()).add(tally)
         for entry in report.scores:
             scored.setdefault((entry.completion_id, rubric), []).append(entry)
+        left_out = report.without_reasons.get("ambiguous", [])
+        ambiguous.update(_usable_refs(session, left_out, include_drafts))
     batch.results = [
-        reward_result(completion_id, scored.get((completion_id, request.rubric), []))
+        (
+            ambiguous_result(completion_id, ambiguous[completion_id])
+            if request.rubric is None and completion_id in ambiguous
+            else reward_result(completion_id, scored.get((completion_id, request.rubric), []))
+        )
         for request, completion_id in zip(requests, completion_ids, strict=True)
     ]
     _add_prompt_means(session, batch)
     return batch
+
+
+def _usable_refs(
+    session: Session, completion_ids: Sequence[int], include_drafts: bool
+) -> dict[int, list[str]]:
+    """The usable rubric versions (references) of completions left unjudged as ambiguous:
+    for their refusal's message, so only when there are some."""
+    if not completion_ids:
+        return {}
+    rows = list(session.scalars(select(Completion).where(Completion.id.in_(completion_ids))))
+    usable = usable_versions(session, rows, include_drafts)
+    return {row.id: [v.ref for v in versions] for row, versions in zip(rows, usable, strict=True)}
 
 
 def _add_prompt_means(session: Session, batch: RewardBatch) -> None:
@@ -326,13 +347,7 @@ def reward_result(completion_id: int, scores: Sequence[ScoredCompletion]) -> Rew
             reasons=["the prompt has no usable rubric version (approve one, or include drafts)"],
         )
     if len(scores) > 1:
-        names = ", ".join(s.rubric for s in scores)
-        return RewardResult(
-            None,
-            "ambiguous",
-            completion_id=completion_id,
-            reasons=[f"the prompt has {len(scores)} usable rubrics ({names}): pass rubric"],
-        )
+        return ambiguous_result(completion_id, [s.rubric for s in scores])
     entry = scores[0]
     return RewardResult(
         entry.value,
@@ -344,6 +359,19 @@ def reward_result(completion_id: int, scores: Sequence[ScoredCompletion]) -> Rew
         entry.criteria,
         entry.failures,
         getattr(entry, "confidence", None),
+    )
+
+
+def ambiguous_result(completion_id: int, rubrics: Sequence[str]) -> RewardResult:
+    """No reward: the prompt has several usable rubrics (``rubrics``) and the request named
+    none of them."""
+    return RewardResult(
+        None,
+        "ambiguous",
+        completion_id=completion_id,
+        reasons=[
+            f"the prompt has {len(rubrics)} usable rubrics ({', '.join(rubrics)}): pass rubric"
+        ],
     )
 
 

@@ -45,6 +45,10 @@ class Selection:
     # With ``version_ids``: a shared version scores only the completions assigned to its rubric
     # (a job's pinned versions), else every selected completion (a labelled set's rubric).
     shared_by_assignment: bool = False
+    # Rewards: one reward needs one rubric. A completion with more than one usable version
+    # (its prompt's own rubrics and those assigned to it) is not judged at all; it is
+    # returned with the completions without work, and ``without_reasons`` says ``ambiguous``.
+    one_version_each: bool = False
 
     @property
     def narrowed(self) -> bool:
@@ -138,19 +142,31 @@ def select_work(
         )
         return _pair(completions, versions, assigned)
 
+    work = []
+    without = []
+    usable = usable_versions(session, completions, selection.include_drafts)
+    for c, versions in zip(completions, usable, strict=True):
+        if not versions or (selection.one_version_each and len(versions) > 1):
+            without.append(c)
+        else:
+            work += [(c, v) for v in versions]
+    return work, without
+
+
+def usable_versions(
+    session: Session, completions: Sequence[Completion], include_drafts: bool
+) -> list[list[RubricVersion]]:
+    """For each of ``completions``, in order, the newest usable version of each rubric it is
+    scored against: its prompt's own rubrics, then those assigned to it."""
     prompt_ids = {c.prompt_id for c in completions}
     assigned = assigned_rubrics(session, completions)
     rubric_ids = set().union(*assigned.values()) if assigned else set()
-    own, shared = _latest_usable_versions(session, prompt_ids, rubric_ids, selection.include_drafts)
-    work = []
-    without = []
-    for c in completions:
-        versions = list(own.get(c.prompt_id, []))
-        versions += [shared[r] for r in sorted(assigned.get(c.id, ())) if r in shared]
-        work += [(c, v) for v in versions]
-        if not versions:
-            without.append(c)
-    return work, without
+    own, shared = _latest_usable_versions(session, prompt_ids, rubric_ids, include_drafts)
+    return [
+        list(own.get(c.prompt_id, []))
+        + [shared[r] for r in sorted(assigned.get(c.id, ())) if r in shared]
+        for c in completions
+    ]
 
 
 def _with_chosen_version(
@@ -184,7 +200,9 @@ def without_reasons(
 ) -> dict[str, list[int]]:
     """Why these completions have no usable rubric version, completion ids by reason:
     ``no_rubric`` (their prompt has none and none is assigned), ``drafts`` (only draft
-    versions, and drafts are not in use), ``retired`` (only retired versions)."""
+    versions, and drafts are not in use), ``retired`` (only retired versions); and, present
+    only when some are, ``ambiguous`` (more than one usable version: left out by a
+    selection with ``one_version_each``)."""
     reasons: dict[str, list[int]] = {"no_rubric": [], "drafts": [], "retired": []}
     if not completions:
         return reasons
@@ -202,10 +220,13 @@ def without_reasons(
         statuses[rubric_id].add(status)
         if prompt_id is not None:
             of_prompt[prompt_id].add(rubric_id)
+    allowed = {VersionStatus.APPROVED} | ({VersionStatus.DRAFT} if include_drafts else set())
     for c in completions:
         found = of_prompt.get(c.prompt_id, set()) | assigned.get(c.id, set())
         seen = set().union(*(statuses[r] for r in found)) if found else set()
-        if not seen:
+        if sum(1 for r in found if statuses[r] & allowed) > 1:
+            reasons.setdefault("ambiguous", []).append(c.id)
+        elif not seen:
             reasons["no_rubric"].append(c.id)
         elif VersionStatus.DRAFT in seen and not include_drafts:
             reasons["drafts"].append(c.id)

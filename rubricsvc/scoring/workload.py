@@ -101,7 +101,10 @@ def reward_work(
     for rubric, chosen in by_rubric.items():  # scored one rubric at a time, as compute_rewards
         ids = sorted(chosen)
         selection = Selection(
-            completion_ids=tuple(ids), rubric_ref=rubric, include_drafts=include_drafts
+            completion_ids=tuple(ids),
+            rubric_ref=rubric,
+            include_drafts=include_drafts,
+            one_version_each=True,  # as compute_rewards: an ambiguous completion costs nothing
         )
         work, _ = select_work(session, selection, [chosen[i] for i in ids])
         planned = [
