@@ -42,18 +42,44 @@ class Trend:
     answers: int
 
 
-def _slopes(
-    step_of: np.ndarray, orders: np.ndarray, prompt_of: np.ndarray, prompts: int, y: np.ndarray
-) -> np.ndarray:
-    """The within-prompt slope of ``y`` for each row of ``orders`` (the time of each step)."""
-    x = orders[:, step_of]  # (orders, answers)
-    counts = np.bincount(prompt_of, minlength=prompts).astype(float)
-    indicator = np.zeros((len(prompt_of), prompts))
-    indicator[np.arange(len(prompt_of)), prompt_of] = 1.0
-    x_centred = x - (x @ indicator / counts)[:, prompt_of]
-    sxx = np.einsum("ij,ij->i", x_centred, x_centred)
+@dataclass(frozen=True)
+class _Cells:
+    """The answers summed per (prompt, step) cell, cells ordered by prompt: all the slope
+    needs. A step's answers of one prompt share their time in every order of the steps, so
+    the slope is a sum over cells, not answers (a group of rollouts per prompt and step is one
+    cell), and no answers-by-prompts matrix is built."""
+
+    step_of: np.ndarray  # each cell's step (index into the steps)
+    answers: np.ndarray  # answers in each cell
+    y_sums: np.ndarray  # each cell's sum of the scores centred within their prompt
+    prompt_starts: np.ndarray  # where each prompt's cells start
+    prompt_answers: np.ndarray  # answers per prompt
+
+    @classmethod
+    def of(cls, prompt_of: np.ndarray, step_of: np.ndarray, y: np.ndarray, steps: int) -> _Cells:
+        cell = prompt_of * steps + step_of
+        codes, inverse = np.unique(cell, return_inverse=True)  # sorted: by prompt, then step
+        prompts = codes // steps
+        return cls(
+            step_of=codes % steps,
+            answers=np.bincount(inverse).astype(float),
+            y_sums=np.bincount(inverse, weights=y),
+            prompt_starts=np.flatnonzero(np.r_[True, prompts[1:] != prompts[:-1]]),
+            prompt_answers=np.bincount(prompt_of).astype(float)[np.unique(prompts)],
+        )
+
+
+def _slopes(cells: _Cells, orders: np.ndarray) -> np.ndarray:
+    """The within-prompt slope of the scores for each row of ``orders`` (the time of each
+    step): sum of (x - prompt mean of x) * y over answers, over the same sum of squares."""
+    x = orders[:, cells.step_of]  # (orders, cells)
+    weighted = x * cells.answers
+    # y is centred within each prompt, so the prompt means of x drop out of the numerator.
+    sxy = x @ cells.y_sums
+    per_prompt = np.add.reduceat(weighted, cells.prompt_starts, axis=1)
+    sxx = np.einsum("ij,ij->i", weighted, x) - (per_prompt**2 / cells.prompt_answers).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.asarray(x_centred @ y / sxx)
+        return np.asarray(sxy / sxx)
 
 
 def trend(
@@ -76,7 +102,8 @@ def trend(
     counts = np.bincount(prompt_of).astype(float)
     y = scores - (np.bincount(prompt_of, weights=scores) / counts)[prompt_of]
     times = np.array(list(step_index), dtype=float)
-    observed = _slopes(step_of, times[None, :], prompt_of, len(prompt_index), y)[0]
+    cells = _Cells.of(prompt_of, step_of, y, len(times))
+    observed = _slopes(cells, times[None, :])[0]
     if not math.isfinite(observed):
         return None  # no prompt was seen at two steps: nothing varies within a prompt
     if math.factorial(len(times)) <= permutations:
@@ -85,11 +112,11 @@ def trend(
         generator = np.random.default_rng(seed)
         orders = np.array([generator.permutation(times) for _ in range(permutations)])
         orders = np.vstack([times[None, :], orders])  # the observed order is one of them
-    # In slices, so that memory stays bounded however many answers a run has logged.
-    per_slice = max(1, 2_000_000 // len(rows))
+    # In slices, so that memory stays bounded however many cells a run has logged.
+    per_slice = max(1, 2_000_000 // len(cells.answers))
     shuffled = np.concatenate(
         [
-            _slopes(step_of, orders[start : start + per_slice], prompt_of, len(prompt_index), y)
+            _slopes(cells, orders[start : start + per_slice])
             for start in range(0, len(orders), per_slice)
         ]
     )
