@@ -13,7 +13,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rubricsvc.errors import RubricsvcError
-from rubricsvc.scoring.rewards import RewardRequest, RewardResult, reward_result
+from rubricsvc.scoring.rewards import (
+    RewardRequest,
+    RewardResult,
+    ambiguous_result,
+    reward_result,
+)
 from trainer.config import ScorerSettings
 
 if TYPE_CHECKING:
@@ -53,14 +58,45 @@ class CeleryScorer:
         by_rubric: dict[str | None, list[int]] = {}
         for rubric, completion_id in zip(rubrics, ids, strict=True):
             by_rubric.setdefault(rubric, []).append(completion_id)
+        # Several usable rubrics and none named: refused before a job is submitted for it.
+        ambiguous = self._ambiguous(by_rubric.get(None, []))
         scored: dict[tuple[int, str | None], list[Any]] = {}
         for rubric, completion_ids in by_rubric.items():
-            for entry in self._run_job(rubric, completion_ids):
+            wanted = [cid for cid in completion_ids if rubric is not None or cid not in ambiguous]
+            if not wanted:
+                continue
+            for entry in self._run_job(rubric, wanted):
                 scored.setdefault((entry.completion_id, rubric), []).append(entry)
         return [
-            reward_result(cid, scored.get((cid, rubric), []))
+            (
+                ambiguous_result(cid, ambiguous[cid])
+                if rubric is None and cid in ambiguous
+                else reward_result(cid, scored.get((cid, rubric), []))
+            )
             for rubric, cid in zip(rubrics, ids, strict=True)
         ]
+
+    def _ambiguous(self, completion_ids: list[int]) -> dict[int, list[str]]:
+        """Of ``completion_ids``, those whose prompt has several usable rubrics: their
+        versions by reference."""
+        from sqlalchemy import select
+
+        from rubricsvc.db import session_scope
+        from rubricsvc.models import Completion
+        from rubricsvc.scoring.selection import usable_versions
+
+        if not completion_ids:
+            return {}
+        with session_scope(self._engine) as session:
+            rows = list(
+                session.scalars(select(Completion).where(Completion.id.in_(set(completion_ids))))
+            )
+            usable = usable_versions(session, rows, self.settings.include_drafts)
+            return {
+                row.id: [v.ref for v in versions]
+                for row, versions in zip(rows, usable, strict=True)
+                if len(versions) > 1
+            }
 
     def _store(self, requests: Sequence[RewardRequest]) -> list[int]:
         from rubricsvc.db import session_scope

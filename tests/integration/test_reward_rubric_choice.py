@@ -1,7 +1,8 @@
 """A reward is scored against one rubric. A prompt with several usable rubrics, asked for without
 naming one, gets no reward ("ambiguous", naming the rubrics to choose from) and costs the judge
 nothing; naming one of them scores against it alone; the other prompts of the batch are judged
-as usual. The work a request is checked against counts only what will be judged.
+as usual. The work a request is checked against counts only what will be judged, and the
+trainer's Celery scorer submits no job for such a prompt.
 
 The judge is a scripted backend: the test is about which criteria reach it, not its verdicts.
 """
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from rubricsvc import db
 from rubricsvc.backends.scripted import ScriptedBackend
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.judging.types import ChoiceRequest
+from rubricsvc.models import ScoreJob
 from rubricsvc.scoring.rewards import DEFAULT_SOURCE, RewardRequest, compute_rewards
 from rubricsvc.scoring.scorer import ScoreOptions
 from rubricsvc.scoring.workload import reward_work
@@ -82,3 +85,23 @@ def test_a_prompt_with_two_rubrics_is_refused_unjudged_unless_one_is_named(
     assert len(shown) == 1 + 2, shown
     assert not any("skip coffee" in text for text in shown)
     assert planned.judgments == 3
+
+
+def test_the_celery_scorer_refuses_an_ambiguous_prompt_without_submitting_a_job(
+    database_url: str,
+) -> None:
+    """No job is submitted for it, so no broker or worker is needed to get the refusal."""
+    from trainer.celery_scorer import CeleryScorer
+    from trainer.config import ScorerSettings
+
+    approve_rubrics(database_url, FIRST, SECOND, judges=[JUDGE])
+    scorer = CeleryScorer(ScorerSettings(via="celery", judge=JUDGE.name, database_url=database_url))
+    (result,) = scorer.score([RewardRequest("Keep a schedule.", prompt_id="p-two")])
+    assert result.reward is None and result.status == "ambiguous"
+    assert "t/sleep-a@1" in result.reasons[0] and "t/sleep-b@1" in result.reasons[0]
+    engine = db.make_engine(database_url)
+    try:
+        with Session(engine) as session:
+            assert session.scalar(select(func.count()).select_from(ScoreJob)) == 0
+    finally:
+        engine.dispose()
