@@ -77,26 +77,13 @@ class CeleryScorer:
         ]
 
     def _ambiguous(self, completion_ids: list[int]) -> dict[int, list[str]]:
-        """Of ``completion_ids``, those whose prompt has several usable rubrics: their
-        versions by reference."""
-        from sqlalchemy import select
-
         from rubricsvc.db import session_scope
-        from rubricsvc.models import Completion
-        from rubricsvc.scoring.selection import usable_versions
+        from rubricsvc.scoring.rewards import ambiguous_rubrics
 
         if not completion_ids:
             return {}
         with session_scope(self._engine) as session:
-            rows = list(
-                session.scalars(select(Completion).where(Completion.id.in_(set(completion_ids))))
-            )
-            usable = usable_versions(session, rows, self.settings.include_drafts)
-            return {
-                row.id: [v.ref for v in versions]
-                for row, versions in zip(rows, usable, strict=True)
-                if len(versions) > 1
-            }
+            return ambiguous_rubrics(session, completion_ids, self.settings.include_drafts)
 
     def _store(self, requests: Sequence[RewardRequest]) -> list[int]:
         from rubricsvc.db import session_scope

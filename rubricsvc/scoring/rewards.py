@@ -162,7 +162,7 @@ def compute_rewards(
         for entry in report.scores:
             scored.setdefault((entry.completion_id, rubric), []).append(entry)
         left_out = report.without_reasons.get("ambiguous", [])
-        ambiguous.update(_usable_refs(session, left_out, include_drafts))
+        ambiguous.update(ambiguous_rubrics(session, left_out, include_drafts))
     batch.results = [
         (
             ambiguous_result(completion_id, ambiguous[completion_id])
@@ -175,16 +175,20 @@ def compute_rewards(
     return batch
 
 
-def _usable_refs(
+def ambiguous_rubrics(
     session: Session, completion_ids: Sequence[int], include_drafts: bool
 ) -> dict[int, list[str]]:
-    """The usable rubric versions (references) of completions left unjudged as ambiguous:
-    for their refusal's message, so only when there are some."""
+    """Of ``completion_ids``, those with more than one usable rubric version (their prompt's
+    own and those assigned to them): the versions' references, for the refusal's message."""
     if not completion_ids:
         return {}
-    rows = list(session.scalars(select(Completion).where(Completion.id.in_(completion_ids))))
+    rows = list(session.scalars(select(Completion).where(Completion.id.in_(set(completion_ids)))))
     usable = usable_versions(session, rows, include_drafts)
-    return {row.id: [v.ref for v in versions] for row, versions in zip(rows, usable, strict=True)}
+    return {
+        row.id: [v.ref for v in versions]
+        for row, versions in zip(rows, usable, strict=True)
+        if len(versions) > 1
+    }
 
 
 def _add_prompt_means(session: Session, batch: RewardBatch) -> None:
