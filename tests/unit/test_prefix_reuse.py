@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 from benchmarks.bench_judging import prefill_per_judgment
-from rubricsvc.backends.transformers import MIN_REUSED_PREFIX, reused_prefix_length
+from rubricsvc.backends.transformers import (
+    MIN_REUSED_PREFIX,
+    PASS_COST_TOKENS,
+    length_batches,
+    reused_prefix_length,
+)
 from rubricsvc.judging.modes import Call
 from rubricsvc.judging.types import ChoiceRequest
 
@@ -43,6 +49,37 @@ class WordTokenizer:
 def call(text: str, group: str | None) -> Call:
     chat = [{"role": "user", "content": text}]
     return Call(ChoiceRequest(chat, ("Yes", "No"), group=group), ("key",), lambda _: [])
+
+
+# A rubric's criteria after their shared prefix, in tokens (the Auto-J writing rubric).
+SUFFIXES = [82, 54, 71, 77, 66, 72, 53, 52, 58, 52, 61, 48, 49, 41, 64]
+
+
+def _padded(lengths: list[int], batches: list[list[int]]) -> int:
+    return sum(len(b) * max(lengths[i] for i in b) for b in batches)
+
+
+def test_length_batches_hold_every_sequence_once_within_the_size() -> None:
+    for lengths, size in ((SUFFIXES, 16), (SUFFIXES, 4), ([5] * 40, 16), ([9], 16), ([], 16)):
+        batches = length_batches(lengths, size)
+        assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+        assert all(0 < len(b) <= size for b in batches)
+
+
+def test_length_batches_pad_less_than_the_order_given() -> None:
+    batches = length_batches(SUFFIXES, 16)
+    # In the order given, one pass pads every criterion to the longest: 1,230 positions for
+    # 900 tokens. Sorted and split, the padding left is worth less than the passes added.
+    assert _padded(SUFFIXES, [list(range(15))]) == 15 * 82
+    assert _padded(SUFFIXES, batches) + PASS_COST_TOKENS * len(batches) < 15 * 82 + PASS_COST_TOKENS
+    assert _padded(SUFFIXES, batches) < 1.05 * sum(SUFFIXES)
+    # Each batch holds neighbours in length: none is longer than any of the next batch's.
+    widths = [[SUFFIXES[i] for i in b] for b in batches]
+    assert all(min(a) >= max(b) for a, b in pairwise(widths))
+
+
+def test_length_batches_of_equal_lengths_take_the_fewest_passes() -> None:
+    assert [len(b) for b in length_batches([5] * 40, 16)] in ([8, 16, 16], [16, 16, 8], [16, 8, 16])
 
 
 def test_prefill_per_judgment_counts_a_group_prefix_once() -> None:
