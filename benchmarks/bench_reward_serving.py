@@ -21,7 +21,10 @@ each in its own request, all sent at once from one aiohttp client with a connect
 the wall time of the second over the first; the headline is its median over ``--runs`` with
 the smallest and largest. With the fixed-cost judge, whose shapes take a tenth of a second,
 each run is the median of ``--repeats`` (5) of each shape, alternated. Every server gets the
-same warm-up (both shapes, 8 rollouts) first.
+same warm-up (both shapes, 8 rollouts) first. The HTTP floor (``benchmarks/http_floor.py``:
+read the body, parse it, answer) takes its turn with the servers, on the same uvicorn and
+client: what 64 requests cost by themselves, and the ratio that alone would leave on each
+fixed-cost server's one-request time.
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -75,20 +81,46 @@ ANSWER = (
 
 
 @dataclass
-class Server:
-    """One server under test: a judge, and whether it gathers concurrent requests."""
+class Target:
+    """What the client sends to: a server's address, the judge named and the key sent."""
 
     name: str
     judge: str
     items: int
-    variant: Variant
+    port: int
     key: str = ""
     ratios: list[float] = field(default_factory=list)
     seconds: dict[str, list[float]] = field(default_factory=lambda: {"one": [], "many": []})
 
 
+@dataclass
+class Server(Target):
+    """One server under test: a judge, and whether it gathers concurrent requests."""
+
+    variant: Variant | None = None
+
+
+def start_floor(port: int) -> subprocess.Popen[bytes]:
+    """The HTTP floor (``benchmarks.http_floor``) on the uvicorn ``rubricsvc serve`` runs."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "benchmarks.http_floor:app", "--port", str(port),
+         "--log-level", "warning"],
+        cwd=ROOT, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return process
+        except OSError:
+            time.sleep(0.2)
+    stop_server(process)
+    raise SystemExit("the HTTP floor did not start within 60 s")
+
+
 def prepare(server: Server, workdir: Path) -> None:
     variant = server.variant
+    assert variant is not None
     variant.cli("db", "upgrade")
     (workdir / "b8-rubric.yaml").write_text(yaml.safe_dump({"rubrics": [RUBRIC]}))
     variant.cli("rubrics", "add", str(workdir / "b8-rubric.yaml"))
@@ -107,7 +139,7 @@ def rollouts(count: int) -> list[dict[str, Any]]:
     ]
 
 
-async def send(server: Server, batches: list[list[dict[str, Any]]]) -> float:
+async def send(server: Target, batches: list[list[dict[str, Any]]]) -> float:
     """Seconds from sending ``batches`` (one request each, all at once) to the last answer;
     every reward must come back a number. The client is aiohttp's, as OpenRLHF's reward
     client is (64 requests refused at once took 0.6-1.0 s through httpx's asyncio client,
@@ -115,7 +147,7 @@ async def send(server: Server, batches: list[list[dict[str, Any]]]) -> float:
     auth = {"Authorization": f"Bearer {server.key}"}
     connector = aiohttp.TCPConnector(limit=len(batches))
     timeout = aiohttp.ClientTimeout(total=600)
-    base = f"http://127.0.0.1:{server.variant.port}"
+    base = f"http://127.0.0.1:{server.port}"
     async with aiohttp.ClientSession(base, connector=connector, timeout=timeout) as client:
 
         async def one(items: list[dict[str, Any]]) -> None:
@@ -136,7 +168,7 @@ async def send(server: Server, batches: list[list[dict[str, Any]]]) -> float:
         return time.perf_counter() - started
 
 
-def measure(server: Server, count: int, repeats: int = 1) -> tuple[float, float]:
+def measure(server: Target, count: int, repeats: int = 1) -> tuple[float, float]:
     """Seconds for ``count`` new rollouts in one request, then each in its own request: the
     median of ``repeats`` of each, the two shapes alternated."""
     ones, manys = [], []
@@ -144,6 +176,24 @@ def measure(server: Server, count: int, repeats: int = 1) -> tuple[float, float]
         ones.append(asyncio.run(send(server, [rollouts(count)])))
         manys.append(asyncio.run(send(server, [[item] for item in rollouts(count)])))
     return statistics.median(ones), statistics.median(manys)
+
+
+def http_floor(floor: Target, servers: list[Server]) -> dict[str, Any]:
+    """The floor's own figures, and for each server that gathers requests for the fixed-cost
+    judge, the ratio the floor's extra time alone would give on that server's one-request
+    time, run by run: the smallest ratio reachable on this HTTP stack, client and machine."""
+    extra = [m - o for o, m in zip(floor.seconds["one"], floor.seconds["many"], strict=True)]
+    return {
+        "items": floor.items,
+        "one_request_seconds": spread(floor.seconds["one"], 4),
+        "many_requests_seconds": spread(floor.seconds["many"], 4),
+        "extra_seconds": spread(extra, 4),
+        "ratio_left": {
+            s.name: spread([(o + e) / o for o, e in zip(s.seconds["one"], extra, strict=True)])
+            for s in servers
+            if s.judge == "fixed-cost" and s.name.endswith("-gathered")
+        },
+    }
 
 
 def main() -> None:
@@ -168,6 +218,7 @@ def main() -> None:
         drops: list[Callable[[], None]] = []
         processes = []
         servers: list[Server] = []
+        floor = Target("http-floor", "none", args.items, 0)
         try:
             port = args.port
             for database in args.databases.split(","):
@@ -182,24 +233,29 @@ def main() -> None:
                     url, drop = make_database(database, workdir, label)
                     drops.append(drop)
                     variant = Variant(label, ROOT, url, [], port, env)
+                    servers.append(Server(label, judge, items, port, variant=variant))
                     port += 1
-                    servers.append(Server(label, judge, items, variant))
             for server in servers:
                 prepare(server, workdir)
+                assert server.variant is not None
                 processes.append(start_server(server.variant))
                 # The same warm-up for every server: the model loaded, both shapes once.
                 asyncio.run(send(server, [rollouts(8)]))
                 asyncio.run(send(server, [[item] for item in rollouts(8)]))
                 print(f"{server.name}: ready", flush=True)
+            floor.port = port
+            processes.append(start_floor(port))
+            asyncio.run(send(floor, [rollouts(8)]))  # the servers' warm-up
+            asyncio.run(send(floor, [[item] for item in rollouts(8)]))
             for number in range(1, args.runs + 1):
-                for server in servers:
-                    repeats = args.repeats if server.judge == "fixed-cost" else 1
-                    one, many = measure(server, server.items, repeats)
-                    server.seconds["one"].append(one)
-                    server.seconds["many"].append(many)
-                    server.ratios.append(many / one)
-                    print(f"run {number} {server.name:34} one request {one:7.3f} s, "
-                          f"{server.items} requests {many:7.3f} s: {many / one:6.2f}x",
+                for target in [*servers, floor]:
+                    repeats = args.repeats if target.judge != "embedded" else 1
+                    one, many = measure(target, target.items, repeats)
+                    target.seconds["one"].append(one)
+                    target.seconds["many"].append(many)
+                    target.ratios.append(many / one)
+                    print(f"run {number} {target.name:34} one request {one:7.3f} s, "
+                          f"{target.items} requests {many:7.3f} s: {many / one:6.2f}x",
                           flush=True)  # fmt: skip
         finally:
             for process in processes:
@@ -221,6 +277,7 @@ def main() -> None:
             }
             for s in servers
         },
+        "http_floor": http_floor(floor, servers),
         "headlines": {},
     }
     for s in servers:

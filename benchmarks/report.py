@@ -442,6 +442,26 @@ def reward_serving(result: dict[str, Any]) -> list[str]:
             rows,
             labels=3,
         ),
+        *reward_serving_floor(result.get("http_floor")),
+    ]
+
+
+def reward_serving_floor(floor: dict[str, Any] | None) -> list[str]:
+    """B8 (a)'s HTTP floor: what 64 requests cost a server that does nothing."""
+    if floor is None:
+        return []
+    left = "; ".join(
+        f"{name.split('-', 1)[0]} {spread_text(ratio, 'x')}"
+        for name, ratio in floor["ratio_left"].items()
+    )
+    return [
+        "",
+        f"HTTP floor (`benchmarks/http_floor.py`: read the body, parse it, answer, on the same "
+        f"uvicorn and client, measured in the same runs): {floor['items']} requests of one "
+        f"item took {spread_text(floor['many_requests_seconds'], ' s')}, one request of "
+        f"{floor['items']} {spread_text(floor['one_request_seconds'], ' s')}, "
+        f"{spread_text(floor['extra_seconds'], ' s')} more. Added to the fixed-cost servers' "
+        f"one-request times, that alone is a ratio of {left}.",
     ]
 
 
