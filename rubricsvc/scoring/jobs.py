@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import event, func, or_, select, update
+from sqlalchemy import and_, event, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from rubricsvc.batching import batches
@@ -443,13 +443,19 @@ def resume(session: Session, job_id: int) -> Outbox:
 def reap(
     session: Session, heartbeat_timeout: float, requeue_after: float, now: datetime | None = None
 ) -> Outbox:
-    """Chunks to send again: running ones whose heartbeat is stale (now pending again), and
-    pending ones sent longer than ``requeue_after`` ago (their message may be lost). Workers
-    gone for a day are forgotten (``presence.forget_stale``).
+    """Chunks to send again: running ones whose heartbeat is stale (now pending again),
+    pending ones never sent, and pending ones sent longer than ``requeue_after`` ago (their
+    message may be lost) whose judge a live worker serves. Workers gone for a day are
+    forgotten (``presence.forget_stale``).
 
-    A chunk sent twice is harmless: only one delivery can claim it.
+    A chunk sent twice is harmless: only one delivery can claim it. But a judge nobody serves
+    would get every pending chunk again at each pass, a copy per ``requeue_after`` piling up in
+    its queue for as long as no worker comes (a day: 144 copies of each at the default); its
+    chunks wait, their last message in the queue, until a worker of it is live, and are sent
+    again at the first pass after that.
     """
     now = now or utcnow()
+    served = presence.live_judges(session, heartbeat_timeout, now)
     stale = session.scalars(
         update(ScoreChunk)
         .where(
@@ -466,7 +472,14 @@ def reap(
             ScoreChunk.status == ChunkStatus.PENDING,
             or_(
                 ScoreChunk.enqueued_at.is_(None),
-                ScoreChunk.enqueued_at < now - timedelta(seconds=requeue_after),
+                and_(
+                    ScoreChunk.enqueued_at < now - timedelta(seconds=requeue_after),
+                    ScoreChunk.job_id.in_(
+                        select(ScoreJob.id)
+                        .join(JudgeConfig, ScoreJob.judge_config_id == JudgeConfig.id)
+                        .where(JudgeConfig.name.in_(served))
+                    ),
+                ),
             ),
         )
         .values(enqueued_at=now)

@@ -79,6 +79,11 @@ def serving(session: Session, judge: str, timeout: float) -> tuple[int, str | No
     return sum(1 for w in found if w.live), (found[0].seen_at if found else None)
 
 
+def live_judges(session: Session, timeout: float, now: datetime | None = None) -> set[str]:
+    """The judges at least one live worker serves."""
+    return {judge for w in workers(session, timeout, now) if w.live for judge in w.judges}
+
+
 # How long the row of a worker that stopped without leaving (killed, cut off) is listed as
 # lost before the reaper forgets it: long enough to read what happened, not forever (every
 # worker process start is a row of its own).

@@ -24,7 +24,7 @@ from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import ChunkStatus, Judgment, Score, ScoreChunk, ScoreJob, WorkerPresence
 from rubricsvc.models.base import utcnow
-from rubricsvc.scoring import jobs, lifecycle
+from rubricsvc.scoring import jobs, lifecycle, presence
 from rubricsvc.scoring.chunks import ChunkRun, run_chunk
 from rubricsvc.scoring.dispatch import LocalDispatcher
 from rubricsvc.scoring.scorer import ScoreOptions, ScoreReport, score
@@ -225,6 +225,7 @@ def test_the_reaper_gives_back_lost_chunks_and_resends_old_messages(seeded: Engi
             .where(ScoreChunk.id == queued.id)
             .values(enqueued_at=now - timedelta(hours=1))
         )
+        presence.announce(session, "alive:2:y", "host-a", ["fast"])  # a worker serves "fast"
     with session_scope(seeded) as session:
         outbox = jobs.reap(session, heartbeat_timeout=60, requeue_after=600)
     assert outbox == {"fast": [lost.id, queued.id]}
@@ -233,6 +234,49 @@ def test_the_reaper_gives_back_lost_chunks_and_resends_old_messages(seeded: Engi
     assert states[fresh.id] == (ChunkStatus.RUNNING, "alive:2:y")
     with session_scope(seeded) as session:
         assert jobs.reap(session, heartbeat_timeout=60, requeue_after=600) == {}
+
+
+def test_the_reaper_sends_a_judge_nobody_serves_each_chunk_once(seeded: Engine) -> None:
+    """Without a live worker of its judge, a pending chunk's message stays the one in its
+    queue: never-sent chunks are sent, old ones are not sent again at every pass (copies would
+    pile up for as long as no worker comes). They are once a worker of the judge is live."""
+    submit(seeded)
+    never, old, recent, lost = chunks(seeded)
+    now = utcnow()
+    with session_scope(seeded) as session:
+        for chunk, sent in ((never, None), (old, now - timedelta(hours=1)), (recent, now)):
+            session.execute(
+                update(ScoreChunk).where(ScoreChunk.id == chunk.id).values(enqueued_at=sent)
+            )
+        session.execute(
+            update(ScoreChunk)
+            .where(ScoreChunk.id == lost.id)
+            .values(
+                status=ChunkStatus.RUNNING,
+                worker="gone:1:x",
+                heartbeat_at=now - timedelta(minutes=5),
+            )
+        )
+        # A worker of another judge is live, one of "fast" was last seen ten minutes ago.
+        presence.announce(session, "other:3:z", "host-a", ["slow"])
+        presence.announce(session, "gone:1:x", "host-b", ["fast"])
+        session.execute(
+            update(WorkerPresence)
+            .where(WorkerPresence.name == "gone:1:x")
+            .values(seen_at=now - timedelta(minutes=10))
+        )
+    with session_scope(seeded) as session:
+        # The never-sent chunk and the one its worker lost are sent (once); the old one not.
+        assert jobs.reap(session, heartbeat_timeout=60, requeue_after=600) == {
+            "fast": [never.id, lost.id]
+        }
+    with session_scope(seeded) as session:
+        assert jobs.reap(session, heartbeat_timeout=60, requeue_after=600) == {}
+        assert session.get(ScoreChunk, old.id).enqueued_at is not None
+    with session_scope(seeded) as session:
+        presence.announce(session, "back:4:w", "host-b", ["fast"])
+    with session_scope(seeded) as session:
+        assert jobs.reap(session, heartbeat_timeout=60, requeue_after=600) == {"fast": [old.id]}
 
 
 def test_cancel_then_resume(seeded: Engine) -> None:
@@ -449,7 +493,6 @@ def test_versions_approved_mid_job_do_not_change_it(seeded: Engine) -> None:
 def test_a_job_no_live_worker_serves_says_it_waits(seeded: Engine) -> None:
     """Workers record the judges they serve (``presence``); a job sent to workers whose judge
     no live worker serves says so, instead of looking merely pending."""
-    from rubricsvc.scoring import presence
 
     class Broker:  # a dispatcher whose messages outlive this process, as a broker's do
         keeps_messages = True
