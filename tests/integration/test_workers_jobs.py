@@ -15,6 +15,7 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import Engine, func, select, update
+from sqlalchemy.orm import Session
 
 from rubricsvc.backends.base import BackendError, JudgeBackend
 from rubricsvc.backends.scripted import ScriptedBackend
@@ -201,20 +202,25 @@ def test_a_worker_that_lost_its_claim_writes_nothing(seeded: Engine) -> None:
     assert (held.status, held.worker, held.done) == (ChunkStatus.RUNNING, "elsewhere:1:x", 0)
 
 
+def lose_its_worker(session: Session, chunk_id: int) -> None:
+    """The chunk is running on worker ``gone:1:x``, whose heartbeat stopped 5 minutes ago."""
+    session.execute(
+        update(ScoreChunk)
+        .where(ScoreChunk.id == chunk_id)
+        .values(
+            status=ChunkStatus.RUNNING,
+            worker="gone:1:x",
+            heartbeat_at=utcnow() - timedelta(minutes=5),
+        )
+    )
+
+
 def test_the_reaper_gives_back_lost_chunks_and_resends_old_messages(seeded: Engine) -> None:
     submit(seeded)
     lost, queued, fresh, _ = chunks(seeded)
     now = utcnow()
     with session_scope(seeded) as session:
-        session.execute(
-            update(ScoreChunk)
-            .where(ScoreChunk.id == lost.id)
-            .values(
-                status=ChunkStatus.RUNNING,
-                worker="gone:1:x",
-                heartbeat_at=now - timedelta(minutes=5),
-            )
-        )
+        lose_its_worker(session, lost.id)
         session.execute(
             update(ScoreChunk)
             .where(ScoreChunk.id == fresh.id)
@@ -248,15 +254,7 @@ def test_the_reaper_sends_a_judge_nobody_serves_each_chunk_once(seeded: Engine) 
             session.execute(
                 update(ScoreChunk).where(ScoreChunk.id == chunk.id).values(enqueued_at=sent)
             )
-        session.execute(
-            update(ScoreChunk)
-            .where(ScoreChunk.id == lost.id)
-            .values(
-                status=ChunkStatus.RUNNING,
-                worker="gone:1:x",
-                heartbeat_at=now - timedelta(minutes=5),
-            )
-        )
+        lose_its_worker(session, lost.id)
         # A worker of another judge is live, one of "fast" was last seen ten minutes ago.
         presence.announce(session, "other:3:z", "host-a", ["slow"])
         presence.announce(session, "gone:1:x", "host-b", ["fast"])
