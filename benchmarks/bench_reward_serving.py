@@ -97,7 +97,7 @@ class Target:
 class Server(Target):
     """One server under test: a judge, and whether it gathers concurrent requests."""
 
-    variant: Variant | None = None
+    variant: Variant = field(kw_only=True)
 
 
 def start_floor(port: int) -> subprocess.Popen[bytes]:
@@ -120,7 +120,6 @@ def start_floor(port: int) -> subprocess.Popen[bytes]:
 
 def prepare(server: Server, workdir: Path) -> None:
     variant = server.variant
-    assert variant is not None
     variant.cli("db", "upgrade")
     (workdir / "b8-rubric.yaml").write_text(yaml.safe_dump({"rubrics": [RUBRIC]}))
     variant.cli("rubrics", "add", str(workdir / "b8-rubric.yaml"))
@@ -218,7 +217,6 @@ def main() -> None:
         drops: list[Callable[[], None]] = []
         processes = []
         servers: list[Server] = []
-        floor = Target("http-floor", "none", args.items, 0)
         try:
             port = args.port
             for database in args.databases.split(","):
@@ -237,13 +235,12 @@ def main() -> None:
                     port += 1
             for server in servers:
                 prepare(server, workdir)
-                assert server.variant is not None
                 processes.append(start_server(server.variant))
                 # The same warm-up for every server: the model loaded, both shapes once.
                 asyncio.run(send(server, [rollouts(8)]))
                 asyncio.run(send(server, [[item] for item in rollouts(8)]))
                 print(f"{server.name}: ready", flush=True)
-            floor.port = port
+            floor = Target("http-floor", "none", args.items, port)
             processes.append(start_floor(port))
             asyncio.run(send(floor, [rollouts(8)]))  # the servers' warm-up
             asyncio.run(send(floor, [[item] for item in rollouts(8)]))

@@ -110,11 +110,9 @@ class TransformersBackend:
 
         with self._torch.inference_mode():
             singles = [members[0] for members in groups.values() if len(members) == 1]
-            for batch in length_batches([len(encoded[i]) for i in singles], self.batch_size):
-                chunk = [singles[i] for i in batch]
-                rows = self._last_logits_padded([encoded[i] for i in chunk])
-                for index, logits in zip(chunk, rows, strict=True):
-                    results[index] = self._result(requests[index], logits, len(encoded[index]))
+            rows = self._last_logits_each([encoded[i] for i in singles])
+            for index, logits in zip(singles, rows, strict=True):
+                results[index] = self._result(requests[index], logits, len(encoded[index]))
             for members in groups.values():
                 if len(members) > 1:
                     rows = self._last_logits_shared([encoded[i] for i in members])
@@ -147,6 +145,16 @@ class TransformersBackend:
             mask[row, width - len(seq) :] = 1
         return ids, mask
 
+    def _last_logits_each(self, sequences: list[list[int]]) -> list[Any]:
+        """Next-token logits after each sequence, in order: left-padded batches of similar
+        lengths (``length_batches``), no reuse."""
+        out: list[Any] = [None] * len(sequences)
+        for batch in length_batches([len(s) for s in sequences], self.batch_size):
+            rows = self._last_logits_padded([sequences[i] for i in batch])
+            for index, row in zip(batch, rows, strict=True):
+                out[index] = row
+        return out
+
     def _last_logits_padded(self, sequences: list[list[int]]) -> list[Any]:
         """Next-token logits after each sequence: one left-padded batch, no reuse."""
         ids, mask = self._left_padded(sequences)
@@ -170,13 +178,9 @@ class TransformersBackend:
     def _last_logits_shared(self, sequences: list[list[int]]) -> list[Any]:
         """Next-token logits after each sequence, computing their common prefix once."""
         prefix_len = reused_prefix_length(sequences)
-        out: list[Any] = [None] * len(sequences)
         if not prefix_len:
-            for batch in length_batches([len(s) for s in sequences], self.batch_size):
-                rows = self._last_logits_padded([sequences[i] for i in batch])
-                for index, row in zip(batch, rows, strict=True):
-                    out[index] = row
-            return out
+            return self._last_logits_each(sequences)
+        out: list[Any] = [None] * len(sequences)
         torch = self._torch
         prefix = torch.tensor([sequences[0][:prefix_len]])
         # Only the cache is read: the prefix's logits (a vocabulary-sized row per token) are
@@ -295,8 +299,9 @@ def length_batches(lengths: Sequence[int], max_size: int) -> list[list[int]]:
     """Indices of sequences of ``lengths`` in batches of at most ``max_size``, for padded
     forward passes: sorted by length and split where the padding saved is worth another pass.
     A padded position costs a real one (every layer runs on it), and items of one batch are
-    often far apart in length (a rubric's criteria: 40 to 80 tokens), so one pass in fixed
-    order computes a quarter more positions than it needs.
+    often far apart in length (a rubric's criteria after a completion's shared prefix: 40 to 80
+    tokens), so one pass in the order given computes many positions it does not need: 38,454
+    for 27,726 tokens over the Auto-J scenario's 40 completions.
 
     The split is the cheapest one of the sorted order (dynamic programming over where each
     batch ends): a batch costs its size times its longest length, plus ``PASS_COST_TOKENS``."""
