@@ -50,10 +50,13 @@ def check_parameters(request: Request) -> None:
                 raise refused((kind, name), problem)
 
 
-def _is_json(request: Request) -> bool:
-    content_type = request.headers.get("content-type")
+def is_json(content_type: str | bytes | None) -> bool:
+    """Whether a body of this content type is read as JSON (FastAPI reads one without a
+    content type as JSON)."""
     if not content_type:
-        return True  # FastAPI reads a body without a content type as JSON
+        return True
+    if isinstance(content_type, bytes):
+        content_type = content_type.decode("latin-1")
     media = content_type.split(";", 1)[0].strip().lower()
     return media == "application/json" or (
         media.startswith("application/") and media.endswith("+json")
@@ -70,7 +73,7 @@ class CheckedRoute(APIRoute):
 
         async def checked(request: Request) -> Response:
             check_parameters(request)
-            if has_body and _is_json(request):
+            if has_body and is_json(request.headers.get("content-type")):
                 body = await request.body()
                 if body:
                     try:

@@ -17,6 +17,7 @@ require_module("fastapi", "api")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
+from rubricsvc.api import direct  # noqa: E402
 from rubricsvc.db import make_engine, session_scope  # noqa: E402
 from rubricsvc.judging.config import BUILTIN_JUDGES  # noqa: E402
 from rubricsvc.rubrics.schemas import RubricSpec  # noqa: E402
@@ -304,6 +305,53 @@ def test_rewards_are_the_rubric_scores_and_null_without_a_rubric(api: Any) -> No
     assert body["rewards"] == [pytest.approx(1.0), pytest.approx(0.25), None]
     assert [r["status"] for r in body["results"]] == ["ok", "ok", "no_rubric"]
     assert body["results"][0]["rubric"] == "api/blue-sea@1"
+
+
+def test_a_well_formed_reward_request_is_served_in_front_of_fastapi_as_the_route_would(
+    api: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``api.direct`` answers well-formed /v1/rewards requests itself; the route answers the
+    rest (here: a query parameter, a body it refuses). Both answers are the same."""
+    served: list[Any] = []
+    serve = direct.serve_rewards
+
+    async def counted(state: Any, body: Any) -> Any:
+        served.append(body)
+        return await serve(state, body)
+
+    monkeypatch.setattr(direct, "serve_rewards", counted)
+    client, keys = api
+    auth = bearer(keys["score"])
+    body = {
+        "items": [{"prompt_id": SEA, "completion": GOOD}, {"prompt_id": SEA, "completion": "x"}]
+    }
+    directly = client.post("/v1/rewards", json=body, headers=auth)
+    assert directly.status_code == 200, directly.text
+    assert len(served) == 1
+    routed = client.post("/v1/rewards?via=the-route", json=body, headers=auth)
+    assert routed.status_code == 200, routed.text
+    assert len(served) == 1  # the route took it
+    # Check criteria only: nothing judged or cached, so the answers are equal as they are.
+    assert directly.json()["rewards"] == [pytest.approx(1.0), pytest.approx(0.25)]
+    assert directly.json() == routed.json()
+    assert directly.headers["content-type"] == routed.headers["content-type"]
+
+    # A body the route refuses goes on to it: its own 422, naming the field.
+    refused = client.post("/v1/rewards", json={"items": []}, headers=auth)
+    assert refused.status_code == 422
+    assert refused.json()["error"]["field"] == "body.items"
+    # An error raised while serving it directly is answered by the app's handler.
+    unknown = client.post("/v1/rewards", json={"items": [{"prompt_id": "nope", "completion": "x"}]},
+                          headers=auth)  # fmt: skip
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["message"].startswith("item 0:")
+    assert len(served) == 2
+    # Counted by its route's template, as the route's own answers are.
+    metrics = client.get("/metrics", headers=bearer(keys["read"])).text
+    assert 'rubricsvc_http_requests_total{method="POST",route="/v1/rewards",status="200"} 2.0' in (
+        metrics
+    )
+    assert 'route="/v1/rewards",status="404"} 1.0' in metrics
 
 
 def test_an_unknown_prompt_in_a_reward_batch_is_404_naming_the_item(api: Any) -> None:

@@ -119,10 +119,9 @@ def _judge_unavailable(batch: RewardBatch) -> ApiError | None:
     )
 
 
-@router.post("/v1/rewards", response_model=RewardsOut, dependencies=[Depends(require(Scope.SCORE))])
-async def rewards(body: RewardsIn, state: AppState = Depends(app_state)) -> RewardsOut:
-    """One reward (or null) per (prompt, completion) pair, scored against the prompt's rubric."""
-    requests = [
+def reward_requests(body: RewardsIn) -> list[RewardRequest]:
+    """The requests of a ``/v1/rewards`` body, one per item."""
+    return [
         RewardRequest(
             completion=item.completion,
             prompt_id=item.prompt_id,
@@ -145,12 +144,25 @@ async def rewards(body: RewardsIn, state: AppState = Depends(app_state)) -> Rewa
         )
         for item in body.items
     ]
-    batch = await _rewards(state, requests, body.judge, body.mode, body.aggregation, body.min_coverage,
-                     body.include_drafts, body.source)  # fmt: skip
+
+
+async def serve_rewards(state: AppState, body: RewardsIn) -> RewardsOut:
+    """The answer to a ``/v1/rewards`` body: the route's, and ``api.direct``'s for the same
+    route served without FastAPI's per-request layers."""
+    batch = await _rewards(state, reward_requests(body), body.judge, body.mode, body.aggregation,
+                           body.min_coverage, body.include_drafts, body.source)  # fmt: skip
     unavailable = _judge_unavailable(batch)
     if unavailable is not None:
         raise unavailable
     return RewardsOut.model_validate(batch, from_attributes=True)
+
+
+@router.post("/v1/rewards", response_model=RewardsOut, dependencies=[Depends(require(Scope.SCORE))])
+async def rewards(body: RewardsIn, state: AppState = Depends(app_state)) -> RewardsOut:
+    """One reward (or null) per (prompt, completion) pair, scored against the prompt's rubric."""
+    # A well-formed request is served by ``api.direct`` in front of the app, with this
+    # function's answer; this route answers the rest (and describes the route in /docs).
+    return await serve_rewards(state, body)
 
 
 @router.post(
