@@ -115,6 +115,20 @@ def _number_problem(value: float | int) -> str | None:
     return None
 
 
+# Where a value sits, as a chain of (parent, key or index, whether it is a key) made into a
+# ``Where`` only for the value refused: most input is fine, and an API body is checked on
+# every request.
+_Path = tuple[Any, Any, bool] | None
+
+
+def _where(path: _Path) -> Where:
+    parts: list[str | int] = []
+    while path is not None:
+        path, part, is_key = path
+        parts.append(_part(part) if is_key else part)
+    return tuple(reversed(parts))
+
+
 def find_refusal(
     data: Any, *, max_depth: int = MAX_DEPTH, leaf_types: tuple[type, ...] = ()
 ) -> Refusal | None:
@@ -124,40 +138,41 @@ def find_refusal(
     ``leaf_types``, a YAML loader's own tags, left to its reader).
 
     A list or mapping met twice (a YAML alias) is checked once."""
-    stack: list[tuple[Where, Any, int]] = [((), data, 0)]
+    stack: list[tuple[Any, int, _Path]] = [(data, 0, None)]
     seen: set[int] = set()
     while stack:
-        where, value, depth = stack.pop()
+        value, depth, path = stack.pop()
         if isinstance(value, str):
             problem = text_problem(value)
             if problem is not None:
-                return Refusal(where, problem)
+                return Refusal(_where(path), problem)
         elif isinstance(value, bool) or value is None or isinstance(value, leaf_types):
             continue
         elif isinstance(value, int | float):
             problem = _number_problem(value)
             if problem is not None:
-                return Refusal(where, problem)
+                return Refusal(_where(path), problem)
         elif isinstance(value, dict | list | tuple):
             if depth >= max_depth:
                 return Refusal(
-                    where[:_DEPTH_PATH_PARTS],
+                    _where(path)[:_DEPTH_PATH_PARTS],
                     f"holds values nested more than {max_depth} levels deep",
                 )
             if id(value) in seen:
                 continue
             seen.add(id(value))
             if isinstance(value, dict):
-                refusal = _key_refusal(where, value)
+                refusal = _key_refusal(path, value)
                 if refusal is not None:
                     return refusal
-                children = [((*where, _part(k)), v) for k, v in value.items()]
+                stack.extend((v, depth + 1, (path, k, True)) for k, v in reversed(value.items()))
             else:
-                children = [((*where, i), v) for i, v in enumerate(value)]
-            stack.extend((w, v, depth + 1) for w, v in reversed(children))
+                stack.extend(
+                    (value[i], depth + 1, (path, i, False)) for i in range(len(value) - 1, -1, -1)
+                )
         else:
             kind = type(value).__name__
-            return Refusal(where, f"a {kind} value is not JSON data (in YAML, quote it)")
+            return Refusal(_where(path), f"a {kind} value is not JSON data (in YAML, quote it)")
     return None
 
 
@@ -165,19 +180,20 @@ def _part(key: Any) -> str | int:
     return printable(key) if isinstance(key, str) else str(key)
 
 
-def _key_refusal(where: Where, mapping: dict[Any, Any]) -> Refusal | None:
+def _key_refusal(path: _Path, mapping: dict[Any, Any]) -> Refusal | None:
     if isinstance(mapping, RepeatedKeys):
         return Refusal(
-            (*where, printable(mapping.repeated)), "the key is given more than once in one object"
+            (*_where(path), printable(mapping.repeated)),
+            "the key is given more than once in one object",
         )
     for key in mapping:
         if isinstance(key, str):
             problem = text_problem(key)
             if problem is not None:
-                return Refusal((*where, printable(key)), f"the key {problem}")
+                return Refusal((*_where(path), printable(key)), f"the key {problem}")
         elif not isinstance(key, int | float | bool | None):
             return Refusal(
-                where, f"a {type(key).__name__} key is not JSON data (in YAML, quote it)"
+                _where(path), f"a {type(key).__name__} key is not JSON data (in YAML, quote it)"
             )
     return None
 

@@ -72,6 +72,7 @@ class MetricsMiddleware:
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -91,6 +92,20 @@ class MetricsMiddleware:
         finally:
             route: Any = scope.get("route")
             template = getattr(route, "path", None) or "(unmatched)"
-            method = scope.get("method", "")
-            self.metrics.requests.labels(method, template, str(status)).inc()
-            self.metrics.latency.labels(method, template).observe(time.perf_counter() - started)
+            count, latency = self._series(scope.get("method", ""), template, status)
+            count.inc()
+            latency.observe(time.perf_counter() - started)
+
+    def _series(self, method: str, template: str, status: int) -> tuple[Any, Any]:
+        """The request counter's and the latency histogram's series of a request, looked up
+        once per (method, route, status): ``labels()`` checks its arguments and takes a lock
+        each time, a good part of a small request's own time. Bounded as the series are."""
+        key = (method, template, status)
+        series = self._children.get(key)
+        if series is None:
+            series = (
+                self.metrics.requests.labels(method, template, str(status)),
+                self.metrics.latency.labels(method, template),
+            )
+            self._children[key] = series
+        return series
