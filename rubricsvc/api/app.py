@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI
-from fastapi.routing import APIRoute
 from sqlalchemy import Engine
 
 from rubricsvc import __version__, heap
 from rubricsvc.api.auth import KeyGate, UndeclaredRoutes, mark_open, undeclared_routes
-from rubricsvc.api.direct import DirectRewards
+from rubricsvc.api.direct import DirectRoutes, reward_routes
 from rubricsvc.api.errors import install_error_handlers
 from rubricsvc.api.limits import BodySizeLimit
 from rubricsvc.api.logs import install_redaction
@@ -87,8 +85,8 @@ def create_app(
     # A well-formed reward request is served without FastAPI's per-request layers, after the
     # gate admitted its key (rubricsvc.api.direct).
     app.add_middleware(
-        DirectRewards,
-        route=route_of(app, rewards.rewards),
+        DirectRoutes,
+        routes=reward_routes(app),
         state=state,
         exception_handlers=app.exception_handlers,
     )
@@ -104,14 +102,6 @@ def create_app(
     app.add_middleware(BodySizeLimit, max_bytes=settings.api.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     return app
-
-
-def route_of(app: FastAPI, endpoint: Callable[..., Any]) -> APIRoute:
-    """The app's route of ``endpoint``."""
-    for route in app.router.routes:
-        if isinstance(route, APIRoute) and route.endpoint is endpoint:
-            return route
-    raise LookupError(f"no route serves {endpoint.__qualname__}")
 
 
 def create_served_app() -> FastAPI:

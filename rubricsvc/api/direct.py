@@ -1,4 +1,4 @@
-"""``POST /v1/rewards`` served on the event loop without FastAPI's per-request layers.
+"""The reward routes served on the event loop without FastAPI's per-request layers.
 
 RL frameworks send one rollout per request, dozens at once, and concurrent requests are
 judged as one batch (``scoring.coalescing``). The batch waits for the last request of a
@@ -7,22 +7,26 @@ on its way to the batch, and back, adds up. Through FastAPI that way (routing th
 twice, solving dependencies, validating the body and the answer through its fields) was most
 of a one-rollout request's own time (B8, docs/benchmarks.md).
 
-``DirectRewards`` sits behind ``KeyGate`` (which admitted the key and checked its scope) and
-serves a well-formed request of the route itself: the same input policy and schema, the same
-judging and answer (``routes.rewards.serve_rewards``), errors raised there answered by the
-app's own exception handlers. Anything else goes on to the app unchanged, a body it would
-refuse included (replayed as read), so every refusal is the route's own, written in one
-place.
+``DirectRoutes`` sits behind ``KeyGate`` (which admitted the key and checked its scope) and
+serves a well-formed request of ``POST /v1/rewards`` and ``POST /v1/openrlhf/reward``
+itself: the same input policy and models, the same judging and answer (the routes'
+``serve_*`` functions, which the routes call too), errors raised there answered by the app's
+own exception handlers. Anything else goes on to the app unchanged, a request it would
+refuse included (its body replayed as read), so every refusal is the route's own, written in
+one place.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
+from fastapi import FastAPI
 from fastapi.routing import APIRoute
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError, create_model
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match
@@ -30,72 +34,101 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rubricsvc.api.auth import ADMITTED_KEY, KeyRule, rule_of, scope_error
 from rubricsvc.api.boundary import is_json
-from rubricsvc.api.routes.rewards import serve_rewards
-from rubricsvc.api.schemas import RewardsIn, RewardsOut
+from rubricsvc.api.routes import rewards
+from rubricsvc.api.routes.rewards import serve_openrlhf, serve_rewards
+from rubricsvc.api.schemas import OpenRLHFIn, RewardsIn
 from rubricsvc.api.state import AppState
-from rubricsvc.inputpolicy import find_refusal, loads_json
+from rubricsvc.inputpolicy import find_refusal, loads_json, text_problem
 from rubricsvc.models import ApiKey
 
-# The answer as FastAPI writes a response model: JSON straight from pydantic, by alias.
-_ANSWER = TypeAdapter(RewardsOut)
-
 ExceptionHandlers = Mapping[Any, Callable[..., Any]]
+Model = TypeVar("Model", bound=BaseModel)
 
 
-class DirectRewards:
+@dataclass(frozen=True)
+class DirectRoute:
+    """A route served directly: its JSON body read into ``body``, its own query parameters
+    (as its signature declares them) into a model made from them, and answered by ``serve``
+    (``serve(state, body, **query)``, the function the route calls too)."""
+
+    route: APIRoute
+    body: type[BaseModel]
+    serve: Callable[..., Awaitable[BaseModel]]
+    rule: KeyRule = field(init=False)
+    query: type[BaseModel] = field(init=False)
+    answer: TypeAdapter[Any] = field(init=False)  # the route's response model, as FastAPI
+
+    def __post_init__(self) -> None:
+        rule = rule_of(self.route)
+        if not isinstance(rule, KeyRule):
+            raise ValueError(f"{self.route.path} must need a key to be served directly")
+        object.__setattr__(self, "rule", rule)
+        object.__setattr__(self, "query", query_model(self.route))
+        object.__setattr__(self, "answer", TypeAdapter(self.route.response_model))
+
+    def read(self, scope: Scope, body: bytes) -> tuple[BaseModel, dict[str, Any]] | None:
+        """The body and the query as the route would take them, or None where the route
+        should answer (it refuses them, or which value counts is its to say)."""
+        query = parse_query(scope, self.query)
+        parsed = None if query is None else parse_body(body, self.body)
+        if query is None or parsed is None:
+            return None
+        return parsed, dict(query)
+
+
+class DirectRoutes:
     """Pure ASGI, in front of the app and behind the key gate (see the module's docstring)."""
 
     def __init__(
         self,
         app: ASGIApp,
         *,
-        route: APIRoute,
+        routes: Sequence[DirectRoute],
         state: AppState,
         exception_handlers: ExceptionHandlers,
     ) -> None:
         self.app = app
-        self.route = route  # the FastAPI route it serves: its path, its key rule, its label
+        self.routes = routes
         self.state = state
         self.exception_handlers = exception_handlers  # the app's (a live mapping)
-        rule = rule_of(route)
-        if not isinstance(rule, KeyRule):
-            raise ValueError(f"{route.path} must need a key to be served directly")
-        self.rule = rule
 
-    def _serves(self, scope: Scope) -> bool:
-        # Query parameters are the input policy's too (``boundary.check_parameters``): a
-        # request with any is left to the route, which takes none.
-        if scope["type"] != "http" or scope.get("query_string"):
-            return False
-        match, _ = self.route.matches(scope)
-        if match != Match.FULL:
-            return False
+    def _direct(self, scope: Scope) -> DirectRoute | None:
+        if scope["type"] != "http":
+            return None
+        for direct in self.routes:
+            match, _ = direct.route.matches(scope)
+            if match == Match.FULL:
+                break
+        else:
+            return None
         key = scope.get(ADMITTED_KEY)
-        if not isinstance(key, ApiKey) or scope_error(key, self.rule.scope) is not None:
-            return False  # no gate in front: the route's own dependency checks the key
-        return is_json(header(scope, b"content-type"))
+        if not isinstance(key, ApiKey) or scope_error(key, direct.rule.scope) is not None:
+            return None  # no gate in front: the route's own dependency checks the key
+        return direct if is_json(header(scope, b"content-type")) else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not self._serves(scope):
+        direct = self._direct(scope)
+        if direct is None:
             await self.app(scope, receive, send)
             return
         body = await read_body(receive)
         if body is None:
             return  # the client hung up: nobody to answer
-        parsed = parse_rewards(body)
-        if parsed is None:
+        request = direct.read(scope, body)
+        if request is None:
             await self.app(scope, replay(body, receive), send)
             return
-        scope["route"] = self.route  # metrics label the request with its route's template
+        scope["route"] = direct.route  # metrics label the request with its route's template
+        parsed, query = request
         try:
-            answer = await serve_rewards(self.state, parsed)
+            answer = await direct.serve(self.state, parsed, **query)
         except Exception as exc:
             response = await self._error_response(scope, receive, exc)
             if response is None:
                 raise  # as from the route: the server's 500
             await response(scope, receive, send)
             return
-        content = _ANSWER.dump_json(answer, by_alias=True)
+        content = direct.answer.dump_json(answer, by_alias=True)
         await Response(content, media_type="application/json")(scope, receive, send)
 
     async def _error_response(
@@ -116,13 +149,44 @@ class DirectRewards:
         return response
 
 
-def header(scope: Scope, name: bytes) -> bytes | None:
-    """A request header's first value (ASGI servers give names in lower case)."""
-    return next((value for key, value in scope.get("headers", []) if key == name), None)
+def reward_routes(app: FastAPI) -> list[DirectRoute]:
+    """The app's reward routes, served directly."""
+    return [
+        DirectRoute(route_of(app, rewards.rewards), RewardsIn, _serve_rewards),
+        DirectRoute(route_of(app, rewards.openrlhf_reward), OpenRLHFIn, _serve_openrlhf),
+    ]
 
 
-def parse_rewards(body: bytes) -> RewardsIn | None:
-    """The body, as the route would see it, or None where the route would refuse it (and
+def route_of(app: FastAPI, endpoint: Callable[..., Any]) -> APIRoute:
+    """The app's route of ``endpoint``."""
+    for route in app.router.routes:
+        if isinstance(route, APIRoute) and route.endpoint is endpoint:
+            return route
+    raise LookupError(f"no route serves {endpoint.__qualname__}")
+
+
+# Looked up when called, not when the table is made (tests count what was served directly).
+async def _serve_rewards(state: AppState, body: RewardsIn) -> BaseModel:
+    return await serve_rewards(state, body)
+
+
+async def _serve_openrlhf(state: AppState, body: OpenRLHFIn, **query: Any) -> BaseModel:
+    return await serve_openrlhf(state, body, **query)
+
+
+def query_model(route: APIRoute) -> type[BaseModel]:
+    """A model of the route's own query parameters, made from its signature (the same types,
+    defaults and constraints FastAPI validates them with); parameters of its dependencies,
+    such as ``?api_key=``, are theirs."""
+    fields: dict[str, Any] = {
+        param.name: (param.field_info.annotation, param.field_info)
+        for param in route.dependant.query_params
+    }
+    return create_model(f"{route.name}_query", **fields)
+
+
+def parse_body(body: bytes, model: type[Model]) -> Model | None:
+    """The JSON body as the route would see it, or None where the route would refuse it (and
     should say why: its input policy, its schema)."""
     if not body:
         return None
@@ -133,9 +197,29 @@ def parse_rewards(body: bytes) -> RewardsIn | None:
     if find_refusal(data) is not None:
         return None
     try:
-        return RewardsIn.model_validate(data)
+        return model.model_validate(data)
     except ValidationError:
         return None
+
+
+def parse_query(scope: Scope, model: type[Model]) -> Model | None:
+    """The query parameters as ``model``, or None where the route should answer: a name
+    given twice (which value counts is the route's to say), text the input policy refuses
+    (``boundary.check_parameters``), a value the model refuses. Names the model does not know
+    are ignored, as FastAPI does."""
+    items = QueryParams(scope.get("query_string", b"")).multi_items()
+    given = dict(items)
+    if len(given) != len(items) or any(text_problem(value) for value in given.values()):
+        return None
+    try:
+        return model.model_validate(given)
+    except ValidationError:
+        return None
+
+
+def header(scope: Scope, name: bytes) -> bytes | None:
+    """A request header's first value (ASGI servers give names in lower case)."""
+    return next((value for key, value in scope.get("headers", []) if key == name), None)
 
 
 async def read_body(receive: Receive) -> bytes | None:

@@ -311,7 +311,7 @@ def test_a_well_formed_reward_request_is_served_in_front_of_fastapi_as_the_route
     api: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``api.direct`` answers well-formed /v1/rewards requests itself; the route answers the
-    rest (here: a query parameter, a body it refuses). Both answers are the same."""
+    rest (here: a query parameter named twice, a body it refuses). Both answers are the same."""
     served: list[Any] = []
     serve = direct.serve_rewards
 
@@ -328,7 +328,7 @@ def test_a_well_formed_reward_request_is_served_in_front_of_fastapi_as_the_route
     directly = client.post("/v1/rewards", json=body, headers=auth)
     assert directly.status_code == 200, directly.text
     assert len(served) == 1
-    routed = client.post("/v1/rewards?via=the-route", json=body, headers=auth)
+    routed = client.post("/v1/rewards?via=route&via=route", json=body, headers=auth)
     assert routed.status_code == 200, routed.text
     assert len(served) == 1  # the route took it
     # Check criteria only: nothing judged or cached, so the answers are equal as they are.
@@ -352,6 +352,45 @@ def test_a_well_formed_reward_request_is_served_in_front_of_fastapi_as_the_route
         metrics
     )
     assert 'route="/v1/rewards",status="404"} 1.0' in metrics
+
+
+def test_an_openrlhf_request_is_served_in_front_of_fastapi_as_the_route_would(
+    api: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenRLHF's route too: its query parameters read as its signature declares them; a name
+    given twice, or a value refused, leaves the request to the route."""
+    served: list[Any] = []
+    serve = direct.serve_openrlhf
+
+    async def counted(state: Any, body: Any, **query: Any) -> Any:
+        served.append(query)
+        return await serve(state, body, **query)
+
+    monkeypatch.setattr(direct, "serve_openrlhf", counted)
+    client, keys = api
+    prompt = "Write one sentence about the sea."
+    body = {"query": [prompt + GOOD, prompt + "x"], "prompts": [prompt] * 2, "labels": [SEA, None]}
+    path = f"/v1/openrlhf/reward?api_key={keys['score']}&min_coverage=0.5"
+    directly = client.post(path, json=body)
+    assert directly.status_code == 200, directly.text
+    assert served == [
+        {"judge": "embedded", "aggregation": "rar", "min_coverage": 0.5, "masked": None}
+    ]
+    routed = client.post(f"{path}&judge=embedded&judge=embedded", json=body)
+    assert routed.status_code == 200, routed.text
+    assert len(served) == 1  # the route took it
+    assert directly.json()["rewards"] == [pytest.approx(1.0), pytest.approx(0.25)]
+    assert directly.json() == routed.json()
+
+    # Refused by the route's model, as before.
+    refused = client.post(f"{path}&aggregation=nope", json=body)
+    assert refused.status_code == 422
+    assert refused.json()["error"]["field"] == "query.aggregation"
+    # Refused while serving it directly, by the app's handler.
+    masked = client.post(f"{path}&masked=lots", json=body)
+    assert masked.status_code == 422
+    assert masked.json()["error"]["field"] == "query.masked"
+    assert len(served) == 2
 
 
 def test_an_unknown_prompt_in_a_reward_batch_is_404_naming_the_item(api: Any) -> None:

@@ -165,42 +165,29 @@ async def rewards(body: RewardsIn, state: AppState = Depends(app_state)) -> Rewa
     return await serve_rewards(state, body)
 
 
-@router.post(
-    "/v1/openrlhf/reward",
-    response_model=OpenRLHFOut,
-    dependencies=[Depends(require_with_query_key(Scope.SCORE))],
-)
-async def openrlhf_reward(
+async def serve_openrlhf(
+    state: AppState,
     body: OpenRLHFIn,
-    state: AppState = Depends(app_state),
-    judge: str = Query("embedded", min_length=1, description="The judge config to score with."),
-    aggregation: Annotated[AggregationName, Query()] = "rar",
-    min_coverage: float = Query(DEFAULT_MIN_COVERAGE, ge=0, le=1),
-    masked: str | None = Query(
-        None,
-        max_length=40,
-        description="The reward to send for a masked score: 'mean' (the mean of the batch's "
-        "other rewards, so the sample moves nothing under group-normalized advantages) or a "
-        "finite number. OpenRLHF needs a number for every sample. Default: the setting "
-        "RUBRICSVC_SCORING_MASKED_REWARD ('mean').",
-    ),
+    *,
+    judge: str,
+    aggregation: str,
+    min_coverage: float,
+    masked: str | None,
 ) -> OpenRLHFOut:
-    """OpenRLHF's remote reward model contract: ``{"query", "prompts", "labels"}`` in,
-    ``{"rewards", "scores", "extra_logs"}`` out. Each query is the prompt followed by the
-    response; each label is the prompt's external id (``--data.label_key``), else the prompt
-    text is looked up by its hash as one user message."""
+    """The answer to an OpenRLHF request (the route's query parameters as keywords): the
+    route's, and ``api.direct``'s."""
     try:
         policy = state.settings.scoring.masked_reward if masked is None else parse_masked(masked)
     except ValidationFailed as err:
         raise ApiError(422, str(err), "query.masked") from None
     requests = []
-    for index, (query, prompt) in enumerate(zip(body.query, body.prompts, strict=True)):
-        if not query.startswith(prompt):
+    for index, (text, prompt) in enumerate(zip(body.query, body.prompts, strict=True)):
+        if not text.startswith(prompt):
             raise ApiError(
                 422, f"query {index} does not start with its prompt", f"body.query.{index}"
             )
         label = body.labels[index] if body.labels else None
-        response = query[len(prompt) :]
+        response = text[len(prompt) :]
         if label:
             requests.append(RewardRequest(completion=response, prompt_id=label))
         else:
@@ -229,4 +216,34 @@ async def openrlhf_reward(
                 for name in empty_counts()
             },
         },
+    )
+
+
+@router.post(
+    "/v1/openrlhf/reward",
+    response_model=OpenRLHFOut,
+    dependencies=[Depends(require_with_query_key(Scope.SCORE))],
+)
+async def openrlhf_reward(
+    body: OpenRLHFIn,
+    state: AppState = Depends(app_state),
+    judge: str = Query("embedded", min_length=1, description="The judge config to score with."),
+    aggregation: Annotated[AggregationName, Query()] = "rar",
+    min_coverage: float = Query(DEFAULT_MIN_COVERAGE, ge=0, le=1),
+    masked: str | None = Query(
+        None,
+        max_length=40,
+        description="The reward to send for a masked score: 'mean' (the mean of the batch's "
+        "other rewards, so the sample moves nothing under group-normalized advantages) or a "
+        "finite number. OpenRLHF needs a number for every sample. Default: the setting "
+        "RUBRICSVC_SCORING_MASKED_REWARD ('mean').",
+    ),
+) -> OpenRLHFOut:
+    """OpenRLHF's remote reward model contract: ``{"query", "prompts", "labels"}`` in,
+    ``{"rewards", "scores", "extra_logs"}`` out. Each query is the prompt followed by the
+    response; each label is the prompt's external id (``--data.label_key``), else the prompt
+    text is looked up by its hash as one user message."""
+    # Served by ``api.direct`` when well-formed, as ``/v1/rewards`` is.
+    return await serve_openrlhf(
+        state, body, judge=judge, aggregation=aggregation, min_coverage=min_coverage, masked=masked
     )
