@@ -80,6 +80,7 @@ def grpo_arguments(config: TrainConfig, output_dir: Path) -> dict[str, Any]:
     import torch
 
     g = config.grpo
+    on_gpu = torch.cuda.is_available()
     return {
         "output_dir": str(output_dir),
         "beta": g.beta,
@@ -103,8 +104,10 @@ def grpo_arguments(config: TrainConfig, output_dir: Path) -> dict[str, Any]:
         "report_to": [],  # the run directory is the record; no tracker is assumed
         "save_strategy": "no",
         "log_completions": False,  # samples.jsonl keeps them
-        "use_cpu": not torch.cuda.is_available(),
-        "bf16": False,  # the bundled model degenerates in bfloat16 on CPU
+        "use_cpu": not on_gpu,
+        # bfloat16 on a GPU that has it (TRL's default); float32 on CPU, where the bundled
+        # model degenerates in bfloat16 and a CPU without bf16 instructions emulates it.
+        "bf16": on_gpu and torch.cuda.is_bf16_supported(),
         "disable_tqdm": True,
     }
 

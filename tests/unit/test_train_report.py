@@ -11,7 +11,9 @@ import pytest
 
 from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.scoring.rewards import RewardRequest, RewardResult
-from trainer.config import LengthPenalty, ScorerSettings, load_config, parse_override
+from tests.requirements import require_module
+from trainer.config import LengthPenalty, ScorerSettings, TrainConfig, load_config, parse_override
+from trainer.grpo import grpo_arguments
 from trainer.monitors import diverging, slope
 from trainer.recording import RecordingReward
 from trainer.report import compare_runs, group_agreement, read_run, table, write_run_report
@@ -288,3 +290,21 @@ def test_train_report_and_compare_on_the_command_line(tmp_path: Path) -> None:
     assert "missing.yaml" in cli_error(
         "train", str(tmp_path / "missing.yaml"), database_url=database
     )
+
+
+def test_grpo_trains_in_bfloat16_only_on_a_gpu_that_has_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    torch = require_module("torch", "trainer")
+
+    def precision() -> tuple[bool, bool]:
+        arguments = grpo_arguments(TrainConfig(prompts=["p"]), tmp_path)
+        return arguments["use_cpu"], arguments["bf16"]
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert precision() == (True, False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    assert precision() == (False, True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)
+    assert precision() == (False, False)
