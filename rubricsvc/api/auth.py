@@ -35,8 +35,10 @@ from rubricsvc.routeaccess import Open, OpenCheck, declared_open, mark_open
 
 __all__ = ["Open", "OpenCheck", "mark_open"]  # declared in rubricsvc.routeaccess
 
-# Where KeyGate leaves the key it admitted (an ASGI scope extension).
+# Where KeyGate leaves the key it admitted, and the route it admitted it for (ASGI scope
+# extensions).
 ADMITTED_KEY = "rubricsvc.api_key"
+ADMITTED_ROUTE = "rubricsvc.api_route"
 NO_KEY = "an API key is required: send 'Authorization: Bearer <key>'"
 BAD_KEY = "unknown or revoked API key"
 
@@ -210,6 +212,7 @@ class KeyGate:
             await self._refuse(scope, route, send, 403, refused)
             return
         scope[ADMITTED_KEY] = key
+        scope[ADMITTED_ROUTE] = route
         await self.app(scope, receive, send)
 
     async def _refuse(

@@ -29,10 +29,9 @@ from pydantic import BaseModel, TypeAdapter, ValidationError, create_model
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rubricsvc.api.auth import ADMITTED_KEY, KeyRule, rule_of, scope_error
+from rubricsvc.api.auth import ADMITTED_KEY, ADMITTED_ROUTE, KeyRule, rule_of
 from rubricsvc.api.boundary import is_json
 from rubricsvc.api.routes import rewards
 from rubricsvc.api.routes.rewards import serve_openrlhf, serve_rewards
@@ -54,15 +53,13 @@ class DirectRoute:
     route: APIRoute
     body: type[BaseModel]
     serve: Callable[..., Awaitable[BaseModel]]
-    rule: KeyRule = field(init=False)
     query: type[BaseModel] = field(init=False)
     answer: TypeAdapter[Any] = field(init=False)  # the route's response model, as FastAPI
 
     def __post_init__(self) -> None:
-        rule = rule_of(self.route)
-        if not isinstance(rule, KeyRule):
+        # Only requests the gate admitted a key for are served here (``_direct``).
+        if not isinstance(rule_of(self.route), KeyRule):
             raise ValueError(f"{self.route.path} must need a key to be served directly")
-        object.__setattr__(self, "rule", rule)
         object.__setattr__(self, "query", query_model(self.route))
         object.__setattr__(self, "answer", TypeAdapter(self.route.response_model))
 
@@ -88,23 +85,18 @@ class DirectRoutes:
         exception_handlers: ExceptionHandlers,
     ) -> None:
         self.app = app
-        self.routes = routes
+        # By the identity of the FastAPI route (routes compare by path and endpoint, unhashed).
+        self.routes = {id(direct.route): direct for direct in routes}
         self.state = state
         self.exception_handlers = exception_handlers  # the app's (a live mapping)
 
     def _direct(self, scope: Scope) -> DirectRoute | None:
-        if scope["type"] != "http":
+        # The gate found the route and admitted the key for it (its scope checked); without
+        # the gate in front, the route's own dependency checks the key.
+        if not isinstance(scope.get(ADMITTED_KEY), ApiKey):
             return None
-        for direct in self.routes:
-            match, _ = direct.route.matches(scope)
-            if match == Match.FULL:
-                break
-        else:
-            return None
-        key = scope.get(ADMITTED_KEY)
-        if not isinstance(key, ApiKey) or scope_error(key, direct.rule.scope) is not None:
-            return None  # no gate in front: the route's own dependency checks the key
-        return direct if is_json(header(scope, b"content-type")) else None
+        direct = self.routes.get(id(scope.get(ADMITTED_ROUTE)))
+        return direct if direct and is_json(header(scope, b"content-type")) else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         direct = self._direct(scope)
