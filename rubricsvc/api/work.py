@@ -21,8 +21,29 @@ from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.scoring.jobs import JobPlan, plan_job
 from rubricsvc.scoring.judge_configs import find_reward_judge
 from rubricsvc.scoring.rewards import RewardRequest
+from rubricsvc.scoring.scorer import Workload
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.workload import Workload, reward_work
+from rubricsvc.scoring.workload import reward_work
+
+
+def reward_judge(state: AppState, judge: str, mode: str | None) -> JudgeSpec:
+    """The judge of a reward request, once its model (every member's, for a jury) can be kept."""
+    with session_scope(state.engine) as session:
+        spec = find_reward_judge(session, judge, mode)
+        for one in spec.jury_members() or [spec]:  # a jury is judged by each of its members
+            state.judges.check(one)
+    return spec
+
+
+def refuse_reward_work(state: AppState, work: Workload, completions: int) -> None:
+    """413 when a reward request's planned work passes the bound (``api.max_reward_judgments``)."""
+    _refuse_past(
+        work,
+        state.settings.api.max_reward_judgments,
+        f"completions: {completions}",
+        "per reward request; send smaller batches",
+        "body.items",
+    )
 
 
 def check_reward_work(
@@ -34,19 +55,13 @@ def check_reward_work(
     include_drafts: bool,
     source: str,
 ) -> JudgeSpec:
-    """The judge of a reward request, once its model can be kept and its work is in bounds."""
+    """The judge of a reward request, once its model can be kept and its work is in bounds;
+    reads only. (Judging a batch bounds its work as it plans it: ``compute_rewards``'s
+    ``admit`` with ``refuse_reward_work``; this is for a request checked on its own.)"""
+    spec = reward_judge(state, judge, mode)
     with session_scope(state.engine) as session:
-        spec = find_reward_judge(session, judge, mode)
-        for one in spec.jury_members() or [spec]:  # a jury is judged by each of its members
-            state.judges.check(one)
         work = reward_work(session, spec, requests, source=source, include_drafts=include_drafts)
-    _refuse_past(
-        work,
-        state.settings.api.max_reward_judgments,
-        f"completions: {len(requests)}",
-        "per reward request; send smaller batches",
-        "body.items",
-    )
+    refuse_reward_work(state, work, len(requests))
     return spec
 
 

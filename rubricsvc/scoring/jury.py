@@ -30,9 +30,12 @@ from rubricsvc.models import JudgeConfig, ScoreStatus
 from rubricsvc.scoring.judge_configs import ensure_judge_config, member_config
 from rubricsvc.scoring.scorer import (
     JudgingTally,
+    PlannedScore,
     ScoredCompletion,
     ScoreOptions,
     ScoreReport,
+    Workload,
+    plan_score,
     score,
     score_aggregation,
 )
@@ -69,14 +72,35 @@ def score_judge(
     progress: Progress | None = None,
     checkpoint: Callable[[], None] | None = None,
     judge_row: JudgeConfig | None = None,
+    planned: Sequence[PlannedScore] | None = None,
 ) -> ScoreReport:
     """Score with ``spec``: a jury through its members (``score_jury``), any other judge with
-    its own backend (``score``)."""
+    its own backend (``score``). ``planned``: the run as ``plan_judge`` planned it."""
     if spec.jury is not None:
         return score_jury(
-            session, spec, selection, options, backends, progress, checkpoint, judge_row
+            session, spec, selection, options, backends, progress, checkpoint, judge_row, planned
         )
-    return score(session, spec, selection, options, backends(spec), progress, checkpoint, judge_row)
+    run = planned[0] if planned else None
+    factory = backends(spec)
+    return score(session, spec, selection, options, factory, progress, checkpoint, judge_row, run)
+
+
+def plan_judge(session: Session, spec: JudgeSpec, selection: Selection) -> list[PlannedScore]:
+    """What ``score_judge`` would judge for ``selection``, to pass it as ``planned``: one
+    ``plan_score`` per member (and sample) of a jury, else one. Stores new judge configs as
+    scoring would; judges nothing."""
+    if spec.jury is None:
+        return [plan_score(session, spec, selection)]
+    members = spec.jury_members()
+    return [plan_score(session, m, selection, member_config(session, m)) for m in members]
+
+
+def planned_workload(planned: Sequence[PlannedScore]) -> Workload:
+    """The work of a run ``plan_judge`` planned: every member's."""
+    workload = Workload()
+    for member in planned:
+        workload.add(member.workload())
+    return workload
 
 
 def score_jury(
@@ -88,14 +112,22 @@ def score_jury(
     progress: Progress | None = None,
     checkpoint: Callable[[], None] | None = None,
     judge_row: JudgeConfig | None = None,
+    planned: Sequence[PlannedScore] | None = None,
 ) -> ScoreReport:
-    """Score the selection with each of the jury's members, then store the jury's scores."""
+    """Score the selection with each of the jury's members, then store the jury's scores.
+    ``planned``: each member's run as ``plan_judge`` planned it."""
     jury = spec.jury
     if jury is None:
         raise ValidationFailed(f"judge {spec.name!r} is not a jury")
     jury_row = judge_row or ensure_judge_config(session, spec)
     members = spec.jury_members()
-    rows = [member_config(session, member) for member in members]
+    if planned is not None and len(planned) != len(members):
+        raise ValueError(f"{len(planned)} planned runs for a jury of {len(members)}")
+    rows = (
+        [p.judge_row for p in planned]
+        if planned is not None
+        else [member_config(session, member) for member in members]
+    )
     aggregation = jury_aggregation(members, options)
     report = ScoreReport(judge=spec.name, aggregation=aggregation)
     verdicts: list[dict[tuple[int, str], ScoredCompletion]] = []
@@ -109,6 +141,7 @@ def score_jury(
             _offset(progress, report.judgments),
             checkpoint,
             judge_row=row,
+            planned=planned[index] if planned is not None else None,
         )
         if index == 0:
             report.without_rubric = member_report.without_rubric

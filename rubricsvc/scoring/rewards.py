@@ -11,7 +11,7 @@ trainer must have a number for every sample, ``fill_masked`` gives one that move
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import zip_longest
 from typing import Any
@@ -35,8 +35,8 @@ from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.failures import empty_counts
 from rubricsvc.models import Completion, CompletionDocument, JudgeConfig, Prompt, Score
 from rubricsvc.prompts import prompt_hash
-from rubricsvc.scoring.jury import BackendFactories, score_judge
-from rubricsvc.scoring.scorer import JudgingTally, ScoredCompletion, ScoreOptions
+from rubricsvc.scoring.jury import BackendFactories, plan_judge, planned_workload, score_judge
+from rubricsvc.scoring.scorer import JudgingTally, ScoredCompletion, ScoreOptions, Workload
 from rubricsvc.scoring.selection import Selection, usable_versions
 
 DEFAULT_SOURCE = "rewards"
@@ -130,9 +130,12 @@ def compute_rewards(
     *,
     source: str = DEFAULT_SOURCE,
     include_drafts: bool = False,
+    admit: Callable[[Workload], None] | None = None,
 ) -> RewardBatch:
     """Score each pair against its prompt's rubric; raises NotFoundError for an unknown prompt.
-    ``backends``: the process's ``BackendProvider.factory`` (a jury's members have their own)."""
+    ``backends``: the process's ``BackendProvider.factory`` (a jury's members have their own).
+    ``admit``: given the batch's whole work once it is planned, before any judge is called; it
+    raises to refuse the batch (the caller's transaction then keeps nothing of it)."""
     prompts = find_prompts(session, requests)
     completion_ids = store_completions(session, requests, prompts, source)
     batch = RewardBatch(
@@ -146,6 +149,9 @@ def compute_rewards(
     for request, completion_id in zip(requests, completion_ids, strict=True):
         by_rubric.setdefault(request.rubric, []).append(completion_id)
     ambiguous: dict[int, list[str]] = {}
+    # Every rubric's run planned first: the batch's work is known, and bounded by ``admit``,
+    # before anything is judged, and each run is planned once.
+    runs = []
     for rubric, ids in by_rubric.items():
         selection = Selection(
             completion_ids=tuple(sorted(set(ids))),
@@ -154,7 +160,11 @@ def compute_rewards(
             # Several usable rubrics and none named: refused unjudged, nothing spent on it.
             one_version_each=True,
         )
-        report = score_judge(session, spec, selection, options, backends)
+        runs.append((rubric, selection, plan_judge(session, spec, selection)))
+    if admit is not None:
+        admit(planned_workload([member for _, _, planned in runs for member in planned]))
+    for rubric, selection, planned in runs:
+        report = score_judge(session, spec, selection, options, backends, planned=planned)
         batch.aggregation = report.aggregation
         batch.add(report)
         for completion_id, tally in report.by_completion.items():

@@ -159,6 +159,51 @@ class _Unit:
     plan: Plan
 
 
+@dataclass
+class Workload:
+    """Judgments planned (each key once, before the cache) and check criteria computed."""
+
+    judgments: int = 0
+    checks: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.judgments + self.checks
+
+    def add(self, other: Workload) -> None:
+        self.judgments += other.judgments
+        self.checks += other.checks
+
+
+@dataclass(frozen=True)
+class PlannedScore:
+    """A run of ``score`` planned, nothing judged yet: the judge config it records under, one
+    unit per (completion, version), and the selected completions with no usable version.
+    What a caller that must bound a run's work before judging (the reward routes) plans once
+    and hands to ``score``, instead of planning it twice."""
+
+    judge_row: JudgeConfig
+    units: list[_Unit]
+    without: list[Completion]
+
+    def workload(self) -> Workload:
+        """What the run plans: each judgment key once (the members of a compared group plan
+        the same ones), before the cache; each check criterion once per unit."""
+        judgments = sum(len(items) for items in distinct_items(u.plan for u in self.units))
+        checks = sum(1 for u in self.units for c in u.case.criteria if c.check is not None)
+        return Workload(judgments, checks)
+
+
+def plan_score(
+    session: Session, spec: JudgeSpec, selection: Selection, judge_row: JudgeConfig | None = None
+) -> PlannedScore:
+    """What ``score`` would judge for ``selection`` with ``spec``, to pass it as ``planned``;
+    stores the judge config if it is new (as ``score`` does), judges nothing."""
+    judge_row = judge_row or ensure_judge_config(session, spec)
+    units, without = _plan_units(session, spec, judge_row.config_hash, selection)
+    return PlannedScore(judge_row, units, without)
+
+
 def score_aggregation(spec: JudgeSpec, options: ScoreOptions) -> str:
     """The aggregation a run's scores are stored under: the mode's own, else the options'."""
     return get_mode(spec.mode).aggregation or options.aggregation
@@ -173,25 +218,28 @@ def score(
     progress: Callable[[int, int], None] | None = None,
     checkpoint: Callable[[], None] | None = None,
     judge_row: JudgeConfig | None = None,
+    planned: PlannedScore | None = None,
 ) -> ScoreReport:
     """Score the selected completions; see the module docstring for the steps. ``judge_row``:
-    the stored config to record under (a job's), else the one ``spec`` finds or stores."""
+    the stored config to record under (a job's), else the one ``spec`` finds or stores.
+    ``planned``: this run as ``plan_score`` planned it in this transaction (its judge config
+    is the one recorded under), else it is planned here."""
     if spec.jury is not None:  # a panel has no backend of its own: ``scoring.jury`` scores it
         raise ValidationFailed(f"judge {spec.name!r} is a jury: score it with its members")
     mode = get_mode(spec.mode)
     aggregation = score_aggregation(spec, options)
     report = ScoreReport(judge=spec.name, aggregation=aggregation)
-    judge_row = judge_row or ensure_judge_config(session, spec)
-    units, without = _plan_units(session, spec, judge_row.config_hash, selection)
+    run = planned or plan_score(session, spec, selection, judge_row)
+    judge_row, units, without = run.judge_row, run.units, run.without
     report.without_rubric = [c.id for c in without]
     report.without_reasons = without_reasons(session, without, selection.include_drafts)
     # Each judgment once: the members of a compared group plan the same ones.
-    planned = [item.key for items in distinct_items(u.plan for u in units) for item in items]
-    report.judgments = len(planned)
+    keys = [item.key for items in distinct_items(u.plan for u in units) for item in items]
+    report.judgments = len(keys)
 
-    stored = stored_verdicts(session, planned)
+    stored = stored_verdicts(session, keys)
     cached = {k: j for k, j in stored.items() if _settled(j)}
-    report.cached = sum(1 for key in planned if key in cached)
+    report.cached = sum(1 for key in keys if key in cached)
     executor = CallExecutor(backend_factory, spec, mode.calls, spec.prompt_template())
     done = report.cached
     if progress:

@@ -14,7 +14,6 @@ no judge called.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -27,28 +26,13 @@ from rubricsvc.models import Completion, Document
 from rubricsvc.scoring.rewards import RewardRequest, find_prompts, wanted_completions
 from rubricsvc.scoring.scorer import (
     Planned,
+    Workload,
     completion_view,
     distinct_items,
     plan_cases,
     view_of,
 )
 from rubricsvc.scoring.selection import Selection, select_work
-
-
-@dataclass
-class Workload:
-    """Judgments planned (each key once, before the cache) and check criteria computed."""
-
-    judgments: int = 0
-    checks: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.judgments + self.checks
-
-    def add(self, other: Workload) -> None:
-        self.judgments += other.judgments
-        self.checks += other.checks
 
 
 def planned_work(

@@ -308,10 +308,19 @@ def test_pairwise_work_is_counted_as_the_comparisons_it_plans(database_url: str)
     group = JudgeSpec.model_fields["group_size"].default
     planned = (32 // group) * group * (group - 1)
     assert planned == 224
+    judges: list[ScriptedBackend] = []
+
+    def counted(spec: Any) -> ScriptedBackend:
+        judges.append(_scripted(spec))
+        return judges[-1]
+
+    def asked() -> int:
+        return sum(len(judge.requests) for judge in judges)
+
     with api_client(
         database_url,
         rubrics=[JUDGED_RUBRIC],
-        build_backend=_scripted,
+        build_backend=counted,
         max_reward_judgments=planned - 1,
     ) as (client, keys):
         before = _counts(database_url)
@@ -324,11 +333,12 @@ def test_pairwise_work_is_counted_as_the_comparisons_it_plans(database_url: str)
         )
         assert f"at most {planned - 1} per reward request" in message
         assert _counts(database_url) == before
+        assert asked() == 0  # refused before the judge was asked anything
 
         _raise_bound(client, planned)
         response = client.post("/v1/rewards", json=body, headers=bearer(keys["score"]))
         assert response.status_code == 200, response.text
-        assert response.json()["judgments"] == planned
+        assert response.json()["judgments"] == planned == asked()
         # The count is what scoring judged: one stored judgment per planned one.
         assert _judgments(database_url) - before["judgments"] == planned
         assert all(r["reward"] is not None for r in response.json()["results"])

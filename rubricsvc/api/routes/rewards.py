@@ -22,7 +22,7 @@ from rubricsvc.api.deps import app_state, require, require_with_query_key
 from rubricsvc.api.errors import DEFAULT_RETRY_AFTER, ApiError
 from rubricsvc.api.schemas import OpenRLHFIn, OpenRLHFOut, RewardsIn, RewardsOut
 from rubricsvc.api.state import AppState
-from rubricsvc.api.work import check_reward_work
+from rubricsvc.api.work import check_reward_work, refuse_reward_work, reward_judge
 from rubricsvc.apikeys import Scope
 from rubricsvc.db import session_scope
 from rubricsvc.errors import ValidationFailed
@@ -40,6 +40,7 @@ from rubricsvc.scoring.rewards import (
     parse_masked,
     without_end_tokens,
 )
+from rubricsvc.scoring.scorer import Workload
 
 router = APIRouter(tags=["rewards"], route_class=CheckedRoute)
 
@@ -72,10 +73,16 @@ async def _rewards(
         )
 
     def judge_batch(batch_requests: list[RewardRequest], gathered: bool) -> RewardBatch:
-        # A batch's work is checked as a whole (when it fails, each request is checked alone).
-        spec = check(batch_requests)
+        spec = reward_judge(state, judge, mode)
         if gathered and compares(spec):
             raise Ungatherable(f"judge {spec.name!r} compares completions")
+
+        def admit(work: Workload) -> None:
+            # The batch's work bounded as a whole, as planned for judging, before any judge
+            # call; refused, its transaction keeps nothing (when a gathered batch fails,
+            # each request is checked alone: ``check``).
+            refuse_reward_work(state, work, len(batch_requests))
+
         with state.reward_lock(judge), session_scope(state.engine) as session:
             batch = compute_rewards(
                 session,
@@ -85,6 +92,7 @@ async def _rewards(
                 state.judges.factory,
                 source=source,
                 include_drafts=drafts,
+                admit=admit,
             )
         # Counted once per batch judged, however many requests it served.
         state.metrics.count_judgments(spec.name, batch.computed, batch.cached, batch.failed)
