@@ -8,12 +8,16 @@ storing judgments and scores, aggregating. Its inverse is the ceiling of judgmen
 one process can reach whatever the judge: on a GPU whose engine answers one-token verdicts
 faster than that, the platform is the bottleneck.
 
-Two paths, each on ``--rollouts`` new completions of one prompt against a four-criterion
+Three paths, each on ``--rollouts`` new completions of one prompt against a four-criterion
 rubric (criterion-prob, one judgment per criterion), on a fresh SQLite database per process:
 
 - ``score()``: the completions stored beforehand, then scored (the batch path: CLI, jobs);
 - the reward path: ``compute_rewards`` with the rollouts as (prompt id, text) pairs, storing
-  them on the way (what both reward routes run per gathered batch, without HTTP).
+  them on the way;
+- a reward route's batch: what both reward routes run per gathered batch, without HTTP: the
+  batch's work bounded (``api.max_reward_judgments``), then ``compute_rewards``. The baseline's
+  routes planned the batch for the bound, then again to judge it; this checkout's bound the
+  plan they judge (``compute_rewards``'s ``admit``).
 
 "Before" is the code of ``BASELINE_COMMIT`` (the start of the reward-serving work, checked
 out with ``git worktree add``), "now" this checkout; each runs in a process of its own with
@@ -88,7 +92,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
 
-    paths = ("score", "rewards")
+    paths = ("score", "rewards", "route")
     before: dict[str, list[float]] = {p: [] for p in paths}
     now: dict[str, list[float]] = {p: [] for p in paths}
     # This checkout with the interpreter's default collector, as the baseline runs: the code's
@@ -121,7 +125,11 @@ def main() -> None:
                   flush=True)  # fmt: skip
 
     judgments = args.rollouts * CRITERIA
-    labels = {"score": "score()", "rewards": "the reward path (compute_rewards)"}
+    labels = {
+        "score": "score()",
+        "rewards": "the reward path (compute_rewards)",
+        "route": "a reward route's batch (its work bounded, then judged)",
+    }
     result: dict[str, Any] = {
         "baseline_commit": BASELINE_COMMIT,
         "rollouts": args.rollouts,

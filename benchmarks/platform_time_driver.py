@@ -3,7 +3,7 @@
 Run by path by ``bench_platform_time`` with the checkout under test first on ``PYTHONPATH``
 (this folder holds no ``rubricsvc``, so the checkout's is the one imported); it uses only
 what both the baseline commit and this checkout have. Prints one JSON line:
-``{"score_ms": ..., "rewards_ms": ...}``, each the median of ``MEASURED`` runs after one
+``{"score_ms": ..., "rewards_ms": ..., "route_ms": ...}``, each the median of ``MEASURED`` runs after one
 warm-up run of each path, the process's heap then settled as the checkout's server settles
 its own (``settle_heap``).
 
@@ -16,11 +16,13 @@ Usage: ``python benchmarks/platform_time_driver.py DATABASE ROLLOUTS CRITERIA ME
 
 from __future__ import annotations
 
+import inspect
 import json
 import statistics
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import select
 
@@ -32,6 +34,7 @@ from rubricsvc.models import Completion
 from rubricsvc.rubrics.schemas import RubricSpec
 from rubricsvc.scoring.rewards import RewardRequest, compute_rewards
 from rubricsvc.scoring.selection import Selection
+from rubricsvc.scoring.workload import reward_work
 
 try:  # this checkout's module names
     from rubricsvc.backends.base import BackendError
@@ -43,6 +46,7 @@ except ImportError:  # the baseline commit's, from before they were renamed
     from rubricsvc.scoring.service import ScoreOptions, score  # type: ignore[import-not-found,no-redef]
 
 PROMPT = "p-platform"
+WORK_BOUND = 65_536  # ``api.max_reward_judgments``'s default, as the routes bound a batch
 
 
 class Instant:
@@ -143,8 +147,41 @@ def main() -> None:
         assert batch.computed == judgments and None not in batch.rewards
         return elapsed - backend.seconds
 
+    def route_path(tag: str) -> float:
+        """What a reward route runs per batch, without HTTP: the batch's work bounded
+        (``api.max_reward_judgments``), then judged, as the checkout's route does it. A
+        checkout whose ``compute_rewards`` takes ``admit`` bounds the work it plans for
+        judging; one before it planned the batch for the bound first (``reward_work``)."""
+        backend.seconds = 0.0
+        requests = [RewardRequest(completion=t, prompt_id=PROMPT) for t in texts(tag)]
+        bounded: list[int] = []
+
+        def bound(work: Any) -> None:
+            assert work.total <= WORK_BOUND, work
+            bounded.append(work.total)
+
+        started = time.perf_counter()
+        if "admit" in inspect.signature(compute_rewards).parameters:
+            with session_scope(engine) as session:
+                batch = compute_rewards(
+                    session, judge, requests, ScoreOptions(), lambda _: lambda: backend,
+                    admit=bound,
+                )  # fmt: skip
+        else:
+            with session_scope(engine) as session:
+                bound(reward_work(session, judge, requests, source="rewards", include_drafts=False))
+            with session_scope(engine) as session:
+                batch = compute_rewards(
+                    session, judge, requests, ScoreOptions(), lambda _: lambda: backend
+                )
+        elapsed = time.perf_counter() - started
+        assert batch.computed == judgments and None not in batch.rewards
+        assert bounded == [judgments], bounded
+        return elapsed - backend.seconds
+
     score_path("warm-score")
     reward_path("warm-reward")
+    route_path("warm-route")
     if "--default-collector" not in sys.argv[5:]:
         settle_heap()
     result = {
@@ -153,6 +190,9 @@ def main() -> None:
         ),
         "rewards_ms": statistics.median(
             1000 * reward_path(f"r{k}") / judgments for k in range(measured)
+        ),
+        "route_ms": statistics.median(
+            1000 * route_path(f"b{k}") / judgments for k in range(measured)
         ),
     }
     print(json.dumps(result))

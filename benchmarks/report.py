@@ -466,7 +466,11 @@ def reward_serving_floor(floor: dict[str, Any] | None) -> list[str]:
 
 
 def platform_time(result: dict[str, Any]) -> list[str]:
-    labels = {"score": "`score()`", "rewards": "reward path (`compute_rewards`)"}
+    labels = {
+        "score": "`score()`",
+        "rewards": "reward path (`compute_rewards`)",
+        "route": "a reward route's batch (bounded, then judged)",
+    }
     rows = [
         [
             labels[path],
