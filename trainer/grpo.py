@@ -108,6 +108,9 @@ def grpo_arguments(config: TrainConfig, output_dir: Path) -> dict[str, Any]:
         # bfloat16 on a GPU that has it (TRL's default); float32 on CPU, where the bundled
         # model degenerates in bfloat16 and a CPU without bf16 instructions emulates it.
         "bf16": on_gpu and torch.cuda.is_bf16_supported(),
+        # Recomputing activations in the backward pass trades compute for GPU memory (TRL's
+        # default); on CPU, memory is not what runs out, so the recomputation only slows it.
+        "gradient_checkpointing": on_gpu,
         "disable_tqdm": True,
     }
 

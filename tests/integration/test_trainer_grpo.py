@@ -170,7 +170,9 @@ def test_a_masked_score_reaches_trl_as_none_and_is_left_out_of_the_loss(
             report_to=[],
             save_strategy="no",
             use_cpu=True,
-            bf16=False,  # as `rubricsvc train` on CPU (TRL's default is bfloat16)
+            # As `rubricsvc train` on CPU (TRL's defaults are bfloat16 and checkpointing).
+            bf16=False,
+            gradient_checkpointing=False,
             log_completions=True,  # TRL writes each sample's reward and advantage
             num_completions_to_print=0,
             disable_tqdm=True,
@@ -313,7 +315,9 @@ def test_trls_grpo_trainer_with_the_async_reward_over_http_gets_the_apis_rewards
             report_to=[],
             save_strategy="no",
             use_cpu=True,
-            bf16=False,  # as `rubricsvc train` on CPU (TRL's default is bfloat16)
+            # As `rubricsvc train` on CPU (TRL's defaults are bfloat16 and checkpointing).
+            bf16=False,
+            gradient_checkpointing=False,
             disable_tqdm=True,
             seed=0,
         )

@@ -292,19 +292,21 @@ def test_train_report_and_compare_on_the_command_line(tmp_path: Path) -> None:
     )
 
 
-def test_grpo_trains_in_bfloat16_only_on_a_gpu_that_has_it(
+def test_grpo_trains_in_bfloat16_and_checkpoints_gradients_only_on_a_gpu(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """bfloat16 only on a GPU that has it; gradient checkpointing (memory for compute) only
+    on a GPU: on CPU neither pays."""
     torch = require_module("torch", "trainer")
 
-    def precision() -> tuple[bool, bool]:
+    def device() -> tuple[bool, bool, bool]:
         arguments = grpo_arguments(TrainConfig(prompts=["p"]), tmp_path)
-        return arguments["use_cpu"], arguments["bf16"]
+        return arguments["use_cpu"], arguments["bf16"], arguments["gradient_checkpointing"]
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert precision() == (True, False)
+    assert device() == (True, False, False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
-    assert precision() == (False, True)
+    assert device() == (False, True, True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)
-    assert precision() == (False, False)
+    assert device() == (False, False, True)
