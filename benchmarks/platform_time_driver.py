@@ -73,6 +73,16 @@ class Instant:
         pass
 
 
+def route_options() -> ScoreOptions:
+    """The options a reward route of the checkout judges a batch with, as far as they shape its
+    work: its judgments per judge call where it has that setting
+    (``api.reward_chunk_judgments``), else ``ScoreOptions``' default chunk."""
+    from rubricsvc.config import ApiSettings
+
+    chunk = getattr(ApiSettings(), "reward_chunk_judgments", None)
+    return ScoreOptions(chunk_judgments=chunk) if chunk else ScoreOptions()
+
+
 def settle_heap() -> None:
     """The heap as a server process of this checkout has it once started: ``rubricsvc serve``
     settles it (``rubricsvc.heap``) where the checkout has that module; a checkout without
@@ -160,19 +170,19 @@ def main() -> None:
             assert work.total <= WORK_BOUND, work
             bounded.append(work.total)
 
+        options = route_options()
         started = time.perf_counter()
         if "admit" in inspect.signature(compute_rewards).parameters:
             with session_scope(engine) as session:
                 batch = compute_rewards(
-                    session, judge, requests, ScoreOptions(), lambda _: lambda: backend,
-                    admit=bound,
-                )  # fmt: skip
+                    session, judge, requests, options, lambda _: lambda: backend, admit=bound
+                )
         else:
             with session_scope(engine) as session:
                 bound(reward_work(session, judge, requests, source="rewards", include_drafts=False))
             with session_scope(engine) as session:
                 batch = compute_rewards(
-                    session, judge, requests, ScoreOptions(), lambda _: lambda: backend
+                    session, judge, requests, options, lambda _: lambda: backend
                 )
         elapsed = time.perf_counter() - started
         assert batch.computed == judgments and None not in batch.rewards

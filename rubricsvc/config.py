@@ -152,6 +152,11 @@ class ApiSettings(BaseSettings):
     reward_batch_max_wait_ms: float = Field(default=50.0, ge=0, le=10_000)
     # Items in one such batch, at most (more start the next). 1: each request judged alone.
     reward_batch_max_items: int = Field(default=256, gt=0)
+    # Judgments of a reward batch sent to the judge in one call, at most. A reward batch is one
+    # transaction with no checkpoint: smaller calls only leave a GPU engine idle while each
+    # part is stored. The cap bounds what a call holds in memory (the transformers backend
+    # tokenizes a whole call first).
+    reward_chunk_judgments: int = Field(default=4096, gt=0)
     max_generate_prompts: int = Field(default=16, gt=0)
     # Without a broker, score jobs run in the server on this many threads (0: never).
     local_job_threads: int = Field(default=1, ge=0)

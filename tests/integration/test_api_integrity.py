@@ -300,6 +300,33 @@ def _judgments(database_url: str) -> int:
     return _counts(database_url)["judgments"]
 
 
+@pytest.mark.parametrize(("chunk", "calls"), [(None, [300]), (128, [128, 128, 44])])
+def test_a_reward_batch_goes_to_the_judge_in_calls_of_at_most_the_chunk_setting(
+    sqlite_url: str, chunk: int | None, calls: list[int]
+) -> None:
+    """A reward batch has no checkpoint: its judgments go to the judge in one call up to
+    ``reward_chunk_judgments`` (default 4,096), past it in calls of at most that many (whole
+    completions: 2 judgments each here)."""
+    items = [
+        {"prompt_id": "api-judged", "completion": f"Kind words, take {i}."} for i in range(150)
+    ]
+    judges: list[ScriptedBackend] = []
+
+    def counted(spec: Any) -> ScriptedBackend:
+        judges.append(_scripted(spec))
+        return judges[-1]
+
+    settings = {} if chunk is None else {"reward_chunk_judgments": chunk}
+    with api_client(sqlite_url, rubrics=[JUDGED_RUBRIC], build_backend=counted, **settings) as (
+        client,
+        keys,
+    ):
+        response = client.post("/v1/rewards", json={"items": items}, headers=bearer(keys["score"]))
+        assert response.status_code == 200, response.text
+        assert response.json()["computed"] == 300
+    assert [size for judge in judges for size in judge.batch_sizes] == calls
+
+
 def test_pairwise_work_is_counted_as_the_comparisons_it_plans(database_url: str) -> None:
     """32 completions of one prompt, judged pairwise: groups of 8 (the default group_size),
     each ordered pair once, 4 x 8 x 7 = 224 judgments, not one per completion."""

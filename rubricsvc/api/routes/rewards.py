@@ -63,7 +63,10 @@ async def _rewards(
     # without them is one completion, one reward.
     requests = without_end_tokens(requests, state.settings.api.end_tokens)
     options = score_options(
-        state.settings.scoring, aggregation=aggregation, min_coverage=min_coverage
+        state.settings.scoring,
+        aggregation=aggregation,
+        min_coverage=min_coverage,
+        chunk_judgments=state.settings.api.reward_chunk_judgments,
     )
 
     def check(batch_requests: list[RewardRequest]) -> JudgeSpec:
