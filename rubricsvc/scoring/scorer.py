@@ -187,11 +187,15 @@ class PlannedScore:
     without: list[Completion]
 
     def workload(self) -> Workload:
-        """What the run plans: each judgment key once (the members of a compared group plan
-        the same ones), before the cache; each check criterion once per unit."""
-        judgments = sum(len(items) for items in distinct_items(u.plan for u in self.units))
-        checks = sum(1 for u in self.units for c in u.case.criteria if c.check is not None)
-        return Workload(judgments, checks)
+        return work_of([(u.case, u.plan) for u in self.units])
+
+
+def work_of(planned: Sequence[tuple[Case, Plan]]) -> Workload:
+    """The work of planned (case, plan) pairs: each judgment key once (the members of a
+    compared group plan the same ones), before the cache; each check criterion once per case."""
+    judgments = sum(len(items) for items in distinct_items(plan for _, plan in planned))
+    checks = sum(1 for case, _ in planned for c in case.criteria if c.check is not None)
+    return Workload(judgments, checks)
 
 
 def plan_score(

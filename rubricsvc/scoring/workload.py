@@ -28,9 +28,9 @@ from rubricsvc.scoring.scorer import (
     Planned,
     Workload,
     completion_view,
-    distinct_items,
     plan_cases,
     view_of,
+    work_of,
 )
 from rubricsvc.scoring.selection import Selection, select_work
 
@@ -41,9 +41,7 @@ def planned_work(
     """What scoring ``work`` with ``spec`` (a judge, or a jury: each member) plans."""
     workload = Workload()
     for member in spec.jury_members() or [spec]:
-        planned = plan_cases(member, member.config_hash(), work, pairs)
-        workload.judgments += sum(len(new) for new in distinct_items(p for _, p in planned))
-        workload.checks += sum(1 for case, _ in planned for c in case.criteria if c.check)
+        workload.add(work_of(plan_cases(member, member.config_hash(), work, pairs)))
     return workload
 
 
