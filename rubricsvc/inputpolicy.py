@@ -102,9 +102,19 @@ def json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return marked
 
 
+# One decoder for every call: ``json.loads`` given a hook builds a new one each time, which
+# cost an API request body of one rollout 5.3 us to parse instead of 3.3 us.
+_DECODER = json.JSONDecoder(object_pairs_hook=json_object)
+
+
 def loads_json(text: str | bytes) -> Any:
-    """``json.loads`` that keeps the mark of an object repeating a key (see ``find_refusal``)."""
-    return json.loads(text, object_pairs_hook=json_object)
+    """``json.loads`` that keeps the mark of an object repeating a key (see ``find_refusal``);
+    bytes are decoded and a leading byte-order mark refused as ``json.loads`` does."""
+    if isinstance(text, bytes | bytearray):
+        text = text.decode(json.detect_encoding(text), "surrogatepass")
+    elif text.startswith("\ufeff"):
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return _DECODER.decode(text)
 
 
 def _number_problem(value: float | int) -> str | None:

@@ -92,6 +92,29 @@ def test_a_repeated_key_is_refused_naming_it_and_a_single_one_is_not() -> None:
     assert find_refusal(loads_json('{"tags": {"a": 1}, "b": {"a": 1}}')) is None
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": [1, 2.5e3, {"b": null}], "c": "\\u00e9"}',
+        b'{"items": [{"completion": "caf\\xc3\\xa9"}]}',
+        '{"a": 1}'.encode("utf-16"),
+        '{"a": 1}'.encode("utf-32-le"),
+        "\ufeff{}",
+        b'{"a": ',
+        "",
+        b"\xff\xfe",
+    ],
+)
+def test_loads_json_reads_and_refuses_what_json_loads_does(text: str | bytes) -> None:
+    def outcome(load: Callable[[str | bytes], object]) -> object:
+        try:
+            return load(text)
+        except ValueError as err:
+            return (type(err), str(err))
+
+    assert outcome(loads_json) == outcome(json.loads)
+
+
 def test_nesting_is_limited_and_the_field_names_the_start_of_the_path() -> None:
     fine = json.loads("[" * MAX_DEPTH + "]" * MAX_DEPTH)
     assert find_refusal(fine) is None
