@@ -16,6 +16,7 @@ from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from rubricsvc import jsontext
 from rubricsvc.errors import ImmutableError
 from rubricsvc.models import MUTABLE_VERSION_COLUMNS, Criterion, JudgeConfig, RubricVersion
 
@@ -36,13 +37,14 @@ def make_engine(url: str, echo: bool = False) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, echo=echo)
+        # JSON columns are written as json.dumps writes them, by an encoder built once.
+        engine = create_engine(url, echo=echo, json_serializer=jsontext.dumps)
         event.listen(engine, "connect", _enable_sqlite_foreign_keys)
         return engine
     if parsed.drivername == "postgresql":
         # psycopg 3 is the driver we install; plain postgresql:// would look for psycopg2.
         url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
-    return create_engine(url, echo=echo, pool_pre_ping=True)
+    return create_engine(url, echo=echo, pool_pre_ping=True, json_serializer=jsontext.dumps)
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
 
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.inputpolicy import describe_refusal, find_refusal
+from rubricsvc.jsontext import make_encoder
 
-# One encoder for every call: ``json.dumps`` with these options builds a new one each time,
-# which is a third of hashing a judgment's cache key. Same output.
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+# Built once (``jsontext``): ``json.dumps`` with these options builds its encoder on every
+# call, which was most of hashing a judgment's cache key. Same output.
+_CANONICAL = make_encoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def canonical_json(value: Any) -> str:
-    return _CANONICAL.encode(value)
+    return _CANONICAL(value)
 
 
 def content_hash(value: Any) -> str:

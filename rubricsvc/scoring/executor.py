@@ -10,13 +10,13 @@ who caused it decides whether a score masks it or charges it to the response.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rubricsvc import jsontext
 from rubricsvc.backends.base import BackendCrash, BackendError, JudgeBackend
 from rubricsvc.backends.retry import Backoff
 from rubricsvc.judging.config import JudgeSpec
@@ -268,7 +268,7 @@ class CallExecutor:
         if isinstance(response, BackendError):
             cls = classify_backend_error(response)
             return _Failure(str(response), response.retryable, cls, error=response)
-        raw = response.text if isinstance(response, Generation) else json.dumps(response.probs)
+        raw = response.text if isinstance(response, Generation) else jsontext.dumps(response.probs)
         try:
             verdicts = call.parse(response)
         except VerdictParseError as err:
