@@ -69,6 +69,7 @@ class _Gathering:
     items: int = 0
     full: asyncio.Event = field(default_factory=asyncio.Event)
     judged: asyncio.Task[None] | None = None
+    last_arrival: float = 0.0  # the event loop's time when the latest entry joined
 
 
 class RewardCoalescer:
@@ -93,18 +94,16 @@ class RewardCoalescer:
         """Wait while requests keep arriving: until none has for ``window`` seconds, the
         gathering is full, or ``max_wait`` seconds have passed. A lone request waits only
         ``window``; a burst (64 rollouts finishing together, each request parsed in turn) is
-        gathered whole."""
+        gathered whole, and judged ``window`` after its last request joined (waiting out
+        whole windows instead closed it up to two windows after)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.max_wait
         while not gathering.full.is_set():
-            seen = gathering.items
-            wait = min(self.window, deadline - loop.time())
+            wait = min(gathering.last_arrival + self.window, deadline) - loop.time()
             if wait <= 0:
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(gathering.full.wait(), wait)
-            if gathering.items == seen:
-                return
 
     @property
     def enabled(self) -> bool:
@@ -133,6 +132,7 @@ class RewardCoalescer:
             gathering.judged = loop.create_task(self._lead(key, gathering, run, check))
         gathering.entries.append(entry)
         gathering.items += len(requests)
+        gathering.last_arrival = loop.time()
         if gathering.items >= self.max_items:
             gathering.full.set()
         assert gathering.judged is not None

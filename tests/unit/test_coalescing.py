@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -209,6 +210,35 @@ def test_a_burst_that_trickles_in_is_gathered_whole() -> None:
     assert judge.batches == [[f"t{index}" for index in range(10)]]
     with pytest.raises(ValueError, match="window <= max_wait"):
         RewardCoalescer(window=0.05, max_items=8, max_wait=0.01)
+
+
+def test_a_gathering_is_judged_one_window_after_its_last_request() -> None:
+    """Not at the end of the window its last request arrived in: with a 0.2 s window and
+    requests at 0 s and 0.12 s, the batch starts at 0.32 s (waiting out whole windows, it
+    started at 0.4 s)."""
+    judge = Judge(step=0.0)
+    coalescer = RewardCoalescer(window=0.2, max_items=64, max_wait=5.0)
+    started: list[float] = []
+
+    def judged(requests: list[RewardRequest], gathered: bool) -> RewardBatch:
+        started.append(time.monotonic())
+        return judge(requests, gathered)
+
+    async def two() -> float:
+        first = asyncio.ensure_future(
+            coalescer.submit("kind", [RewardRequest("a", prompt_id="p")], judged, judge.check)
+        )
+        await asyncio.sleep(0.12)
+        last = time.monotonic()
+        await coalescer.submit("kind", [RewardRequest("b", prompt_id="p")], judged, judge.check)
+        await first
+        return last
+
+    last = asyncio.run(two())
+    assert judge.batches == [["a", "b"]]
+    # One window after the last request, with room for a busy machine's scheduling; waiting
+    # out whole windows would have taken 0.28 s.
+    assert 0.19 <= started[0] - last < 0.26
 
 
 def test_a_masked_reward_takes_the_mean_of_its_own_prompt_first() -> None:
