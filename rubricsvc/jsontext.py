@@ -37,22 +37,11 @@ def make_encoder(
     strings = (
         stdlib_encoder.encode_basestring_ascii if ensure_ascii else stdlib_encoder.encode_basestring
     )
-    try:
-        # The arguments ``JSONEncoder.iterencode`` builds it with: markers (None: no circular
-        # check), default, string encoder, indent, separators, sort_keys, skipkeys, allow_nan.
-        encode = build(
-            None,
-            python.default,
-            strings,
-            None,
-            key_separator,
-            item_separator,
-            sort_keys,
-            False,
-            True,
-        )
-    except TypeError:  # another interpreter version's signature: the plain path, same text
-        return python.encode
+    # The arguments ``JSONEncoder.iterencode`` builds it with: markers (None: no circular
+    # check), default, string encoder, indent, separators, sort_keys, skipkeys, allow_nan.
+    encode = build(
+        None, python.default, strings, None, key_separator, item_separator, sort_keys, False, True
+    )
 
     def dumps(value: Any) -> str:
         return "".join(encode(value, 0))

@@ -51,3 +51,16 @@ def test_what_json_cannot_encode_is_refused_as_json_dumps_refuses_it() -> None:
     looped.append(looped)
     with pytest.raises(RecursionError):  # no circular check: see the module's docstring
         jsontext.dumps(looped)
+
+
+def test_without_the_c_encoder_it_falls_back_to_the_same_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An interpreter without json's C accelerator gets the stdlib's Python encoder."""
+    monkeypatch.setattr(jsontext.stdlib_encoder, "c_make_encoder", None)
+    dumps = jsontext.make_encoder()
+    canonical = jsontext.make_encoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    for value in VALUES[:8]:  # the last one's keys cannot be sorted
+        assert dumps(value) == json.dumps(value)
+        expected = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        assert canonical(value) == expected
