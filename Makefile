@@ -63,9 +63,9 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	@touch $@
 
 # The package's own bytecode too (an editable install leaves it to the first import, which
-# writes none where PYTHONDONTWRITEBYTECODE is set): each `rubricsvc` process, and the suite
-# starts a few hundred, then skips 0.2-0.3 s of compiling (`rubricsvc --help`: 1.25-1.44 s of
-# CPU -> 1.10-1.26 s). Only modules changed since are compiled again.
+# writes none where PYTHONDONTWRITEBYTECODE is set): each `rubricsvc` process (the CLI, server
+# and worker tests start them by the dozen) then skips 0.2-0.3 s of compiling (`rubricsvc
+# --help`: 1.25-1.44 s of CPU -> 1.10-1.26 s). Only modules changed since are compiled again.
 setup: $(STAMP)
 	@$(BIN)/python -m compileall -q -j 0 rubricsvc
 	@echo "==> Preparing the embedded judge model"
