@@ -39,8 +39,7 @@ $(BIN)/python:
 	@echo "==> Creating the virtual environment $(VENV)"
 	$(PYTHON) -m venv $(VENV)
 
-# Installed again when the extras or these install steps change (about 15 s when nothing is new).
-$(STAMP): pyproject.toml Makefile | $(BIN)/python
+$(STAMP): pyproject.toml | $(BIN)/python
 	@# uv resolves and installs what pip would (the same versions), downloading in parallel:
 	@# seconds where pip takes minutes. It is given the sources pip is configured with (a
 	@# folder holding a local torch wheel, extra indexes), which it does not read itself.
