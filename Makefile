@@ -66,7 +66,14 @@ $(STAMP): pyproject.toml | $(BIN)/python
 # writes none where PYTHONDONTWRITEBYTECODE is set): each `rubricsvc` process (the CLI, server
 # and worker tests start them by the dozen) then skips 0.2-0.3 s of compiling (`rubricsvc
 # --help`: 1.25-1.44 s of CPU -> 1.10-1.26 s). Only modules changed since are compiled again.
+# A .venv installed before its packages were compiled (uv compiles only what it installs) is
+# compiled once here, found by a package without bytecode. Some packages ship files that are
+# not Python 3 (templates, examples): compileall reports them and fails, uv skips them alike.
 setup: $(STAMP)
+	@site=$$($(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"); \
+	if [ ! -d "$$site/sqlalchemy/__pycache__" ]; then \
+	  echo "==> Compiling the installed packages' bytecode (once; about a minute)"; \
+	  $(BIN)/python -m compileall -q -j 0 "$$site" > /dev/null || true; fi
 	@$(BIN)/python -m compileall -q -j 0 rubricsvc
 	@echo "==> Preparing the embedded judge model"
 	@$(BIN)/rubricsvc models prepare
