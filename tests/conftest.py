@@ -30,6 +30,13 @@ from tests.requirements import (  # noqa: F401 - IN_CI is imported from here too
     uses,
 )
 
+# vLLM compiles two sampler helpers with torch.compile (the ranks of logprobs, sampling with a
+# temperature): on CPU, gcc builds their kernels and a 150 MB precompiled header on a machine's
+# first run, which every CI run is. Nothing here is about torch.compile, and they run alike
+# eagerly: the backend contract tests with a fresh compile cache took 240 s and 230 CPU-s,
+# 191 s and 185 CPU-s without it. Set before torch is imported; the servers inherit it.
+os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Several test processes share the machine's cores: one torch thread each (set before
     # torch is imported; the commands and servers a test starts inherit it). On a busy
