@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from rubricsvc import jsontext
-from rubricsvc.errors import ImmutableError, RubricsvcError
+from rubricsvc.errors import ImmutableError
 from rubricsvc.models import MUTABLE_VERSION_COLUMNS, Criterion, JudgeConfig, RubricVersion
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
@@ -122,28 +123,19 @@ def downgrade(url: str, revision: str = "base") -> None:
     command.downgrade(alembic_config(url), revision)
 
 
-# The newest migration. Every CLI command that opens the database checks its revision against
-# this, and Alembic's own readers cost a CLI command 0.16 s of imports (of about 1.2 s): so the
-# head is written here and the revision read with one query. A test compares both with
-# Alembic's reading; a new migration updates this line.
-HEAD_REVISION = "0013"
-VERSION_TABLE = "alembic_version"  # Alembic's default, which migrations/env.py keeps
-
-
 def current_revision(engine: Engine) -> str | None:
-    """The migration the database is at (Alembic's version table), None before the first."""
+    from alembic.runtime.migration import MigrationContext
+
     with engine.connect() as conn:
-        if not inspect(conn).has_table(VERSION_TABLE):
-            return None
-        revisions = list(conn.scalars(text(f"SELECT version_num FROM {VERSION_TABLE}")))
-    if len(revisions) > 1:  # as Alembic refuses it: this package's migrations have one head
-        raise RubricsvcError(f"the database's {VERSION_TABLE} holds several revisions: {revisions}")
-    return revisions[0] if revisions else None
+        return MigrationContext.configure(conn).get_current_revision()
 
 
-def head_revision() -> str:
-    """The newest migration of this package."""
-    return HEAD_REVISION
+@lru_cache(maxsize=1)
+def head_revision() -> str | None:
+    """The newest migration (read once: parsing the scripts costs ~15 ms, and /healthz asks)."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
 
 
 def insert_for(session: Session, model: type[Any]) -> Any:
