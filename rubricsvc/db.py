@@ -22,6 +22,27 @@ from rubricsvc.models import MUTABLE_VERSION_COLUMNS, Criterion, JudgeConfig, Ru
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
+# PostgreSQL's side of each session probes a client that has gone quiet and ends the session
+# when it stops answering. A worker host cut off inside a transaction (a chunk's checkpoint
+# holds the chunk's row lock until it commits) otherwise leaves that session, and its locks,
+# to the kernel's defaults: two hours before the first probe. Until then the reaper's
+# reclaim of that chunk waits on the lock and the job hangs. With these, the session ends
+# about 4 + 3 x 1 = 7 s after its client fell silent (a live client's kernel answers the
+# probes, however long its transaction), and unacknowledged sends give up after 10 s.
+POSTGRES_DEAD_CLIENT_SETTINGS = {
+    "tcp_keepalives_idle": "4",
+    "tcp_keepalives_interval": "1",
+    "tcp_keepalives_count": "3",
+    "tcp_user_timeout": "10000",
+}
+# Set on each new connection, and only where nobody else set them: not the server's
+# configuration, not a URL's own ``options``. Not as startup ``options`` ourselves: PgBouncer
+# refuses a connection whose options name settings it does not track (these).
+_SET_UNSET = (
+    "SELECT set_config(name, wanted.value, false) FROM pg_settings"
+    " JOIN (VALUES {rows}) AS wanted (name, value) USING (name) WHERE source = 'default'"
+).format(rows=", ".join(f"('{k}', '{v}')" for k, v in POSTGRES_DEAD_CLIENT_SETTINGS.items()))
+
 
 def _enable_sqlite_foreign_keys(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
@@ -29,6 +50,12 @@ def _enable_sqlite_foreign_keys(dbapi_connection: Any, _record: Any) -> None:
     # WAL lets readers (a progress query) run beside a writer (the scoring loop).
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.close()
+
+
+def _probe_silent_clients(dbapi_connection: Any, _record: Any) -> None:
+    with dbapi_connection.cursor() as cursor:
+        cursor.execute(_SET_UNSET)
+    dbapi_connection.commit()  # session settings made in a transaction end with it otherwise
 
 
 def make_engine(url: str, echo: bool = False) -> Engine:
@@ -44,7 +71,10 @@ def make_engine(url: str, echo: bool = False) -> Engine:
     if parsed.drivername == "postgresql":
         # psycopg 3 is the driver we install; plain postgresql:// would look for psycopg2.
         url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
-    return create_engine(url, echo=echo, pool_pre_ping=True, json_serializer=jsontext.dumps)
+    engine = create_engine(url, echo=echo, pool_pre_ping=True, json_serializer=jsontext.dumps)
+    if parsed.get_backend_name() == "postgresql":
+        event.listen(engine, "connect", _probe_silent_clients)
+    return engine
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from rubricsvc import db
 from rubricsvc.apikeys import create_key
@@ -355,3 +355,46 @@ def test_a_job_split_over_two_worker_hosts_takes_half_the_time(
             assert split.ratio <= 0.6
         finally:
             cluster.stop()
+
+
+# A worker's transaction on a worker host: the row locked, then the host cut off before the
+# commit (as a chunk's checkpoint holds its chunk's row).
+HOLD_A_ROW_LOCK = """
+import sys, time
+from sqlalchemy import text
+from rubricsvc import db
+connection = db.make_engine(sys.argv[1]).connect()
+connection.execute(text("SELECT id FROM lock_probe WHERE id = 1 FOR UPDATE"))
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_transaction_cut_off_with_its_host_releases_its_row_locks(
+    network: Network, tmp_path: Path
+) -> None:
+    """PostgreSQL ends the session of a client that stopped answering (``db.make_engine``'s
+    keepalive settings: about 7 s), so the row lock it held is released and a reclaim that
+    waited on it goes on. Without them, the lock stays until the kernel gives up on the
+    connection, hours later: here the waiting update fails at its 60 s lock timeout."""
+    with data_host(network) as (_, postgres, _redis):
+        engine = db.make_engine(postgres.url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(text("CREATE TABLE lock_probe (id integer PRIMARY KEY)"))
+                conn.execute(text("INSERT INTO lock_probe VALUES (1)"))
+            host = network.add_host("wa")
+            log = tmp_path / "holder.log"
+            host.start([sys.executable, "-c", HOLD_A_ROW_LOCK, postgres.url], log)
+            wait_for(lambda: "locked" in log.read_text(), 60, "the row locked on host A", 0.1)
+            host.cut()
+            cut_at = time.monotonic()
+            with engine.connect() as conn:
+                conn.execute(text("SET lock_timeout = '60s'"))
+                conn.execute(text("UPDATE lock_probe SET id = 1 WHERE id = 1"))
+                conn.commit()
+            waited = time.monotonic() - cut_at
+            # 4 s of silence, then three probes 1 s apart; room for a busy machine.
+            assert waited < 20, f"the lock was released {waited:.1f} s after the cut"
+        finally:
+            engine.dispose()
