@@ -37,9 +37,10 @@ POSTGRES_DEAD_CLIENT_SETTINGS = {
     "tcp_keepalives_count": "3",
     "tcp_user_timeout": "10000",
 }
-# Set on each new connection, and only where nobody else set them: not the server's
-# configuration, not a URL's own ``options``. Not as startup ``options`` ourselves: PgBouncer
-# refuses a connection whose options name settings it does not track (these).
+# Set on each new connection, and only where nothing else set them (``pg_settings.source`` is
+# 'default'): the server's configuration, ALTER DATABASE/ROLE ... SET and a URL's own
+# ``options`` win. Not as startup ``options`` ourselves: PgBouncer refuses a connection whose
+# options name settings it does not track (these).
 _SET_UNSET = (
     "SELECT set_config(name, wanted.value, false) FROM pg_settings"
     " JOIN (VALUES {rows}) AS wanted (name, value) USING (name) WHERE source = 'default'"

@@ -385,8 +385,14 @@ def test_a_transaction_cut_off_with_its_host_releases_its_row_locks(
                 conn.execute(text("INSERT INTO lock_probe VALUES (1)"))
             host = network.add_host("wa")
             log = tmp_path / "holder.log"
-            host.start([sys.executable, "-c", HOLD_A_ROW_LOCK, postgres.url], log)
-            wait_for(lambda: "locked" in log.read_text(), 60, "the row locked on host A", 0.1)
+            holder = host.start([sys.executable, "-c", HOLD_A_ROW_LOCK, postgres.url], log)
+
+            def locked() -> bool:
+                if holder.poll() is not None:  # say why, not 60 s later
+                    raise AssertionError(f"the lock holder exited:\n{log.read_text()[-2000:]}")
+                return "locked" in log.read_text()
+
+            wait_for(locked, 60, "the row locked on host A", 0.1)
             host.cut()
             cut_at = time.monotonic()
             with engine.connect() as conn:
