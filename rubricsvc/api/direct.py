@@ -41,6 +41,7 @@ from rubricsvc.inputpolicy import find_refusal, loads_json, text_problem
 from rubricsvc.models import ApiKey
 
 ExceptionHandlers = Mapping[Any, Callable[..., Any]]
+JSON_CONTENT_TYPE = (b"content-type", b"application/json")
 Model = TypeVar("Model", bound=BaseModel)
 
 
@@ -55,6 +56,9 @@ class DirectRoute:
     serve: Callable[..., Awaitable[BaseModel]]
     query: type[BaseModel] = field(init=False)
     answer: TypeAdapter[Any] = field(init=False)  # the route's response model, as FastAPI
+    # The query parameters of a request without any (most are: RL clients send none), read
+    # once; None where the route refuses an empty query.
+    no_query: BaseModel | None = field(init=False)
 
     def __post_init__(self) -> None:
         # Only requests the gate admitted a key for are served here (``_direct``).
@@ -62,11 +66,13 @@ class DirectRoute:
             raise ValueError(f"{self.route.path} must need a key to be served directly")
         object.__setattr__(self, "query", query_model(self.route))
         object.__setattr__(self, "answer", TypeAdapter(self.route.response_model))
+        object.__setattr__(self, "no_query", parse_query({}, self.query))
 
     def read(self, scope: Scope, body: bytes) -> tuple[BaseModel, dict[str, Any]] | None:
         """The body and the query as the route would take them, or None where the route
         should answer (it refuses them, or which value counts is its to say)."""
-        query = parse_query(scope, self.query)
+        given = scope.get("query_string")
+        query = parse_query(scope, self.query) if given else self.no_query
         parsed = None if query is None else parse_body(body, self.body)
         if query is None or parsed is None:
             return None
@@ -120,8 +126,7 @@ class DirectRoutes:
                 raise  # as from the route: the server's 500
             await response(scope, receive, send)
             return
-        content = direct.answer.dump_json(answer, by_alias=True)
-        await Response(content, media_type="application/json")(scope, receive, send)
+        await send_json(send, direct.answer.dump_json(answer, by_alias=True))
 
     async def _error_response(
         self, scope: Scope, receive: Receive, exc: Exception
@@ -207,6 +212,14 @@ def parse_query(scope: Scope, model: type[Model]) -> Model | None:
         return model.model_validate(given)
     except ValidationError:
         return None
+
+
+async def send_json(send: Send, content: bytes) -> None:
+    """A 200 answer of JSON ``content``, with the headers Starlette's ``Response`` would send
+    for it (built here: that object's own set-up was a measurable part of a small answer)."""
+    headers = [(b"content-length", str(len(content)).encode()), JSON_CONTENT_TYPE]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": content})
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:

@@ -34,6 +34,7 @@ def serve_command(
         import uvicorn
 
         from rubricsvc.api import create_app
+        from rubricsvc.api.transport import JoinedWritesProtocol
     except ImportError as err:
         raise CliExit(f"{err.name} is not installed: pip install 'rubricsvc[api]'", 6) from None
     settings = get_settings()
@@ -45,9 +46,13 @@ def serve_command(
         f"rubricsvc API on http://{host}:{port}{processes} (docs at /docs), "
         f"database {display_url(settings.db.url)}"
     )
+    # uvicorn makes each request's access log line (the client's address, the path quoted)
+    # before its logger drops it; below info the line is never written, so it is not made.
+    access_log = log_level.lower() in {"trace", "debug", "info"}
     if workers == 1:
         app = create_app(settings, engine(), settle_heap=True)
-        uvicorn.run(app, host=host, port=port, log_level=log_level)
+        uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=access_log,
+                    http=JoinedWritesProtocol)  # fmt: skip
         return
     share_session_secret(settings)
     warn_of_local_rate_limits(settings, workers)
@@ -59,6 +64,8 @@ def serve_command(
         host=host,
         port=port,
         log_level=log_level,
+        access_log=access_log,
+        http=JoinedWritesProtocol,
         timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
     )
 

@@ -49,3 +49,23 @@ def test_requests_keep_everything_but_the_tokens() -> None:
     request = RewardRequest(completion="Hi.<|im_end|>", prompt_id="p", rubric="r@1")
     (stripped,) = without_end_tokens([request], END_TOKENS)
     assert stripped == RewardRequest(completion="Hi.", prompt_id="p", rubric="r@1")
+
+
+def test_the_longest_token_a_text_ends_with_goes_whole() -> None:
+    # "|>" is also how "<|im_end|>" ends: the whole token goes, not its last two characters.
+    assert strip_end_tokens("Hi.<|im_end|>", ["|>", "<|im_end|>"]) == "Hi."
+    assert strip_end_tokens("Hi.<|im_end|>", ("<|im_end|>", "|>")) == "Hi."
+
+
+def test_an_empty_token_strips_nothing() -> None:
+    assert strip_end_tokens("Done.", ["", "</s>"]) == "Done."
+    assert strip_end_tokens("Done.</s>", ["", "</s>"]) == "Done."
+
+
+def test_a_request_without_end_tokens_is_kept_as_given() -> None:
+    plain = RewardRequest(completion="Hi.", prompt_id="p")
+    ending = RewardRequest(completion="Hi.</s>", prompt_id="p")
+    kept, stripped = without_end_tokens([plain, ending], END_TOKENS)
+    assert kept is plain
+    assert stripped == RewardRequest(completion="Hi.", prompt_id="p")
+    assert ending.completion == "Hi.</s>"  # the request given is left as it was
