@@ -101,10 +101,9 @@ class Server(Target):
 
 
 def start_floor(port: int) -> subprocess.Popen[bytes]:
-    """The HTTP floor (``benchmarks.http_floor``) on the uvicorn ``rubricsvc serve`` runs."""
+    """The HTTP floor (``benchmarks.http_floor``) on uvicorn as ``rubricsvc serve`` runs it."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "benchmarks.http_floor:app", "--port", str(port),
-         "--log-level", "warning"],
+        [sys.executable, "-m", "benchmarks.http_floor", "--port", str(port)],
         cwd=ROOT, start_new_session=True,
     )  # fmt: skip
     deadline = time.monotonic() + 60

@@ -1,14 +1,16 @@
 """The HTTP floor of B8 (a): an ASGI app that does the least a reward server can do.
 
 It reads each request's body, parses its JSON and answers one reward of 1.0 per item, with
-no key, no validation, no database and no judge. Served by the same uvicorn as ``rubricsvc
-serve`` (``python -m uvicorn benchmarks.http_floor:app``) and driven by the same client,
+no key, no validation, no database and no judge. Served by uvicorn as ``rubricsvc serve``
+serves the API at the benchmark's log level (``python -m benchmarks.http_floor --port N``:
+the same HTTP protocol, one write per response, no access log) and driven by the same client,
 the time 64 one-item requests take over one request of 64 items is the part of B8 (a)'s
 ratio that the HTTP stack and the client alone cost on this machine, whatever the server does.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from starlette.types import Receive, Scope, Send
@@ -42,3 +44,20 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
         }
     )
     await send({"type": "http.response.body", "body": answer})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Serve the HTTP floor of B8 (a).")
+    parser.add_argument("--port", type=int, required=True)
+    port = parser.parse_args().port
+    import uvicorn
+
+    from rubricsvc.api.transport import JoinedWritesProtocol
+
+    # As ``rubricsvc serve --log-level warning`` runs uvicorn (rubricsvc/cli/serve.py).
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False,
+                http=JoinedWritesProtocol)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
