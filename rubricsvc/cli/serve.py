@@ -48,7 +48,7 @@ def serve_command(
     )
     # uvicorn makes each request's access log line (the client's address, the path quoted)
     # before its logger drops it; below info the line is never written, so it is not made.
-    access_log = log_level.lower() in {"trace", "debug", "info"}
+    access_log = log_level in {"trace", "debug", "info"}
     if workers == 1:
         app = create_app(settings, engine(), settle_heap=True)
         uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=access_log,
