@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, event, func, or_, select, update
+from sqlalchemy import ColumnElement, Select, and_, event, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from rubricsvc.batching import batches
@@ -456,32 +456,34 @@ def reap(
     """
     now = now or utcnow()
     served = presence.live_judges(session, heartbeat_timeout, now)
+    stale_running = (
+        ScoreChunk.status == ChunkStatus.RUNNING,
+        ScoreChunk.heartbeat_at < now - timedelta(seconds=heartbeat_timeout),
+    )
     stale = session.scalars(
         update(ScoreChunk)
-        .where(
-            ScoreChunk.status == ChunkStatus.RUNNING,
-            ScoreChunk.heartbeat_at < now - timedelta(seconds=heartbeat_timeout),
-        )
+        .where(*stale_running, ScoreChunk.id.in_(_unlocked(*stale_running)))
         .values(status=ChunkStatus.PENDING, worker=None, enqueued_at=now)
         .returning(ScoreChunk.id),
         execution_options={"synchronize_session": False},
     ).all()
-    lost = session.scalars(
-        update(ScoreChunk)
-        .where(
-            ScoreChunk.status == ChunkStatus.PENDING,
-            or_(
-                ScoreChunk.enqueued_at.is_(None),
-                and_(
-                    ScoreChunk.enqueued_at < now - timedelta(seconds=requeue_after),
-                    ScoreChunk.job_id.in_(
-                        select(ScoreJob.id)
-                        .join(JudgeConfig, ScoreJob.judge_config_id == JudgeConfig.id)
-                        .where(JudgeConfig.name.in_(served))
-                    ),
+    unsent = (
+        ScoreChunk.status == ChunkStatus.PENDING,
+        or_(
+            ScoreChunk.enqueued_at.is_(None),
+            and_(
+                ScoreChunk.enqueued_at < now - timedelta(seconds=requeue_after),
+                ScoreChunk.job_id.in_(
+                    select(ScoreJob.id)
+                    .join(JudgeConfig, ScoreJob.judge_config_id == JudgeConfig.id)
+                    .where(JudgeConfig.name.in_(served))
                 ),
             ),
-        )
+        ),
+    )
+    lost = session.scalars(
+        update(ScoreChunk)
+        .where(*unsent, ScoreChunk.id.in_(_unlocked(*unsent)))
         .values(enqueued_at=now)
         .returning(ScoreChunk.id),
         execution_options={"synchronize_session": False},
@@ -491,6 +493,17 @@ def reap(
         log.warning("reaper: %d chunk(s) lost their worker: %s", len(stale), sorted(stale))
     presence.forget_stale(session)
     return _outbox(session, ids)
+
+
+def _unlocked(*conditions: ColumnElement[bool]) -> Select[tuple[int]]:
+    """The ids of the chunks meeting ``conditions`` that no other transaction holds locked,
+    locked for this one (PostgreSQL; SQLite has no row locks and reads them all).
+
+    A chunk's row is locked while a checkpoint of it commits. A session that holds that lock
+    and stops answering (its worker frozen, or stuck with the lock taken) would otherwise make
+    the reaper wait on it, and every other lost chunk of every job with it; skipped, it is
+    reaped at the first pass after the lock goes."""
+    return select(ScoreChunk.id).where(*conditions).with_for_update(skip_locked=True)
 
 
 def _outbox(session: Session, chunk_ids: Sequence[int]) -> Outbox:

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Engine, func, select, text, update
 from sqlalchemy.orm import Session
 
 from rubricsvc.backends.base import BackendError, JudgeBackend
@@ -240,6 +240,40 @@ def test_the_reaper_gives_back_lost_chunks_and_resends_old_messages(seeded: Engi
     assert states[fresh.id] == (ChunkStatus.RUNNING, "alive:2:y")
     with session_scope(seeded) as session:
         assert jobs.reap(session, heartbeat_timeout=60, requeue_after=600) == {}
+
+
+@pytest.mark.parametrize(
+    "database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)  # row locks: SQLite has none
+def test_the_reaper_skips_chunks_another_session_holds_locked(seeded: Engine) -> None:
+    """A session that locked a chunk's row and stopped answering (its worker frozen mid
+    checkpoint) does not stall the reaper: the other chunks are reaped at once, the locked
+    ones at the first pass after the lock goes."""
+    submit(seeded)
+    stale_locked, stale, unsent_locked, unsent = chunks(seeded)
+    with session_scope(seeded) as session:
+        lose_its_worker(session, stale_locked.id)
+        lose_its_worker(session, stale.id)
+        session.execute(
+            update(ScoreChunk)
+            .where(ScoreChunk.id.in_([unsent_locked.id, unsent.id]))
+            .values(enqueued_at=None)
+        )
+    locked = [stale_locked.id, unsent_locked.id]
+    with seeded.connect() as holder:
+        holder.execute(select(ScoreChunk.id).where(ScoreChunk.id.in_(locked)).with_for_update())
+        with session_scope(seeded) as session:
+            # Waiting on the lock instead would fail here after 5 s (LockNotAvailable).
+            session.execute(text("SET LOCAL lock_timeout = '5s'"))
+            assert jobs.reap(session, heartbeat_timeout=60, requeue_after=600) == {
+                "fast": [stale.id, unsent.id]
+            }
+        holder.rollback()
+    states = {c.id: c.status for c in chunks(seeded)}
+    assert (states[stale.id], states[stale_locked.id]) == (ChunkStatus.PENDING, ChunkStatus.RUNNING)
+    with session_scope(seeded) as session:
+        assert jobs.reap(session, heartbeat_timeout=60, requeue_after=600) == {"fast": locked}
+    assert {c.id: c.status for c in chunks(seeded)}[stale_locked.id] == ChunkStatus.PENDING
 
 
 def test_the_reaper_sends_a_judge_nobody_serves_each_chunk_once(seeded: Engine) -> None:
