@@ -495,7 +495,7 @@ def reap(
     return _outbox(session, ids)
 
 
-def _unlocked(*conditions: ColumnElement[bool]) -> Select[tuple[int]]:
+def _unlocked(*conditions: ColumnElement[bool]) -> Select[int]:
     """The ids of the chunks meeting ``conditions`` that no other transaction holds locked,
     locked for this one (PostgreSQL; SQLite has no row locks and reads them all).
 
