@@ -17,6 +17,7 @@ and until then the gate admits only an admin key to it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -149,6 +150,8 @@ class KeyGate:
         # much of a small request's own time (RL frameworks send one rollout per request).
         self.kept = kept
         self._limit_in_memory = limiter is None or isinstance(limiter, MemoryRateLimiter)
+        # Key lookups under way, by event loop and secret (``_lookup``).
+        self._lookups: dict[tuple[int, str], asyncio.Task[ApiKey | None]] = {}
         self._rules: dict[int, KeyRule | None] = {}
         self._static: dict[tuple[str, str, str, int], tuple[BaseRoute, KeyRule] | None] = {}
 
@@ -171,11 +174,33 @@ class KeyGate:
                 return found
         return None  # no route (404), another method (405), or a route open to all
 
-    def _admit(self, secret: str) -> tuple[ApiKey | None, float]:
-        key = self.authenticate(secret)
-        if key is None:
-            return None, 0.0
-        return key, (self.limiter.take(key.id) if self.limiter is not None else 0.0)
+    async def _lookup(self, secret: str) -> ApiKey | None:
+        """``authenticate`` on a worker thread, one lookup per secret at a time: requests
+        that find their key's cache entry gone together (a trainer's dozens of concurrent
+        reward requests, every ``key_cache_seconds``) wait for the first one's lookup instead
+        of each reading the key from the database."""
+        loop = asyncio.get_running_loop()
+        flight = (id(loop), secret)
+        pending = self._lookups.get(flight)
+        if pending is None:
+            pending = loop.create_task(run_in_threadpool(self.authenticate, secret))
+            self._lookups[flight] = pending
+            pending.add_done_callback(lambda done: self._landed(flight, done))
+        # Shielded: a waiter whose client hung up takes the others' lookup with it otherwise.
+        return await asyncio.shield(pending)
+
+    def _landed(self, flight: tuple[int, str], done: asyncio.Task[ApiKey | None]) -> None:
+        self._lookups.pop(flight, None)
+        if not done.cancelled():
+            done.exception()  # retrieved here too: every waiter may have gone
+
+    async def _take(self, key: ApiKey) -> float:
+        """Seconds ``key`` must wait under its rate limit (a shared limiter's I/O off the loop)."""
+        if self.limiter is None:
+            return 0.0
+        if self._limit_in_memory:
+            return self.limiter.take(key.id)
+        return await run_in_threadpool(self.limiter.take, key.id)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         found = self._route(scope) if scope["type"] == "http" else None
@@ -187,16 +212,13 @@ class KeyGate:
         if not secret:
             await self._refuse(scope, route, send, 401, NO_KEY)
             return
-        known = self.kept(secret) if self.kept is not None else None
-        key: ApiKey | None
-        wait: float
-        if known is not None and self._limit_in_memory:
-            key, wait = known, (self.limiter.take(known.id) if self.limiter is not None else 0.0)
-        else:
-            key, wait = await run_in_threadpool(self._admit, secret)
+        key = self.kept(secret) if self.kept is not None else None
+        if key is None:
+            key = await self._lookup(secret)
         if key is None:
             await self._refuse(scope, route, send, 401, BAD_KEY)
             return
+        wait = await self._take(key)
         if wait > 0:
             seconds = retry_after(wait)
             assert self.limiter is not None
