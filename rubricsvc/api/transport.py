@@ -41,6 +41,7 @@ class JoinedWrites:
         self._transport.write(held + data)
 
     def writelines(self, lines: Any) -> None:
+        # Through ``write``: the wrapped transport's own would overtake what is held.
         self.write(b"".join(lines))
 
     def _send_held(self) -> None:
