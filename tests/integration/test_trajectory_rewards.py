@@ -179,6 +179,42 @@ def test_in_process_rewards_check_every_trajectory_before_storing(sqlite_url: st
     engine.dispose()
 
 
+def test_each_rollout_gets_the_id_of_its_own_stored_completion(database_url: str) -> None:
+    """The new completions go in as one insert whose rows come back in no promised order:
+    each request's id must still be the row holding its own text and trajectory, including
+    rollouts sharing a text whose trajectories differ, and a rollout sent twice."""
+    from rubricsvc.db import make_engine, session_scope
+    from rubricsvc.rubrics.schemas import RubricSpec
+    from rubricsvc.rubrics.versions import approve, save_rubric
+    from rubricsvc.scoring.rewards import RewardRequest, find_prompts, store_completions
+
+    engine = make_engine(database_url)
+    with session_scope(engine) as session:
+        approve(session, save_rubric(session, RubricSpec.model_validate(RUBRIC)).version)
+    requests = [RewardRequest(f"Rollout {n}: {ANSWER}", prompt_id="lyon") for n in range(40)]
+    requests += [
+        RewardRequest(ANSWER, prompt_id="lyon", trajectory=SEARCHED),
+        RewardRequest(ANSWER, prompt_id="lyon", trajectory=LOOPED),
+        RewardRequest(ANSWER, prompt_id="lyon"),
+        RewardRequest("Rollout 7: " + ANSWER, prompt_id="lyon"),  # sent twice: one row
+    ]
+    with session_scope(engine) as session:
+        ids = store_completions(session, requests, find_prompts(session, requests), "rewards")
+    stored = read_database(
+        database_url,
+        lambda s: {c.id: (c.text, c.messages) for c in s.scalars(select(Completion))},
+    )
+    engine.dispose()
+    assert len(stored) == 43 and len(set(ids)) == 43 and ids[7] == ids[-1]
+    for request, completion_id in zip(requests, ids, strict=True):
+        text, messages = stored[completion_id]
+        assert text == request.completion
+        if request.trajectory is None:
+            assert messages is None
+        else:
+            assert messages[-1]["content"] == ANSWER and len(messages) == len(request.trajectory)
+
+
 def test_the_completions_file_carries_trajectories(sqlite_url: str, tmp_path: Path) -> None:
     rubric = tmp_path / "rubric.json"
     checks_only = {**RUBRIC, "criteria": RUBRIC["criteria"][1:]}
