@@ -29,6 +29,13 @@ seen apart from the collector's. Each process reports
 the median of three measured runs of each path. Scaling with processes: two "now" processes
 at once, each on its own SQLite file, against one alone in the same round (the machine has
 two cores).
+
+SQLite's own share: after its measured runs, the "now" process runs each path again with
+every statement it sends SQLite captured (its parameters as the driver got them) and replays
+them on a raw connection to a copy of the database as it was when that run began, then
+commits: SQLite's time for the path's statements, all of them and the writes alone
+(``now_sqlite_ms``, ``now_sqlite_writes_ms``). Beside it, the time per judgment a ceiling 5x
+the baseline's allows (``five_x_budget_ms``, the baseline's time over 5, round by round).
 """
 
 from __future__ import annotations
@@ -54,11 +61,15 @@ MEASURED_RUNS = 3
 DRIVER = Path(__file__).with_name("platform_time_driver.py")
 
 
-def start(code: Path, database: Path, rollouts: int, settle: bool = True) -> subprocess.Popen[str]:
+def start(
+    code: Path, database: Path, rollouts: int, settle: bool = True, sqlite_floor: bool = False
+) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(code)}
     args = [str(database), str(rollouts), str(CRITERIA), str(MEASURED_RUNS)]
     if not settle:
         args.append("--default-collector")
+    if sqlite_floor:
+        args.append("--sqlite-floor")
     return subprocess.Popen(
         [sys.executable, str(DRIVER), *args],
         cwd=code, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -74,15 +85,21 @@ def finish(process: subprocess.Popen[str]) -> dict[str, float]:
 
 
 def measure(
-    code: Path, workdir: Path, rollouts: int, processes: int = 1, settle: bool = True
+    code: Path,
+    workdir: Path,
+    rollouts: int,
+    processes: int = 1,
+    settle: bool = True,
+    sqlite_floor: bool = False,
 ) -> list[dict[str, float]]:
     """The driver's figures from ``processes`` processes of ``code`` run at once; ``settle``:
     the process settles its heap after warm-up as its server does (else the interpreter's
-    default collector throughout)."""
+    default collector throughout); ``sqlite_floor``: it also replays what each path sent
+    SQLite (the driver's ``--sqlite-floor``), after its measured runs."""
     running = []
     for n in range(processes):
         database = workdir / f"{code.name}-{n}-{os.urandom(4).hex()}.sqlite"
-        running.append(start(code, database, rollouts, settle))
+        running.append(start(code, database, rollouts, settle, sqlite_floor))
     return [finish(process) for process in running]
 
 
@@ -98,6 +115,11 @@ def main() -> None:
     # This checkout with the interpreter's default collector, as the baseline runs: the code's
     # own gain apart from the settled heap's.
     now_default: dict[str, list[float]] = {p: [] for p in paths}
+    # SQLite's own time for what "now" sent it (all statements, and the writes alone), and
+    # the time per judgment 5x the baseline's ceiling allows.
+    sqlite_all: dict[str, list[float]] = {p: [] for p in paths}
+    sqlite_writes: dict[str, list[float]] = {p: [] for p in paths}
+    five_x_budget: dict[str, list[float]] = {p: [] for p in paths}
     ceiling_ratio: dict[str, list[float]] = {p: [] for p in paths}
     scaling: dict[str, list[float]] = {p: [] for p in paths}
     with tempfile.TemporaryDirectory() as tmp, checkout(BASELINE_COMMIT, Path(tmp)) as baseline:
@@ -107,7 +129,9 @@ def main() -> None:
             if round_ % 2:
                 order.reverse()
             figures = {
-                name: measure(code, workdir, args.rollouts, settle=settle)[0]
+                name: measure(
+                    code, workdir, args.rollouts, settle=settle, sqlite_floor=name == "now"
+                )[0]
                 for name, code, settle in order
             }
             pair = measure(ROOT, workdir, args.rollouts, processes=2)
@@ -117,6 +141,9 @@ def main() -> None:
                 now[path].append(figures["now"][key])
                 now_default[path].append(figures["default"][key])
                 ceiling_ratio[path].append(figures["before"][key] / figures["now"][key])
+                sqlite_all[path].append(figures["now"][f"{path}_sqlite_ms"])
+                sqlite_writes[path].append(figures["now"][f"{path}_sqlite_writes_ms"])
+                five_x_budget[path].append(figures["before"][key] / 5)
                 # Judgments/s of two processes at once over one alone (this round's "now").
                 together = sum(1000 / f[key] for f in pair)
                 scaling[path].append(together / (1000 / figures["now"][key]))
@@ -142,6 +169,9 @@ def main() -> None:
                 "before_ms": spread(before[path], 4),
                 "now_ms": spread(now[path], 4),
                 "now_default_collector_ms": spread(now_default[path], 4),
+                "now_sqlite_ms": spread(sqlite_all[path], 4),
+                "now_sqlite_writes_ms": spread(sqlite_writes[path], 4),
+                "five_x_budget_ms": spread(five_x_budget[path], 4),
                 "now_ceiling_per_s": spread([1000 / ms for ms in now[path]], 0),
                 "ceiling_ratio": spread(ceiling_ratio[path]),
                 "two_processes_scaling": spread(scaling[path]),
