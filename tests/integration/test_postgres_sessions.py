@@ -1,7 +1,10 @@
 """What every PostgreSQL session of rubricsvc's is given (``db.make_engine``): probes of a
 client that went quiet, so that a host cut off inside a transaction does not keep its row
 locks for hours (tests/integration/test_multihost.py cuts one). Only where nobody set them
-otherwise: a URL's own ``options``, the database's or the server's settings win."""
+otherwise: a URL's own ``options``, the database's or the server's settings win.
+
+Each test reads who set each setting (``pg_settings.source``), and over TCP its value too:
+on a Unix socket PostgreSQL shows 0 for every TCP setting, whoever set it."""
 
 from __future__ import annotations
 
@@ -12,27 +15,56 @@ from sqlalchemy.engine import make_url
 
 from rubricsvc import db
 
-PROBES = ("tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count")
 
-
-def _show(url: str, names: tuple[str, ...]) -> list[str]:
+def _check(url: str, expected: dict[str, tuple[str, str]]) -> None:
+    """Each setting's (value, source) in a new session of ``url`` is as ``expected``; its
+    value only over TCP."""
     engine = db.make_engine(url)
     try:
         with engine.connect() as conn:
-            return [str(conn.execute(text(f"SHOW {name}")).scalar()) for name in names]
+            over_tcp = conn.execute(text("SELECT inet_server_addr() IS NOT NULL")).scalar()
+            found = {
+                name: (
+                    str(conn.execute(text(f"SHOW {name}")).scalar()),
+                    conn.execute(
+                        text("SELECT source FROM pg_settings WHERE name = :name"), {"name": name}
+                    ).scalar(),
+                )
+                for name in expected
+            }
     finally:
         engine.dispose()
+    assert {name: source for name, (_, source) in found.items()} == {
+        name: source for name, (_, source) in expected.items()
+    }
+    if over_tcp:
+        assert found == expected
 
 
 def test_every_session_probes_a_client_that_went_quiet(postgres_server: str) -> None:
-    assert _show(postgres_server, (*PROBES, "tcp_user_timeout")) == ["4", "1", "3", "10000"]
+    _check(
+        postgres_server,
+        {
+            "tcp_keepalives_idle": ("4", "session"),
+            "tcp_keepalives_interval": ("1", "session"),
+            "tcp_keepalives_count": ("3", "session"),
+            "tcp_user_timeout": ("10000", "session"),
+        },
+    )
 
 
 def test_a_urls_own_options_win(postgres_server: str) -> None:
     own = "-c tcp_keepalives_idle=9 -c statement_timeout=5000"
     url = make_url(postgres_server).update_query_dict({"options": own})
-    shown = _show(url.render_as_string(hide_password=False), (*PROBES, "statement_timeout"))
-    assert shown == ["9", "1", "3", "5s"]
+    _check(
+        url.render_as_string(hide_password=False),
+        {
+            "tcp_keepalives_idle": ("9", "client"),
+            "tcp_keepalives_interval": ("1", "session"),
+            "tcp_keepalives_count": ("3", "session"),
+            "statement_timeout": ("5s", "client"),
+        },
+    )
 
 
 def test_the_databases_own_settings_win(make_postgres_database: Callable[[], str]) -> None:
@@ -45,4 +77,11 @@ def test_the_databases_own_settings_win(make_postgres_database: Callable[[], str
             conn.commit()
     finally:
         engine.dispose()
-    assert _show(url, PROBES) == ["4", "1", "7"]
+    _check(
+        url,
+        {
+            "tcp_keepalives_idle": ("4", "session"),
+            "tcp_keepalives_interval": ("1", "session"),
+            "tcp_keepalives_count": ("7", "database"),
+        },
+    )
