@@ -540,6 +540,33 @@ def platform_time(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def ingest(result: dict[str, Any]) -> list[str]:
+    labels = {"new": "new records", "again": "the same records again (unchanged)"}
+    rows = [
+        [
+            database,
+            labels[case],
+            spread_text(figures["before_s"], " s"),
+            spread_text(figures["now_s"], " s"),
+            spread_text(figures["speedup"], "x"),
+        ]
+        for database, cases in result["databases"].items()
+        for case, figures in cases.items()
+    ]
+    return [
+        f"{result['records']:,} completion records naming 100 prompts by external id, added in "
+        f"one transaction, then again. Baseline commit `{result['baseline_commit'][:10]}`. "
+        f"{result['runs']} rounds, the baseline and this checkout in turn, each on a fresh "
+        "database; median [min-max] of the rounds.",
+        "",
+        *table(
+            ["database", "records", "baseline", "now", "baseline / now"],
+            rows,
+            labels=2,
+        ),
+    ]
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "judging": judging,
     "overhead": overhead,
@@ -549,6 +576,7 @@ RENDERERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "api_load": api_load,
     "reward_serving": reward_serving,
     "platform_time": platform_time,
+    "ingest": ingest,
     "ui": ui,
     "scale": scale,
 }
