@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -96,6 +96,19 @@ def session_scope(engine: Engine) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+def plan_lookups_with_their_values(session: Session) -> None:
+    """On PostgreSQL, plan the rest of this transaction's statements with their values.
+
+    Batched lookups send one statement (hundreds of values IN one list) again and again;
+    psycopg prepares it, and PostgreSQL may then plan it once for any values. Such a plan
+    cannot hash the list, and on a table whose statistics lag a bulk write (a database's
+    first large run, before autovacuum analyzes it) it compares every row with every value:
+    the judgment cache lookup of 20,000 keys right after they were stored took 18.8 s, and
+    0.9 s once the table was analyzed. ``SET LOCAL``: it ends with the transaction."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
 
 
 def _changed_columns(obj: object) -> set[str]:
