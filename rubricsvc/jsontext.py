@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import partial
 from json import encoder as stdlib_encoder
 from typing import Any
 
@@ -43,10 +44,14 @@ def make_encoder(
         None, python.default, strings, None, key_separator, item_separator, sort_keys, False, True
     )
 
-    def dumps(value: Any) -> str:
-        return "".join(encode(value, 0))
+    # A partial, not a closure: psycopg keys the JSON dumper it builds for a function by the
+    # function's code, and logs a warning about a possible leak for every closure it is given
+    # (once per PostgreSQL engine); a partial has no code and is keyed by itself.
+    return partial(_joined, encode)
 
-    return dumps
+
+def _joined(encode: Callable[[Any, int], Any], value: Any) -> str:
+    return "".join(encode(value, 0))
 
 
 # ``json.dumps(value)``: the stored JSON columns' text and a verdict's raw probabilities.

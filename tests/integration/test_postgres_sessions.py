@@ -8,9 +8,11 @@ on a Unix socket PostgreSQL shows 0 for every TCP setting, whoever set it."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
-from sqlalchemy import text
+import pytest
+from sqlalchemy import JSON, cast, literal, select, text
 from sqlalchemy.engine import make_url
 
 from rubricsvc import db
@@ -85,3 +87,20 @@ def test_the_databases_own_settings_win(make_postgres_database: Callable[[], str
             "tcp_keepalives_count": ("7", "database"),
         },
     )
+
+
+def test_an_engine_writes_json_without_a_warning(
+    postgres_server: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """psycopg warns of a possible leak, once per engine, when the JSON encoder it is given is
+    a closure: every worker's and server's log would carry it."""
+    engine = db.make_engine(postgres_server)
+    try:
+        with caplog.at_level(logging.WARNING), engine.connect() as conn:
+            value = conn.execute(
+                select(cast(literal({"Yes": 0.9}, JSON), JSON)),
+            ).scalar()
+    finally:
+        engine.dispose()
+    assert value == {"Yes": 0.9}
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")] == []
