@@ -7,6 +7,7 @@ reviewed_at) may change, and nothing of a saved version may be deleted.
 
 from __future__ import annotations
 
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 MESSAGE = "saved rubric content is immutable: save an edit as a new version"
@@ -33,11 +34,12 @@ _SQLITE_TRIGGERS = {
     ),
 }
 
-# exec_driver_sql passes the text through psycopg, so a literal % is written %%.
+# Sent as ``text()``: SQLAlchemy escapes the ``%`` for the driver's placeholder style, if that
+# style gives ``%`` a meaning (psycopg's ``%s``), and leaves it alone if not (``$1``).
 _PG_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION rubricsvc_refuse_change() RETURNS trigger AS $$
 BEGIN
-    RAISE EXCEPTION '{MESSAGE} (table %%)', TG_TABLE_NAME USING ERRCODE = 'integrity_constraint_violation';
+    RAISE EXCEPTION '{MESSAGE} (table %)', TG_TABLE_NAME USING ERRCODE = 'integrity_constraint_violation';
 END;
 $$ LANGUAGE plpgsql
 """
@@ -59,7 +61,7 @@ def create_immutability_triggers(conn: Connection) -> None:
         for name, body in _SQLITE_TRIGGERS.items():
             conn.exec_driver_sql(f"CREATE TRIGGER {name} {body}")
     elif conn.dialect.name == "postgresql":
-        conn.exec_driver_sql(_PG_FUNCTION)
+        conn.execute(text(_PG_FUNCTION))
         for name, spec in _PG_TRIGGERS.items():
             conn.exec_driver_sql(
                 f"CREATE TRIGGER {name} {spec} FOR EACH ROW EXECUTE FUNCTION rubricsvc_refuse_change()"

