@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -37,6 +37,16 @@ POSTGRES_DEAD_CLIENT_SETTINGS = {
     "tcp_keepalives_count": "3",
     "tcp_user_timeout": "10000",
 }
+# Every statement planned with its values. The batched lookups (the judgment cache, a reward
+# batch's completions, the records of a file being added) send one statement with hundreds
+# of values IN one list, again and again; psycopg prepares it after five runs, and
+# PostgreSQL may then plan it once for any values. Such a plan cannot hash the list, and on
+# a table whose statistics lag a bulk write (a database's first large run, before autovacuum
+# analyzes it) it compares every row with every value: looking up the 20,000 keys of a run
+# right after it stored them took 18.8 s, and 0.8-0.9 s with their values or once the table
+# was analyzed. Planning each execution costs tens of microseconds.
+POSTGRES_PLANNING_SETTINGS = {"plan_cache_mode": "force_custom_plan"}
+POSTGRES_SESSION_SETTINGS = POSTGRES_DEAD_CLIENT_SETTINGS | POSTGRES_PLANNING_SETTINGS
 # Set on each new connection, and only where nothing else set them (``pg_settings.source`` is
 # 'default'): the server's configuration, ALTER DATABASE/ROLE ... SET and a URL's own
 # ``options`` win. Not as startup ``options`` ourselves: PgBouncer refuses a connection whose
@@ -44,7 +54,7 @@ POSTGRES_DEAD_CLIENT_SETTINGS = {
 _SET_UNSET = (
     "SELECT set_config(name, wanted.value, false) FROM pg_settings"
     " JOIN (VALUES {rows}) AS wanted (name, value) USING (name) WHERE source = 'default'"
-).format(rows=", ".join(f"('{k}', '{v}')" for k, v in POSTGRES_DEAD_CLIENT_SETTINGS.items()))
+).format(rows=", ".join(f"('{k}', '{v}')" for k, v in POSTGRES_SESSION_SETTINGS.items()))
 
 
 def _enable_sqlite_foreign_keys(dbapi_connection: Any, _record: Any) -> None:
@@ -55,7 +65,7 @@ def _enable_sqlite_foreign_keys(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-def _probe_silent_clients(dbapi_connection: Any, _record: Any) -> None:
+def _set_session_settings(dbapi_connection: Any, _record: Any) -> None:
     with dbapi_connection.cursor() as cursor:
         cursor.execute(_SET_UNSET)
     dbapi_connection.commit()  # session settings made in a transaction end with it otherwise
@@ -83,7 +93,7 @@ def make_engine(url: str, echo: bool = False) -> Engine:
         json_serializer=jsontext.dumps,
         **_native_placeholders(),
     )
-    event.listen(engine, "connect", _probe_silent_clients)
+    event.listen(engine, "connect", _set_session_settings)
     return engine
 
 
@@ -118,19 +128,6 @@ def session_scope(engine: Engine) -> Iterator[Session]:
         raise
     finally:
         session.close()
-
-
-def plan_lookups_with_their_values(session: Session) -> None:
-    """On PostgreSQL, plan the rest of this transaction's statements with their values.
-
-    Batched lookups send one statement (hundreds of values IN one list) again and again;
-    psycopg prepares it, and PostgreSQL may then plan it once for any values. Such a plan
-    cannot hash the list, and on a table whose statistics lag a bulk write (a database's
-    first large run, before autovacuum analyzes it) it compares every row with every value:
-    the judgment cache lookup of 20,000 keys right after they were stored took 18.8 s, and
-    0.9 s once the table was analyzed. ``SET LOCAL``: it ends with the transaction."""
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
 
 
 def _changed_columns(obj: object) -> set[str]:

@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rubricsvc.batching import batches
-from rubricsvc.db import insert_in, plan_lookups_with_their_values
+from rubricsvc.db import insert_in
 from rubricsvc.models import Judgment, JudgmentStatus, Score
 
 # What a new verdict rewrites in a stored failed judgment.
@@ -69,12 +69,10 @@ _VERDICT_COLUMNS = tuple(Judgment.__table__.c[name] for name in StoredVerdict._f
 
 
 def stored_verdicts(session: Session, keys: Iterable[str]) -> dict[str, StoredVerdict]:
-    """``judgments_by_key``, as ``StoredVerdict`` rows (the batches planned with their
-    values: ``db.plan_lookups_with_their_values``)."""
+    """``judgments_by_key``, as ``StoredVerdict`` rows (on PostgreSQL the batches are planned
+    with their values: ``db.POSTGRES_PLANNING_SETTINGS``)."""
     keys = list(dict.fromkeys(keys))
     found: dict[str, StoredVerdict] = {}
-    if keys:
-        plan_lookups_with_their_values(session)
     for batch in batches(keys):
         query = select(*_VERDICT_COLUMNS).where(Judgment.cache_key.in_(batch))
         for row in session.execute(query):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 
 from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.db import make_engine, session_scope
@@ -166,57 +166,3 @@ def test_a_prompt_given_in_full_is_found_by_the_records_after_it(database_url: s
     with pytest.raises(NotFoundError, match=r"^line 1: no prompt with external id 'later'"):
         _add(database_url, [{"prompt_external_id": "later", "text": "x"},
                             {"prompt_external_id": "later", "prompt": "Later?", "text": "y"}])  # fmt: skip
-
-
-def test_the_lookups_are_planned_with_their_values_in_that_transaction_only(prompts: str) -> None:
-    """On PostgreSQL the batch's lookups are planned with their values (a plan made once for
-    any values cannot hash a long IN list); the setting ends with the transaction, so the
-    pooled connection's next transaction plans as the server's settings say."""
-    engine = make_engine(prompts)
-
-    def plan_cache_mode(session: Any) -> str | None:
-        if engine.dialect.name != "postgresql":
-            return None
-        return str(session.execute(text("SHOW plan_cache_mode")).scalar())
-
-    try:
-        with session_scope(engine) as session:
-            before = plan_cache_mode(session)
-            add_completions(session, _records([{"prompt_external_id": "lyon", "text": "x"}]))
-            during = plan_cache_mode(session)
-        with session_scope(engine) as session:
-            after = plan_cache_mode(session)
-    finally:
-        engine.dispose()
-    if engine.dialect.name == "postgresql":
-        assert (before, during, after) == ("auto", "force_custom_plan", "auto")
-    else:
-        assert (before, during, after) == (None, None, None)
-
-
-def test_the_judgment_cache_lookup_is_planned_with_its_values_too(database_url: str) -> None:
-    """The cache lookup of every scoring run and reward batch (``store.stored_verdicts``)
-    batches its keys the same way; on PostgreSQL its transaction plans them with their
-    values (20,000 keys right after they were stored: 18.8 s with a plan made for any values,
-    0.84 s with theirs), and only that transaction."""
-    from rubricsvc.scoring.store import stored_verdicts
-
-    engine = make_engine(database_url)
-
-    def plan_cache_mode(session: Any) -> str | None:
-        if engine.dialect.name != "postgresql":
-            return None
-        return str(session.execute(text("SHOW plan_cache_mode")).scalar())
-
-    try:
-        with session_scope(engine) as session:
-            assert stored_verdicts(session, ["0" * 64, "1" * 64]) == {}
-            during = plan_cache_mode(session)
-        with session_scope(engine) as session:
-            after = plan_cache_mode(session)
-    finally:
-        engine.dispose()
-    expected = (
-        ("force_custom_plan", "auto") if engine.dialect.name == "postgresql" else (None, None)
-    )
-    assert (during, after) == expected

@@ -1,7 +1,8 @@
 """What every PostgreSQL session of rubricsvc's is given (``db.make_engine``): probes of a
 client that went quiet, so that a host cut off inside a transaction does not keep its row
-locks for hours (tests/integration/test_multihost.py cuts one). Only where nobody set them
-otherwise: a URL's own ``options``, the database's or the server's settings win.
+locks for hours (tests/integration/test_multihost.py cuts one), and statements planned with
+their values. Only where nobody set them otherwise: a URL's own ``options``, the database's
+or the server's settings win.
 
 Each test reads who set each setting (``pg_settings.source``), and over TCP its value too:
 on a Unix socket PostgreSQL shows 0 for every TCP setting, whoever set it."""
@@ -55,8 +56,14 @@ def test_every_session_probes_a_client_that_went_quiet(postgres_server: str) -> 
     )
 
 
+def test_every_session_plans_statements_with_their_values(postgres_server: str) -> None:
+    """A batched lookup's statement, prepared by psycopg, is planned with its values each
+    time: a plan made once for any values cannot hash a long IN list."""
+    _check(postgres_server, {"plan_cache_mode": ("force_custom_plan", "session")})
+
+
 def test_a_urls_own_options_win(postgres_server: str) -> None:
-    own = "-c tcp_keepalives_idle=9 -c statement_timeout=5000"
+    own = "-c tcp_keepalives_idle=9 -c statement_timeout=5000 -c plan_cache_mode=auto"
     url = make_url(postgres_server).update_query_dict({"options": own})
     _check(
         url.render_as_string(hide_password=False),
@@ -65,6 +72,7 @@ def test_a_urls_own_options_win(postgres_server: str) -> None:
             "tcp_keepalives_interval": ("1", "session"),
             "tcp_keepalives_count": ("3", "session"),
             "statement_timeout": ("5s", "client"),
+            "plan_cache_mode": ("auto", "client"),
         },
     )
 
