@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import or_, select
+from sqlalchemy import insert, or_, select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from rubricsvc.batching import batches
@@ -60,13 +60,8 @@ def assign(
         owner, target = prompt.id, RubricAssignment.prompt_id == prompt.id
     else:
         raise ValueError("give a prompt or a completion")
-    if rubric.prompt_id is not None:
-        if rubric.prompt_id == owner:
-            return False
-        raise ValidationFailed(
-            f"rubric {rubric.name!r} belongs to prompt {rubric.prompt_id}: only a shared "
-            "rubric (one with no prompt) can be assigned to other prompts"
-        )
+    if not _needs_assignment(rubric, owner):
+        return False
     found = session.scalar(
         select(RubricAssignment.id).where(RubricAssignment.rubric_id == rubric.id, target)
     )
@@ -81,6 +76,59 @@ def assign(
     )
     session.flush()
     return True
+
+
+@dataclass(frozen=True)
+class CompletionAssignment:
+    """A rubric a record of a completions file names for its completion (``where``: the
+    record, for an error)."""
+
+    where: str
+    rubric: Rubric
+    completion_id: int
+    prompt_id: int
+
+
+def assign_to_completions(session: Session, wanted: Sequence[CompletionAssignment]) -> int:
+    """``assign`` for many completions at once: the assignments already stored read a few
+    hundred completions at a time, the new ones inserted together; how many were new. The
+    first assignment at fault (a rubric of another prompt) is refused naming its record."""
+    pairs: dict[tuple[int, int], None] = {}
+    for item in wanted:
+        try:
+            needed = _needs_assignment(item.rubric, item.prompt_id)
+        except ValidationFailed as err:
+            raise ValidationFailed(f"{item.where}: rubric: {err}") from None
+        if needed:
+            pairs[(item.rubric.id, item.completion_id)] = None
+    completion_ids = sorted({completion_id for _, completion_id in pairs})
+    stored: set[tuple[int, int | None]] = set()
+    for part in batches(completion_ids):
+        query = select(RubricAssignment.rubric_id, RubricAssignment.completion_id).where(
+            RubricAssignment.completion_id.in_(part)
+        )
+        stored.update(session.execute(query).tuples())
+    new = [
+        {"rubric_id": rubric_id, "prompt_id": None, "completion_id": completion_id}
+        for rubric_id, completion_id in pairs
+        if (rubric_id, completion_id) not in stored
+    ]
+    if new:
+        session.execute(insert(RubricAssignment), new)
+    return len(new)
+
+
+def _needs_assignment(rubric: Rubric, owner_prompt_id: int) -> bool:
+    """Whether ``rubric`` must be assigned to reach the prompt ``owner_prompt_id`` (or one of
+    its completions): not its own prompt's rubric; a rubric of another prompt is refused."""
+    if rubric.prompt_id is None:
+        return True
+    if rubric.prompt_id == owner_prompt_id:
+        return False
+    raise ValidationFailed(
+        f"rubric {rubric.name!r} belongs to prompt {rubric.prompt_id}: only a shared "
+        "rubric (one with no prompt) can be assigned to other prompts"
+    )
 
 
 def assigned_rubrics(session: Session, completions: Sequence[Completion]) -> dict[int, set[int]]:

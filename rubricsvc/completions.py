@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from rubricsvc.assignments import assign, assignable_rubric
+from rubricsvc.assignments import CompletionAssignment, assign_to_completions, assignable_rubric
 from rubricsvc.batching import batches
 from rubricsvc.completion_rows import insert_completions
 from rubricsvc.documents import (
@@ -199,16 +199,14 @@ def add_completions(session: Session, records: list[tuple[str, CompletionRecord]
                     raise type(err)(f"{location}: rubric: {err}") from None
         stored.append((location, record, completion, prompt.id))
     _insert_rows(session, plain)
-    assigned = 0
-    for location, record, ref, _ in stored:
-        for name in record.rubric_names():
-            completion = (
-                ref if isinstance(ref, Completion) else session.get_one(Completion, _ref_id(ref))
-            )
-            try:
-                assigned += assign(session, rubrics[name], completion=completion)
-            except RubricsvcError as err:
-                raise type(err)(f"{location}: rubric: {err}") from None
+    assigned = assign_to_completions(
+        session,
+        [
+            CompletionAssignment(location, rubrics[name], _completion_id(ref), prompt_id)
+            for location, record, ref, prompt_id in stored
+            for name in record.rubric_names()
+        ],
+    )
     warnings = near_duplicate_warnings(session, created)
     prompt_ids = [prompt_id for _, _, _, prompt_id in stored]
     return IngestResult(added, len(records) - added, assigned, warnings, prompt_ids)
@@ -297,7 +295,9 @@ def _insert_rows(session: Session, pending: list[_NewRow]) -> None:
     pending.clear()
 
 
-def _ref_id(ref: int | _NewRow) -> int:
+def _completion_id(ref: _Stored) -> int:
+    if isinstance(ref, Completion):
+        return ref.id
     if isinstance(ref, int):
         return ref
     assert ref.id is not None, "a new row's id is known once it is inserted"

@@ -16,9 +16,10 @@ from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.db import make_engine, session_scope
 from rubricsvc.documents import DocumentRecord, listed_documents
 from rubricsvc.errors import NotFoundError, ValidationFailed
-from rubricsvc.models import Completion, Prompt
+from rubricsvc.models import Completion, Prompt, Rubric, RubricAssignment
 from rubricsvc.prompts import store_prompt
-from tests.helpers import read_database
+from rubricsvc.rubrics.versions import save_rubric
+from tests.helpers import read_database, rubric_spec
 
 DOCUMENT = {"label": "1", "url": "https://example.org/lyon", "text": "Lyon: 522,250 people."}
 TRAJECTORY = [
@@ -166,3 +167,45 @@ def test_a_prompt_given_in_full_is_found_by_the_records_after_it(database_url: s
     with pytest.raises(NotFoundError, match=r"^line 1: no prompt with external id 'later'"):
         _add(database_url, [{"prompt_external_id": "later", "text": "x"},
                             {"prompt_external_id": "later", "prompt": "Later?", "text": "y"}])  # fmt: skip
+
+
+def test_rubrics_named_by_records_are_assigned_once_each(prompts: str) -> None:
+    """A record's ``rubric`` names: a shared rubric is assigned to the record's completion
+    (new, or stored before under its external id) once however often it is named; its own
+    prompt's rubric needs no assignment; the same file again assigns nothing."""
+    engine = make_engine(prompts)
+    with session_scope(engine) as session:
+        for spec in (
+            rubric_spec("shared/tone", prompt=None),
+            rubric_spec("shared/facts", prompt=None),
+            rubric_spec("own/lyon", prompt={"external_id": "lyon", "text": "About lyon?"}),
+        ):
+            save_rubric(session, spec)
+    engine.dispose()
+    _add(prompts, [{"prompt_external_id": "paris", "text": "old", "external_id": "old"}])
+    items = [
+        {"prompt_external_id": "lyon", "text": "a", "external_id": "a",
+         "rubric": ["shared/tone", "own/lyon", "shared/tone"]},
+        {"prompt_external_id": "paris", "text": "b", "external_id": "b",
+         "rubric": ["shared/facts", "shared/tone"]},
+        {"prompt_external_id": "paris", "text": "old", "external_id": "old",
+         "rubric": "shared/facts"},
+        {"prompt_external_id": "lyon", "text": "c", "external_id": "c"},
+    ]  # fmt: skip
+    assert _add(prompts, items).assigned == 4
+    assert _add(prompts, items).assigned == 0
+
+    def assignments(session: Any) -> list[tuple[str, str]]:
+        query = (
+            select(Completion.text, Rubric.name)
+            .join(RubricAssignment, RubricAssignment.completion_id == Completion.id)
+            .join(Rubric, Rubric.id == RubricAssignment.rubric_id)
+        )
+        return sorted(session.execute(query).tuples())
+
+    assert read_database(prompts, assignments) == [
+        ("a", "shared/tone"),
+        ("b", "shared/facts"),
+        ("b", "shared/tone"),
+        ("old", "shared/facts"),
+    ]
