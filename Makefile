@@ -170,6 +170,8 @@ bench: setup bench-peers-env
 	$(BIN)/python -m benchmarks.bench_platform_time
 	@echo "==> B9: adding 10,000 completion records, new and again, against the commit before the bulk path, SQLite and PostgreSQL"
 	$(BIN)/python -m benchmarks.bench_ingest
+	@echo "==> B10: the platform's own time per judgment on PostgreSQL, instant backend, against the commit before native placeholders (RUBRICSVC_TEST_POSTGRES_URL)"
+	$(BIN)/python -m benchmarks.bench_postgres_time
 	@echo "==> B7: the review queue and a version's analytics on PostgreSQL, 10 and 1,000 versions (RUBRICSVC_TEST_POSTGRES_URL)"
 	$(BIN)/python -m benchmarks.bench_ui
 	@echo "==> B6: cache lookup, job submission, job report and cached rewards per judgment at 10^4, 10^5 and 10^6 stored judgments on PostgreSQL (RUBRICSVC_TEST_POSTGRES_URL)"

@@ -17,7 +17,8 @@ copy of the database as it was when the run began, then committed (``SqliteRepla
 Python of the platform runs in the replay; what is left of a path's time is the platform's.
 
 Usage: ``python benchmarks/platform_time_driver.py DATABASE ROLLOUTS CRITERIA MEASURED
-[--default-collector] [--sqlite-floor]``
+[--default-collector] [--sqlite-floor]``; DATABASE is a SQLite file's path or the URL of an
+empty PostgreSQL database (``--sqlite-floor`` needs SQLite).
 """
 
 from __future__ import annotations
@@ -175,7 +176,8 @@ def settle_heap() -> None:
 
 def main() -> None:
     database, rollouts, criteria, measured = sys.argv[1], *map(int, sys.argv[2:5])
-    url = f"sqlite:///{database}"
+    # A SQLite file's path, or the URL of an empty PostgreSQL database (``bench_postgres_time``).
+    url = database if "://" in database else f"sqlite:///{database}"
     upgrade(url)
     engine = make_engine(url)
     with session_scope(engine) as session:

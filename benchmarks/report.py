@@ -567,6 +567,33 @@ def ingest(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def postgres_time(result: dict[str, Any]) -> list[str]:
+    labels = {
+        "score": "`score()`",
+        "rewards": "the reward path",
+        "route": "a reward route's batch",
+    }
+    rows = [
+        [
+            labels[path],
+            spread_text(figures["before_ms"], " ms"),
+            spread_text(figures["now_ms"], " ms"),
+            spread_text(figures["speedup"], "x"),
+        ]
+        for path, figures in result["paths"].items()
+    ]
+    return [
+        f"{result['rollouts']} new rollouts of one prompt x {result['criteria']} criteria = "
+        f"{result['judgments']:,} criterion-prob judgments per run, an instant backend, a fresh "
+        f"PostgreSQL database per process. Baseline commit `{result['baseline_commit'][:10]}`. "
+        f"{result['runs']} rounds, the baseline and this checkout in turn; each process the "
+        f"median of {result['measured_runs_per_process']} runs after one warm-up run; median "
+        "[min-max] of the rounds, per judgment.",
+        "",
+        *table(["path", "baseline", "now", "baseline / now"], rows, labels=1),
+    ]
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "judging": judging,
     "overhead": overhead,
@@ -577,6 +604,7 @@ RENDERERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "reward_serving": reward_serving,
     "platform_time": platform_time,
     "ingest": ingest,
+    "postgres_time": postgres_time,
     "ui": ui,
     "scale": scale,
 }

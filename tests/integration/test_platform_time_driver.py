@@ -1,7 +1,7 @@
 """B8 (b)'s driver (benchmarks/platform_time_driver.py) on a small workload: each path's
 time per judgment, and SQLite's own share of it from the replayed statements, which must
-redo the run's writes (the driver checks the judgments the replay added). No figure is held
-to a speed here: benchmarks measure that."""
+redo the run's writes (the driver checks the judgments the replay added); and the same paths
+on PostgreSQL, as B10 runs them. No figure is held to a speed here: benchmarks measure that."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,3 +29,18 @@ def test_the_driver_reports_sqlites_share_of_each_path(tmp_path: Path) -> None:
         sqlite, writes = figures[f"{path}_sqlite_ms"], figures[f"{path}_sqlite_writes_ms"]
         assert figures[f"{path}_ms"] > 0 and 0 < writes <= sqlite, (path, figures)
     assert not list(tmp_path.glob("*.replay")), "the replayed copy is left behind"
+
+
+def test_the_driver_runs_each_path_on_postgresql(make_postgres_database: Callable[[], str]) -> None:
+    """B10 (``bench_postgres_time``) runs the same driver on an empty PostgreSQL database; the
+    driver asserts each path judged every judgment it should."""
+    url = make_postgres_database()
+    done = subprocess.run(
+        [sys.executable, str(DRIVER), url, "16", "2", "1"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(figures) == {"score_ms", "rewards_ms", "route_ms"}
+    assert all(ms > 0 for ms in figures.values()), figures
