@@ -6,9 +6,9 @@ Run: ``python -m benchmarks.bench_ingest [--records 10000] [--runs 3]
 The same driver (``benchmarks/ingest_driver.py``) runs in a process of its own on the
 baseline commit (the last before completions were added in bulk, checked out with
 ``git worktree add``) and on this checkout, in turn, the order swapped every other round,
-each on a fresh database: ``--records`` new records naming 100 prompts by external id, then
-the same records again (all unchanged). The ratio is the baseline's time over this
-checkout's, round by round.
+each on a fresh database and after the same warm-up (500 other records, added twice):
+``--records`` new records naming 100 prompts by external id, then the same records again
+(all unchanged). The ratio is the baseline's time over this checkout's, round by round.
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ def main() -> None:
                         figures = run_driver(code, url, args.records)
                     finally:
                         drop()
+                    warm_up = figures.get("warm_up_records", 0)
                     for case in CASES:
                         seconds.setdefault(name, {}).setdefault(case, {}).setdefault(
                             which, []
@@ -76,6 +77,7 @@ def main() -> None:
     result: dict[str, Any] = {
         "baseline_commit": BASELINE_COMMIT,
         "records": args.records,
+        "warm_up_records": warm_up,
         "runs": args.runs,
         "databases": {},
         "headlines": {},

@@ -542,6 +542,11 @@ def platform_time(result: dict[str, Any]) -> list[str]:
 
 def ingest(result: dict[str, Any]) -> list[str]:
     labels = {"new": "new records", "again": "the same records again (unchanged)"}
+    warm_up = (
+        f", after a warm-up of {result['warm_up_records']:,} other records added twice"
+        if result.get("warm_up_records")
+        else ""
+    )
     rows = [
         [
             database,
@@ -555,7 +560,8 @@ def ingest(result: dict[str, Any]) -> list[str]:
     ]
     return [
         f"{result['records']:,} completion records naming 100 prompts by external id, added in "
-        f"one transaction, then again. Baseline commit `{result['baseline_commit'][:10]}`. "
+        f"one transaction, then again{warm_up}. Baseline commit "
+        f"`{result['baseline_commit'][:10]}`. "
         f"{result['runs']} rounds, the baseline and this checkout in turn, each on a fresh "
         "database; median [min-max] of the rounds.",
         "",
