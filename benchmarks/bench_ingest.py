@@ -15,33 +15,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_api_load import DEFAULT_POSTGRES, make_database
-from benchmarks.checkouts import checkout
+from benchmarks.checkouts import checkout, run_driver
 from benchmarks.results import headline, save, spread
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE_COMMIT = "8261b5d8d4899e6f2be4da0a50f59fe703d3a3af"
 DRIVER = Path(__file__).with_name("ingest_driver.py")
 CASES = ("new", "again")
-
-
-def run_driver(code: Path, url: str, records: int) -> dict[str, float]:
-    done = subprocess.run(
-        [sys.executable, str(DRIVER), url, str(records)],
-        cwd=code, env={**os.environ, "PYTHONPATH": str(code)},
-        capture_output=True, text=True, timeout=3600,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise SystemExit(f"the driver failed:\n{done.stderr[-4000:]}")
-    figures: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return figures
 
 
 def main() -> None:
@@ -64,7 +49,7 @@ def main() -> None:
                 for which, code in order:
                     url, drop = make_database(kind, workdir, f"ingest_{which}_{round_}")
                     try:
-                        figures = run_driver(code, url, args.records)
+                        figures = run_driver(DRIVER, code, [url, str(args.records)], timeout=3600)
                     finally:
                         drop()
                     warm_up = figures.get("warm_up_records", 0)

@@ -23,15 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_api_load import DEFAULT_POSTGRES, make_database
-from benchmarks.checkouts import checkout
+from benchmarks.checkouts import checkout, run_driver
 from benchmarks.results import headline, save, spread
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,17 +45,8 @@ LABELS = {
 DRIVER = Path(__file__).with_name("platform_time_driver.py")
 
 
-def run_driver(code: Path, url: str, rollouts: int) -> dict[str, float]:
-    args = [url, str(rollouts), str(CRITERIA), str(MEASURED_RUNS)]
-    done = subprocess.run(
-        [sys.executable, str(DRIVER), *args],
-        cwd=code, env={**os.environ, "PYTHONPATH": str(code)},
-        capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise SystemExit(f"the driver failed:\n{done.stderr[-4000:]}")
-    figures: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return figures
+def driver_args(url: str, rollouts: int) -> list[str]:
+    return [url, str(rollouts), str(CRITERIA), str(MEASURED_RUNS)]
 
 
 def main() -> None:
@@ -77,7 +65,9 @@ def main() -> None:
             for which, code in order:
                 url, drop = make_database(args.postgres, Path(tmp), f"pgtime_{which}_{round_}")
                 try:
-                    figures = run_driver(code, url, args.rollouts)
+                    figures = run_driver(
+                        DRIVER, code, driver_args(url, args.rollouts), timeout=1800
+                    )
                 finally:
                     drop()
                 for path in PATHS:
