@@ -107,7 +107,9 @@ def assign_to_completions(session: Session, wanted: Sequence[CompletionAssignmen
         query = select(RubricAssignment.rubric_id, RubricAssignment.completion_id).where(
             RubricAssignment.completion_id.in_(part)
         )
-        stored.update(session.execute(query).tuples())
+        stored.update(
+            (rubric_id, completion_id) for rubric_id, completion_id in session.execute(query)
+        )
     new = [
         {"rubric_id": rubric_id, "prompt_id": None, "completion_id": completion_id}
         for rubric_id, completion_id in pairs

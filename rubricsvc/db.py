@@ -87,16 +87,16 @@ def make_engine(url: str, echo: bool = False) -> Engine:
     if parsed.drivername == "postgresql":
         # psycopg 3 is the driver we install; plain postgresql:// would look for psycopg2.
         url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
-    if parsed.get_backend_name() != "postgresql":
-        return create_engine(url, echo=echo, pool_pre_ping=True, json_serializer=jsontext.dumps)
+    postgres = parsed.get_backend_name() == "postgresql"
     engine = create_engine(
         url,
         echo=echo,
         pool_pre_ping=True,
         json_serializer=jsontext.dumps,
-        **_native_placeholders(),
+        **(_native_placeholders() if postgres else {}),
     )
-    event.listen(engine, "connect", _set_session_settings)
+    if postgres:
+        event.listen(engine, "connect", _set_session_settings)
     return engine
 
 
@@ -108,7 +108,7 @@ def _native_placeholders() -> dict[str, Any]:
     Python, and caches the rewrite only for statements under 4 KB and 50 parameters: a batch
     insert of judgments (hundreds of rows, a dozen values each) was parsed anew each time,
     a third of a reward batch's time on PostgreSQL (5,000 rollouts x 4 criteria in batches
-    of 256: 16.2 s, 10.1 s with these). SQLAlchemy writes ``$1`` itself for this style, as
+    of 256: 16.2 s, 10.1-12.4 s with these). SQLAlchemy writes ``$1`` itself for this style, as
     for asyncpg."""
     import psycopg
 

@@ -201,7 +201,7 @@ def test_rubrics_named_by_records_are_assigned_once_each(prompts: str) -> None:
             .join(RubricAssignment, RubricAssignment.completion_id == Completion.id)
             .join(Rubric, Rubric.id == RubricAssignment.rubric_id)
         )
-        return sorted(session.execute(query).tuples())
+        return sorted((text, name) for text, name in session.execute(query))
 
     assert read_database(prompts, assignments) == [
         ("a", "shared/tone"),
