@@ -52,11 +52,12 @@ def main() -> None:
     port = parser.parse_args().port
     import uvicorn
 
-    from rubricsvc.api.transport import JoinedWritesProtocol
+    from rubricsvc.cli.serve import server_options
+    from rubricsvc.config import get_settings
 
     # As ``rubricsvc serve --log-level warning`` runs uvicorn (rubricsvc/cli/serve.py).
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False,
-                http=JoinedWritesProtocol)  # fmt: skip
+    options = server_options(get_settings(), host="127.0.0.1", port=port, log_level="warning")
+    uvicorn.run(app, **options)
 
 
 if __name__ == "__main__":

@@ -167,6 +167,12 @@ class ApiSettings(BaseSettings):
     # Redis that counts those requests for every server process; unset: each process counts
     # its own (in memory).
     rate_limit_url: str | None = None
+    # Failed authentications (an unknown or revoked API key, a wrong key at the review pages'
+    # sign-in) per minute from one client address (an IPv6 address's /64), counted like the
+    # rate limit above (in Redis with rate_limit_url): past it, that address's requests that
+    # need a key and its sign-ins get 429 with Retry-After, whatever key they carry, until it
+    # may fail once more. 0 or None: not counted.
+    failed_auth_per_minute: int | None = Field(default=60, ge=0)
     # A live API key, once looked up, is kept in memory this long: most requests skip the
     # database lookup, and a key revoked by another process works here until it expires
     # (one revoked in this process stops at once). 0: every request looks its key up.
@@ -176,6 +182,14 @@ class ApiSettings(BaseSettings):
     # a reward request, a score job.
     max_reward_judgments: int = Field(default=65_536, gt=0)
     max_job_judgments: int = Field(default=1_000_000, gt=0)
+    # What the citation checks of one request cost besides their judgments, refused with 413
+    # past it (``scoring.scorer.EvidenceCost``): each character of a cited document cut to
+    # passages (indexed once per request), each character a check sends the judge (its claim
+    # and what it shows of its document) and each passage a check ranks count one, about
+    # 0.3 µs of a server each: a reward request at the bound takes about 0.7 s (two cores),
+    # a score job at it about 5 minutes of one core.
+    max_reward_evidence: int = Field(default=2 * 1024 * 1024, gt=0)
+    max_job_evidence: int = Field(default=1024 * 1024 * 1024, gt=0)
     # Judge and rubric-generator models kept loaded (loaded on first use, never per request);
     # configs that differ only in mode, template or sampling share one. Past it: 422.
     max_judges: int = Field(default=4, gt=0)
@@ -194,6 +208,25 @@ class ApiSettings(BaseSettings):
     session_secret: SecretStr | None = None
     # A review session lasts this long after sign-in.
     session_hours: float = Field(default=12.0, gt=0)
+    # What one connection may hold of a server process (``rubricsvc.api.transport``): a
+    # request's line and headers must be in this many seconds after the connection opened
+    # (its first request) or after the request's first byte (later ones) ...
+    header_timeout: float = Field(default=10.0, gt=0)
+    # ... its body within body_timeout seconds, plus one second for every body_min_rate bytes
+    # that arrived (a body sent at least that fast is never cut; 0: the whole body within
+    # body_timeout); time the server spends not reading does not count. Past either: 408.
+    body_timeout: float = Field(default=30.0, gt=0)
+    body_min_rate: int = Field(default=8192, ge=0)
+    # A request whose line and headers are still coming after this many bytes: 431 (what a
+    # client can make the server hold before its request begins; httptools sets no limit).
+    max_header_bytes: int = Field(default=64 * 1024, gt=0)
+    # A kept-alive connection with no request for this many seconds is closed (uvicorn's).
+    keep_alive_timeout: int = Field(default=5, gt=0)
+    # Open connections per server process, at most (lowered to fit the open-file limit); one
+    # more is answered 503 and closed at once.
+    max_connections: int = Field(default=2048, gt=0)
+    # Connections the kernel queues for the process to accept (listen()'s backlog).
+    backlog: int = Field(default=2048, gt=0)
 
 
 # Variables that moved to another group: set under the old name, they would be ignored silently.

@@ -10,6 +10,26 @@ def first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
+def database_failure(err: BaseException) -> tuple[int, str]:
+    """The HTTP status and the message of a request's failed database work, its commit
+    included (its transaction was rolled back): 409 for a conflict with what another
+    transaction stored meanwhile, 503 for a busy or unreachable database (a lock not granted
+    in time: trying again may pass), else 500. The message names no statement or value."""
+    from sqlalchemy.exc import IntegrityError, OperationalError
+
+    if isinstance(err, IntegrityError):
+        return 409, (
+            "the request conflicts with what another request stored meanwhile; "
+            "its transaction was rolled back: send it again"
+        )
+    if isinstance(err, OperationalError):
+        return 503, (
+            "the database was busy or unreachable; "
+            "the request's transaction was rolled back: send it again"
+        )
+    return 500, "the database refused the request; its transaction was rolled back"
+
+
 class RubricsvcError(Exception):
     """Base of all errors a user can act on; ``str(err)`` is a complete one-line message."""
 

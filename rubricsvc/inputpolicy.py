@@ -12,11 +12,13 @@ exact characters) unless it cannot be stored exactly, and then it is refused, na
 
 Every other character is data: other control characters, bidirectional overrides, non-NFC
 forms and look-alike letters are stored, hashed and judged as given (the judge's neutralizer
-deals with special tokens; the review pages render everything as text).
+deals with special tokens; the review pages render everything as text, and show each
+character that renders as nothing, ``INVISIBLE``, as a visible marker).
 
 Structured data is JSON's: an object naming a key twice is refused (parsers disagree on which
 one wins), as are values nested more than ``MAX_DEPTH`` levels deep, numbers that are not
-finite or do not fit 64 bits, and (from YAML) values JSON has no type for, such as dates.
+finite or do not fit 64 bits, and (from YAML) values JSON has no type for, such as dates. A
+query string naming a parameter twice is refused for the same reason (``repeated_name``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +36,20 @@ MAX_DEPTH = 100  # levels of nested objects and lists
 INT64_MAX = 2**63 - 1
 # The characters refused in any text: lone surrogates and NUL.
 _REFUSED = re.compile("[\ud800-\udfff\x00]")
+# Characters that render as nothing, or only steer how the text around them is laid out:
+# soft hyphen, combining grapheme joiner, Arabic letter mark, fillers, Mongolian vowel
+# separator and variation selectors, zero-width space, non-joiner and joiner, left-to-right
+# and right-to-left marks, bidirectional embeddings, overrides and isolates, word joiner and
+# invisible operators, deprecated format characters, byte-order mark (zero-width no-break
+# space), tag characters. Kept like any other character (data), but one definition for the
+# places that must not let them pass unseen: the review pages show each as a visible marker
+# (``rubricsvc.ui.templating``), the judge's neutralizer ignores them where it looks for frame
+# tags (``rubricsvc.judging.neutral``, whose VERSION changes with this list).
+INVISIBLE_CHARACTERS = (
+    "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+    "\u2060-\u2064\u2066-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\U000e0000-\U000e007f"
+)
+INVISIBLE = re.compile(f"[{INVISIBLE_CHARACTERS}]")
 # What a field path shows of a key escaped, so that an error message is always printable.
 _UNPRINTABLE = re.compile("[\ud800-\udfff\x00-\x1f\x7f]")
 # How many parts of a too-deep value's path an error names (the path itself is that deep).
@@ -56,6 +73,23 @@ def text_problem(text: str) -> str | None:
         f"contains a lone surrogate (U+{ord(char):04X}) at character {position}; "
         "text must be valid Unicode"
     )
+
+
+# Why a query parameter named twice is refused, after its name (``repeated_name``).
+GIVEN_TWICE = "is given more than once: give it once"
+
+
+def repeated_name(items: Iterable[tuple[str, Any]]) -> str | None:
+    """The first name given twice among a query string's ``(name, value)`` pairs, or None.
+    Servers, proxies and frameworks disagree on which value of such a name counts (Starlette
+    takes the last, others the first): a check could pass on one value while the route acts
+    on the other."""
+    seen: set[str] = set()
+    for name, _value in items:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
 
 
 def check_text(text: str, field: str) -> str:

@@ -80,7 +80,7 @@ def create_app(
     for module in (operations, prompts, rubrics, completions, jobs, rewards):
         app.include_router(module.router)
     install_ui(
-        app, settings, engine
+        app, settings, engine, failures=state.failed_auth
     )  # the review pages under /ui/ (sessions, not keys per request)
     # A well-formed reward request is served without FastAPI's per-request layers, after the
     # gate admitted its key (rubricsvc.api.direct).
@@ -98,6 +98,7 @@ def create_app(
         authenticate=state.authenticate,
         limiter=state.rate_limiter,
         kept=state.kept_key,
+        failures=state.failed_auth,
     )
     app.add_middleware(BodySizeLimit, max_bytes=settings.api.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
@@ -105,5 +106,10 @@ def create_app(
 
 
 def create_served_app() -> FastAPI:
-    """The app of one ``rubricsvc serve --workers N`` process (uvicorn's factory)."""
-    return create_app(settle_heap=True)
+    """The app of one ``rubricsvc serve --workers N`` process (uvicorn's factory), whose
+    connections are held to the limits of the same settings (``api.transport``)."""
+    from rubricsvc.api.transport import apply_limits
+
+    settings = get_settings()
+    apply_limits(settings.api)
+    return create_app(settings, settle_heap=True)

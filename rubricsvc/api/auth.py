@@ -6,7 +6,9 @@ any client sent. ``KeyGate`` sits in front of the app: it finds the route a requ
 and, when that route needs a key, authenticates it (``Authorization: Bearer``, or
 ``?api_key=`` on the routes that accept it), counts it against its rate limit and checks the
 route's scope before the app receives anything. A refused request's body is never read. The
-admitted key is left in the ASGI scope, where the route's dependency finds it.
+admitted key is left in the ASGI scope, where the route's dependency finds it. An unknown or
+revoked key counts against the client's address (``authfailures``): past the limit, that
+address is refused with 429 before its key is even looked up.
 
 Closed by default: every route declares either the scope a key needs (``deps.require``) or
 that it is open and why (``deps.public``; the docs pages and the review pages' own sign-in
@@ -27,6 +29,7 @@ from starlette.datastructures import Headers, QueryParams
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from rubricsvc.api.authfailures import FailedAuthThrottle, client_address
 from rubricsvc.api.errors import send_error
 from rubricsvc.api.ratelimit import MemoryRateLimiter, RateLimiter, retry_after
 from rubricsvc.apikeys import Scope as KeyScope
@@ -140,6 +143,7 @@ class KeyGate:
         authenticate: Callable[[str], ApiKey | None],
         limiter: RateLimiter | None,
         kept: Callable[[str], ApiKey | None] | None = None,
+        failures: FailedAuthThrottle | None = None,
     ) -> None:
         self.app = app
         self.routes = routes  # the app's routes, in the order its router tries them
@@ -150,6 +154,8 @@ class KeyGate:
         # much of a small request's own time (RL frameworks send one rollout per request).
         self.kept = kept
         self._limit_in_memory = limiter is None or isinstance(limiter, MemoryRateLimiter)
+        # Failed authentications per client address (None: not counted).
+        self.failures = failures
         # Key lookups under way, by event loop and secret (``_lookup``).
         self._lookups: dict[tuple[int, str], asyncio.Task[ApiKey | None]] = {}
         self._rules: dict[int, KeyRule | None] = {}
@@ -208,6 +214,12 @@ class KeyGate:
             await self.app(scope, receive, send)
             return
         route, rule = found
+        failures = self.failures
+        if failures is not None and failures.refused:  # empty unless someone failed too often
+            wait = failures.waiting(client_address(_host(scope)), "a key's request")
+            if wait > 0:
+                await self._throttled(scope, route, send, wait)
+                return
         secret = presented_secret(scope, rule)
         if not secret:
             await self._refuse(scope, route, send, 401, NO_KEY)
@@ -216,6 +228,10 @@ class KeyGate:
         if key is None:
             key = await self._lookup(secret)
         if key is None:
+            wait = await self._failed(scope)
+            if wait > 0:
+                await self._throttled(scope, route, send, wait)
+                return
             await self._refuse(scope, route, send, 401, BAD_KEY)
             return
         wait = await self._take(key)
@@ -237,6 +253,28 @@ class KeyGate:
         scope[ADMITTED_ROUTE] = route
         await self.app(scope, receive, send)
 
+    async def _failed(self, scope: Scope) -> float:
+        """Count an unknown key against the client's address: 0, or the seconds it must wait
+        (a shared count's I/O off the loop)."""
+        if self.failures is None:
+            return 0.0
+        address = client_address(_host(scope))
+        # Not the path: the access log has it (and a key in it, redacted there).
+        what = "unknown or revoked API key"
+        if self.failures.in_memory:
+            return self.failures.failed(address, what)
+        return await run_in_threadpool(self.failures.failed, address, what)
+
+    async def _throttled(self, scope: Scope, route: BaseRoute, send: Send, wait: float) -> None:
+        assert self.failures is not None
+        seconds = retry_after(wait)
+        message = (
+            f"too many failed authentications from this address (more than "
+            f"{self.failures.per_minute} a minute): retry in {seconds} s"
+        )
+        headers = [(b"retry-after", str(seconds).encode())]
+        await self._refuse(scope, route, send, 429, message, headers)
+
     async def _refuse(
         self,
         scope: Scope,
@@ -248,3 +286,8 @@ class KeyGate:
     ) -> None:
         scope["route"] = route  # metrics label the refusal with the route's template
         await send_error(send, status, message, headers=headers)
+
+
+def _host(scope: Scope) -> str | None:
+    client = scope.get("client")
+    return str(client[0]) if client else None

@@ -1,6 +1,6 @@
 """Request input held to the input policy (``rubricsvc.inputpolicy``) before a route's schema
 sees it, refused with 422 naming the field: a JSON body's text, keys, numbers and nesting,
-and every query and path parameter's text.
+every query and path parameter's text, and a query parameter given twice.
 
 Python's JSON parser accepts much that no route can use: lone surrogates (``"\\ud800"``),
 NUL, ``NaN`` and ``Infinity`` (or a literal such as ``1e999`` that overflows to it), integers
@@ -20,7 +20,14 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
 
-from rubricsvc.inputpolicy import MAX_DEPTH, find_refusal, loads_json, text_problem
+from rubricsvc.inputpolicy import (
+    GIVEN_TWICE,
+    MAX_DEPTH,
+    find_refusal,
+    loads_json,
+    repeated_name,
+    text_problem,
+)
 
 
 def refused(location: tuple[str | int, ...], message: str) -> RequestValidationError:
@@ -39,15 +46,17 @@ def check_data(data: Any, location: tuple[str | int, ...]) -> None:
 
 
 def check_parameters(request: Request) -> None:
-    """Raise the 422 of the first query or path parameter whose text the policy refuses."""
-    for kind, items in (
-        ("path", list(request.path_params.items())),
-        ("query", request.query_params.multi_items()),
-    ):
+    """Raise the 422 of the first query or path parameter whose text the policy refuses, or
+    of a query parameter given twice (``inputpolicy.repeated_name``)."""
+    query = request.query_params.multi_items()
+    for kind, items in (("path", list(request.path_params.items())), ("query", query)):
         for name, value in items:
             problem = text_problem(value) if isinstance(value, str) else None
             if problem is not None:
                 raise refused((kind, name), problem)
+    repeated = repeated_name(query)
+    if repeated is not None:
+        raise refused(("query", repeated), GIVEN_TWICE)
 
 
 def is_json(content_type: str | bytes | None) -> bool:

@@ -42,9 +42,20 @@ async def app_state(request: Request) -> AppState:
 
 
 def db(state: AppState = Depends(app_state)) -> Iterator[Session]:
-    """A session in one transaction: committed when the route returns, else rolled back."""
+    """A session in one transaction: committed when the route returns, else rolled back.
+    Routes take it as ``DB_SESSION``, never as ``Depends(db)`` (see there)."""
     with session_scope(state.engine) as session:
         yield session
+
+
+# Every route's session (``session: Session = DB_SESSION``): the one place a route's writes
+# are committed. Scoped to the route's function, FastAPI closes it (commits) once the route
+# has returned and its answer is built, before a byte of the answer is sent. A yield
+# dependency's default scope ("request") closes it after the answer has been sent: a client
+# told 201 could read a 404 at once, and a commit that failed had been answered as a
+# success. A failed commit reaches the app's error handlers as any error of the route does
+# (``errors.install_error_handlers``: 409 for a conflict, 503 for a busy database).
+DB_SESSION = Depends(db, scope="function")
 
 
 def _key_from(state: AppState, secret: str | None) -> ApiKey:

@@ -49,7 +49,8 @@ Model = TypeVar("Model", bound=BaseModel)
 class DirectRoute:
     """A route served directly: its JSON body read into ``body``, its own query parameters
     (as its signature declares them) into a model made from them, and answered by ``serve``
-    (``serve(state, body, **query)``, the function the route calls too)."""
+    (``serve(state, key, body, **query)``, the function the route calls too, with the key
+    the gate admitted)."""
 
     route: APIRoute
     body: type[BaseModel]
@@ -70,7 +71,7 @@ class DirectRoute:
 
     def read(self, scope: Scope, body: bytes) -> tuple[BaseModel, dict[str, Any]] | None:
         """The body and the query as the route would take them, or None where the route
-        should answer (it refuses them, or which value counts is its to say)."""
+        should answer (it refuses them: its own error, written in one place)."""
         given = scope.get("query_string")
         query = parse_query(scope, self.query) if given else self.no_query
         parsed = None if query is None else parse_body(body, self.body)
@@ -119,7 +120,7 @@ class DirectRoutes:
         scope["route"] = direct.route  # metrics label the request with its route's template
         parsed, query = request
         try:
-            answer = await direct.serve(self.state, parsed, **query)
+            answer = await direct.serve(self.state, scope[ADMITTED_KEY], parsed, **query)
         except Exception as exc:
             response = await self._error_response(scope, receive, exc)
             if response is None:
@@ -163,11 +164,13 @@ def route_of(app: FastAPI, endpoint: Callable[..., Any]) -> APIRoute:
 
 
 # Looked up when called, not when the table is made (tests count what was served directly).
-async def _serve_rewards(state: AppState, body: RewardsIn) -> BaseModel:
-    return await serve_rewards(state, body)
+async def _serve_rewards(state: AppState, key: ApiKey, body: RewardsIn) -> BaseModel:
+    return await serve_rewards(state, body, key)
 
 
-async def _serve_openrlhf(state: AppState, body: OpenRLHFIn, **query: Any) -> BaseModel:
+async def _serve_openrlhf(
+    state: AppState, key: ApiKey, body: OpenRLHFIn, **query: Any
+) -> BaseModel:
     return await serve_openrlhf(state, body, **query)
 
 
@@ -201,9 +204,9 @@ def parse_body(body: bytes, model: type[Model]) -> Model | None:
 
 def parse_query(scope: Scope, model: type[Model]) -> Model | None:
     """The query parameters as ``model``, or None where the route should answer: a name
-    given twice (which value counts is the route's to say), text the input policy refuses
-    (``boundary.check_parameters``), a value the model refuses. Names the model does not know
-    are ignored, as FastAPI does."""
+    given twice, text the input policy refuses (``boundary.check_parameters`` refuses both,
+    before any work), a value the model refuses. Names the model does not know are ignored,
+    as FastAPI does."""
     items = QueryParams(scope.get("query_string", b"")).multi_items()
     given = dict(items)
     if len(given) != len(items) or any(text_problem(value) for value in given.values()):

@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import traceback
 from collections.abc import Sequence
 from math import ceil
 from typing import Any
@@ -16,6 +18,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Send
 
@@ -28,7 +31,11 @@ from rubricsvc.errors import (
     NotFoundError,
     RubricsvcError,
     ValidationFailed,
+    database_failure,
+    first_line,
 )
+
+log = logging.getLogger(__name__)
 
 # Each error of the library maps to one status and code.
 _STATUS: list[tuple[type[RubricsvcError], int, str]] = [
@@ -41,7 +48,7 @@ _STATUS: list[tuple[type[RubricsvcError], int, str]] = [
 ]
 _CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
           405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
-          422: "invalid", 429: "too_many_requests", 502: "bad_gateway",
+          422: "invalid", 429: "too_many_requests", 500: "internal", 502: "bad_gateway",
           503: "unavailable"}  # fmt: skip
 # Retry-After of a judge that failed in a way that may pass, when it named no delay itself.
 DEFAULT_RETRY_AFTER = 10
@@ -76,6 +83,27 @@ def backend_unavailable(error: BackendError) -> ApiError:
     return ApiError(
         503, message, code="judge_unavailable", headers={"Retry-After": str(max(1, ceil(wait)))}
     )
+
+
+def database_error(request: Request, exc: SQLAlchemyError) -> ApiError:
+    """The answer to a database error of a request (its commit included, ``deps.DB_SESSION``):
+    409 for a conflict, 503 with Retry-After for a busy or unreachable database, else 500
+    ``internal``. Logged with the first line of the database's own error (and, for a 500,
+    the stack's frames), never SQLAlchemy's message of it, which holds the statement's
+    parameters."""
+    status, message = database_failure(exc)
+    where = f"{request.method} {request.url.path}"
+    if status == 500:
+        frames = "".join(traceback.format_tb(exc.__traceback__))
+        log.error(
+            "%s: database error %s: %s\n%s", where, type(exc).__name__, first_line(exc), frames
+        )
+    else:
+        log.warning(
+            "%s: %d, database error %s: %s", where, status, type(exc).__name__, first_line(exc)
+        )
+    headers = {"Retry-After": "1"} if status == 503 else None
+    return ApiError(status, message, headers=headers)
 
 
 def error_body(
@@ -164,6 +192,10 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.headers:
             response.headers.update(exc.headers)
         return response
+
+    @app.exception_handler(SQLAlchemyError)
+    async def _database(request: Request, exc: SQLAlchemyError) -> JSONResponse:
+        return await _api_error(request, database_error(request, exc))
 
     @app.exception_handler(RubricsvcError)
     async def _library(_request: Request, exc: RubricsvcError) -> JSONResponse:

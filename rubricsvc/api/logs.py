@@ -5,12 +5,18 @@ OpenRLHF's client has to put its key. ``RedactSecrets`` rewrites a record's mess
 arguments (the access formatter reads the path from the arguments) so that any ``api_key``
 query parameter, and anything shaped like a key (``rsk_...``), reads ``[REDACTED]``. The app
 installs it on uvicorn's loggers when it starts (``rubricsvc serve`` runs it so).
+
+A client's doing never floods the log either: ``LogTally`` writes what may happen at a
+client's pace (a client gone mid-request, a connection timed out or refused) as one line for
+the first, then at most one line a window saying how many more there were.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
+import time
 from typing import Any
 
 from rubricsvc.apikeys import SECRET_PREFIX
@@ -55,3 +61,45 @@ def install_redaction(loggers: tuple[str, ...] = LOGGERS) -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, RedactSecrets) for f in logger.filters):
             logger.addFilter(RedactSecrets())
+
+
+class LogTally:
+    """Lines about something that happens at a client's pace: the first at once, then, while
+    more keep coming, one line every ``every`` seconds that counts them (``summary``)."""
+
+    def __init__(self, logger: logging.Logger, level: int, summary: str, every: float = 10.0):
+        self.logger = logger
+        self.level = level
+        self.summary = summary
+        self.every = every
+        self._quiet_until = 0.0  # (monotonic) no line of its own before this
+        self._more = 0  # since the last line
+        self._report: asyncio.TimerHandle | None = None
+
+    def note(self, message: str, *args: Any) -> None:
+        """One occurrence, ``message % args``: written at once outside a window, else
+        counted into the window's line."""
+        if not self.logger.isEnabledFor(self.level):
+            return
+        now = time.monotonic()
+        if now >= self._quiet_until and not self._more:
+            self._quiet_until = now + self.every
+            self.logger.log(self.level, message, *args)
+            return
+        self._more += 1
+        if self._report is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop to report from later: now
+                self._write_summary()
+                return
+            self._report = loop.call_later(max(self._quiet_until - now, 0.0), self._write_summary)
+
+    def _write_summary(self) -> None:
+        self._report = None
+        more, self._more = self._more, 0
+        self._quiet_until = time.monotonic() + self.every
+        if more:
+            self.logger.log(
+                self.level, "%s: %d more in the last %g s", self.summary, more, self.every
+            )

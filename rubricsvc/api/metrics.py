@@ -7,13 +7,28 @@ of series stays bounded whatever clients send.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
+from urllib.parse import quote
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from rubricsvc.api.logs import LogTally
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# The status a request is counted with when its client went away before it was answered
+# (nginx's "client closed request"): nothing was sent.
+CLIENT_GONE = 499
+# One line, never a traceback, for a client that goes mid-request: at a client's pace, so
+# tallied (``LogTally``).
+GONE = LogTally(
+    logging.getLogger("uvicorn.error"),
+    logging.INFO,
+    "clients gone before their request was answered",
+)
 
 
 class Metrics:
@@ -67,7 +82,13 @@ class Metrics:
 
 
 class MetricsMiddleware:
-    """Counts and times every request by its route template (pure ASGI: no body buffering)."""
+    """Counts and times every request by its route template (pure ASGI: no body buffering).
+
+    The app's outermost layer, so also where a client gone mid-request ends: starlette's
+    ``ClientDisconnect`` (raised where a route reads a body the client stopped sending) stops
+    here, and such a request, like one the app left unanswered because its client went
+    (the direct reward path), is counted as 499 and written as one short line instead of
+    uvicorn's "Exception in ASGI application" and its traceback."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
@@ -79,7 +100,7 @@ class MetricsMiddleware:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        status = 500
+        status = 0  # no answer yet
 
         async def send_status(message: Message) -> None:
             nonlocal status
@@ -89,7 +110,21 @@ class MetricsMiddleware:
 
         try:
             await self.app(scope, receive, send_status)
+        except ClientDisconnect:
+            pass  # the client is gone: nobody to answer, nothing to report but a line
+        except BaseException:
+            status = status or 500  # the server's answer (starlette's error middleware)
+            raise
         finally:
+            if not status:
+                status = CLIENT_GONE
+                GONE.note(
+                    '%s - "%s %s" %d: the client went away before it was answered',
+                    _client(scope),
+                    scope.get("method", ""),
+                    quote(scope.get("path", "")),
+                    CLIENT_GONE,
+                )
             route: Any = scope.get("route")
             template = getattr(route, "path", None) or "(unmatched)"
             count, latency = self._series(scope.get("method", ""), template, status)
@@ -109,3 +144,8 @@ class MetricsMiddleware:
             )
             self._children[key] = series
         return series
+
+
+def _client(scope: Scope) -> str:
+    client = scope.get("client")
+    return f"{client[0]}:{client[1]}" if client else "a client"

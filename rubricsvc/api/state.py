@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
 
+from rubricsvc.api.authfailures import FailedAuthThrottle
 from rubricsvc.api.keycache import KeyCache
 from rubricsvc.api.metrics import Metrics
-from rubricsvc.api.ratelimit import RateLimiter, rate_limiter
+from rubricsvc.api.ratelimit import RateLimiter, failed_auth_limiter, rate_limiter
 from rubricsvc.apikeys import authenticate
 from rubricsvc.backends import BackendChoice, JudgeBackend
 from rubricsvc.backends.provider import BackendProvider
@@ -38,6 +39,8 @@ class AppState:
     judges: BackendProvider = field(init=False)
     # Requests per minute per API key (None: no limit).
     rate_limiter: RateLimiter | None = field(init=False)
+    # Failed authentications per client address, and the addresses refused (None: not counted).
+    failed_auth: FailedAuthThrottle | None = field(init=False)
     # Live keys read recently, so most requests skip the key lookup.
     key_cache: KeyCache = field(init=False)
     # Concurrent reward requests of one judge config, judged as one batch.
@@ -58,6 +61,8 @@ class AppState:
             build=self.build_backend,
         )
         self.rate_limiter = rate_limiter(self.settings.api)
+        failures = failed_auth_limiter(self.settings.api)
+        self.failed_auth = FailedAuthThrottle(failures) if failures is not None else None
         self.key_cache = KeyCache(self.settings.api.key_cache_seconds)
         api = self.settings.api
         window = api.reward_batch_window_ms / 1000
@@ -104,4 +109,6 @@ class AppState:
             # running finishes, so nothing is left half-written when the engine goes.
             self._jobs.shutdown(wait=True, cancel_futures=True)
         self.judges.close_all()
+        if self.failed_auth is not None:
+            self.failed_auth.close()
         self.engine.dispose()

@@ -5,7 +5,11 @@ a pairwise or group judge's comparisons, a citations criterion's (claim, documen
 each judgment once (the cache not subtracted), and each check criterion as one. A reward
 request past ``RUBRICSVC_API_MAX_REWARD_JUDGMENTS`` or a score job past
 ``RUBRICSVC_API_MAX_JOB_JUDGMENTS`` is refused with 413; a judge the server could not keep
-loaded (``RUBRICSVC_API_MAX_JUDGES``) with 422. Both before the request stores anything.
+loaded (``RUBRICSVC_API_MAX_JUDGES``) with 422. What the citation checks among the judgments
+cost besides (cited documents indexed, claims and passages sent, passages ranked:
+``scorer.EvidenceCost``) is bounded the same way, past ``RUBRICSVC_API_MAX_REWARD_EVIDENCE``
+or ``RUBRICSVC_API_MAX_JOB_EVIDENCE``: 413 naming the figure, its parts and the bound. All
+before the request stores anything.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from rubricsvc.scoring.judge_configs import find_reward_judge
 from rubricsvc.scoring.rewards import RewardRequest
 from rubricsvc.scoring.scorer import Workload
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.workload import reward_work
+from rubricsvc.scoring.workload import evidence_refusal, reward_work
 
 
 def reward_judge(state: AppState, judge: str, mode: str | None) -> JudgeSpec:
@@ -36,12 +40,19 @@ def reward_judge(state: AppState, judge: str, mode: str | None) -> JudgeSpec:
 
 
 def refuse_reward_work(state: AppState, work: Workload, completions: int) -> None:
-    """413 when a reward request's planned work passes the bound (``api.max_reward_judgments``)."""
+    """413 when a reward request's planned work passes a bound (``api.max_reward_judgments``,
+    ``api.max_reward_evidence``)."""
     _refuse_past(
         work,
         state.settings.api.max_reward_judgments,
         f"completions: {completions}",
         "per reward request; send smaller batches",
+        "body.items",
+    )
+    _refuse_evidence(
+        work,
+        state.settings.api.max_reward_evidence,
+        "per reward request; send fewer or shorter documents, or fewer cited claims, per batch",
         "body.items",
     )
 
@@ -70,13 +81,13 @@ def check_job_work(
 ) -> JobPlan:
     """The plan of a score job, once its work is in bounds (the job is submitted with it)."""
     plan = plan_job(session, spec, selection, state.settings.jobs.chunk_judgments)
+    work = Workload(plan.judgments, plan.checks, plan.evidence)
+    advice = "per score job; select less (by prompt, source or completion ids)"
+    completions = len({completion.id for completion, _ in plan.work})
     _refuse_past(
-        Workload(plan.judgments, plan.checks),
-        state.settings.api.max_job_judgments,
-        f"completions: {len({completion.id for completion, _ in plan.work})}",
-        "per score job; select less (by prompt, source or completion ids)",
-        "body",
+        work, state.settings.api.max_job_judgments, f"completions: {completions}", advice, "body"
     )
+    _refuse_evidence(work, state.settings.api.max_job_evidence, advice, "body")
     return plan
 
 
@@ -89,3 +100,11 @@ def _refuse_past(work: Workload, limit: int, what: str, advice: str, field: str)
             f"check criteria: {work.checks}): at most {limit} {advice}",
             field,
         )
+
+
+def _refuse_evidence(work: Workload, limit: int, advice: str, field: str) -> None:
+    """413 naming what the work's citation checks cost and the bound (``evidence_refusal``),
+    before anything is stored or judged."""
+    refusal = evidence_refusal(work.evidence, limit)
+    if refusal is not None:
+        raise ApiError(413, f"{refusal} {advice}", field)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from typing import Any
 
 import typer
 
@@ -16,6 +17,9 @@ SESSION_SECRET_VARIABLE = "RUBRICSVC_API_SESSION_SECRET"
 # many seconds (its default: 5). A process loading or running a judge model on a busy machine
 # can keep the interpreter that long, and would be killed mid-request.
 WORKER_HEALTHCHECK_SECONDS = 120
+# Headers on every response the server writes (its own errors too), added by uvicorn with
+# the date: a browser must take a JSON answer or a page as the type it says it is.
+RESPONSE_HEADERS = [("X-Content-Type-Options", "nosniff")]
 
 
 def serve_command(
@@ -34,7 +38,7 @@ def serve_command(
         import uvicorn
 
         from rubricsvc.api import create_app
-        from rubricsvc.api.transport import JoinedWritesProtocol
+        from rubricsvc.api.transport import apply_limits, connection_cap
     except ImportError as err:
         raise CliExit(f"{err.name} is not installed: pip install 'rubricsvc[api]'", 6) from None
     settings = get_settings()
@@ -46,28 +50,56 @@ def serve_command(
         f"rubricsvc API on http://{host}:{port}{processes} (docs at /docs), "
         f"database {display_url(settings.db.url)}"
     )
-    # uvicorn makes each request's access log line (the client's address, the path quoted)
-    # before its logger drops it; below info the line is never written, so it is not made.
-    access_log = log_level in {"trace", "debug", "info"}
+    options = server_options(settings, host=host, port=port, log_level=log_level)
+    cap, open_files = connection_cap(settings.api.max_connections)
+    if cap < settings.api.max_connections:
+        err_console.print(
+            f"connections: at most {cap} per process, not {settings.api.max_connections} "
+            f"(RUBRICSVC_API_MAX_CONNECTIONS): the open-file limit is {open_files} "
+            "(raise it: ulimit -n, systemd's LimitNOFILE)"
+        )
     if workers == 1:
+        apply_limits(settings.api)
         app = create_app(settings, engine(), settle_heap=True)
-        uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=access_log,
-                    http=JoinedWritesProtocol)  # fmt: skip
+        uvicorn.run(app, **options)
         return
     share_session_secret(settings)
     warn_of_local_rate_limits(settings, workers)
-    # Each process builds its own app from the environment, which it inherits from this one.
+    # Each process builds its own app and applies its connection limits (``create_served_app``)
+    # from the environment, which it inherits from this one.
     uvicorn.run(
         "rubricsvc.api.app:create_served_app",
         factory=True,
         workers=workers,
-        host=host,
-        port=port,
-        log_level=log_level,
-        access_log=access_log,
-        http=JoinedWritesProtocol,
         timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
+        **options,
     )
+
+
+def server_options(settings: Settings, *, host: str, port: int, log_level: str) -> dict[str, Any]:
+    """uvicorn's options for ``settings``, the same for one process and for several.
+
+    The protocol (``JoinedWritesProtocol``) holds each connection to the time-outs and the cap
+    of open connections of ``settings.api`` (``apply_limits``, in each process); uvicorn's are the
+    keep-alive time-out and the listening socket's backlog. uvicorn's ``limit_concurrency`` is
+    left unset: it answers 503 only once a request's headers are in (the connection already
+    holds its descriptor), and counts the connection asking, so at its cap every request on
+    every open connection is refused; the protocol's cap refuses the connection itself."""
+    from rubricsvc.api.transport import JoinedWritesProtocol
+
+    return {
+        "host": host,
+        "port": port,
+        "log_level": log_level,
+        # uvicorn makes each request's access log line (the client's address, the path
+        # quoted) before its logger drops it; below info the line is never written, so it
+        # is not made.
+        "access_log": log_level in {"trace", "debug", "info"},
+        "http": JoinedWritesProtocol,
+        "timeout_keep_alive": settings.api.keep_alive_timeout,
+        "backlog": settings.api.backlog,
+        "headers": RESPONSE_HEADERS,
+    }
 
 
 def share_session_secret(settings: Settings) -> None:

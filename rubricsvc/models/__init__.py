@@ -1,6 +1,6 @@
 """The ORM: every table is imported here so Alembic's autogenerate sees all of them."""
 
-from rubricsvc.models.apikey import ApiKey
+from rubricsvc.models.apikey import ApiKey, ReviewSession
 from rubricsvc.models.assignment import RubricAssignment
 from rubricsvc.models.base import Base
 from rubricsvc.models.completion import Completion
@@ -61,6 +61,7 @@ __all__ = [
     "LabelSet",
     "Origin",
     "Prompt",
+    "ReviewSession",
     "Rubric",
     "RubricAssignment",
     "RubricVersion",

@@ -34,7 +34,7 @@ from rubricsvc.errors import ConflictError, NotFoundError, ValidationFailed
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.failures import empty_counts
-from rubricsvc.judging.modes import get_mode
+from rubricsvc.judging.modes import Case, Plan, get_mode
 from rubricsvc.models import (
     ChunkStatus,
     Completion,
@@ -51,12 +51,14 @@ from rubricsvc.models.base import utcnow
 from rubricsvc.scoring import presence
 from rubricsvc.scoring.judge_configs import ensure_judge_config
 from rubricsvc.scoring.scorer import (
+    EvidenceCost,
     Planned,
     ScoredCompletion,
     ScoreOptions,
     ScoreReport,
     plan_cases,
     score_aggregation,
+    work_of,
 )
 from rubricsvc.scoring.selection import Selection, select_work
 
@@ -221,7 +223,7 @@ def _resume_if_stopped(session: Session, job: ScoreJob) -> Outbox:
 class JobPlan:
     """What a job of a selection would do: its (completion, version) pairs, the selected
     completions without a rubric, and (computed on first use) its chunks, each with the
-    judgments it plans, and the check criteria it computes."""
+    judgments it plans, the check criteria it computes and what its citation checks cost."""
 
     spec: JudgeSpec
     work: list[tuple[Completion, RubricVersion]]
@@ -230,8 +232,19 @@ class JobPlan:
     pairs: tuple[tuple[int, int], ...] = ()
 
     @functools.cached_property
+    def cases(self) -> list[tuple[Case, Plan]]:
+        """Each (completion, version)'s case and the judgments its mode plans, in order."""
+        work = [Planned.of(c, v) for c, v in self.work]
+        return plan_cases(self.spec, self.spec.config_hash(), work, self.pairs)
+
+    @functools.cached_property
     def chunks(self) -> list[tuple[list[int], int]]:
-        return _plan_chunks(self.spec, self.work, self.chunk_judgments, self.pairs)
+        return _plan_chunks(self.spec, self.work, self.cases, self.chunk_judgments)
+
+    @property
+    def evidence(self) -> EvidenceCost:
+        """What the job's citation checks cost besides their judgments, each judgment once."""
+        return work_of(self.cases).evidence
 
     @property
     def judgments(self) -> int:
@@ -261,16 +274,16 @@ def plan_job(
 def _plan_chunks(
     spec: JudgeSpec,
     work: Sequence[tuple[Completion, RubricVersion]],
+    planned: Sequence[tuple[Case, Plan]],
     size: int,
-    pairs: Sequence[tuple[int, int]],
 ) -> list[tuple[list[int], int]]:
     """Whole completions, in id order, grouped until a group plans ``size`` judgments, each
-    group with the judgments its completions plan (each key once, as its run counts them:
+    group with the judgments its completions plan (``planned``: each (completion, version) of
+    ``work``'s, in order; each key once, as its run counts them:
     ``scorer.distinct_items``). A mode that compares completions sees only its chunk's, so a
     prompt's completions (in prompt order) then stay in one chunk."""
     compares = get_mode(spec.mode).compares
     keys_of: dict[int, list[str]] = {}
-    planned = plan_cases(spec, spec.config_hash(), [Planned.of(c, v) for c, v in work], pairs)
     for (completion, _), (_, plan) in zip(work, planned, strict=True):
         keys_of.setdefault(completion.id, []).extend(item.key for item in plan.items)
     prompt_of = {c.id: c.prompt_id for c, _ in work}

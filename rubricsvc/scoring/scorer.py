@@ -48,6 +48,7 @@ from rubricsvc.judging.modes import (
     VerdictModeImpl,
     get_mode,
 )
+from rubricsvc.judging.readers.evidence import PASSAGE_BUDGET_CHARS, is_cut, ranked_passages
 from rubricsvc.models import (
     Completion,
     Criterion,
@@ -160,11 +161,49 @@ class _Unit:
 
 
 @dataclass
+class EvidenceCost:
+    """What a run's citation checks cost besides their judgments, in the unit the server
+    bounds (``api.max_reward_evidence``), each about 0.3 µs of a server's time: each
+    character of a cited document cut to passages (indexed once per run), each character a
+    check sends (its claim, and its document's title, URL and text shown: the whole of a
+    short one, at most the passage budget of a long one) and each passage a check ranks
+    (counted as one, though ranking one costs less)."""
+
+    documents: dict[str, int] = field(default_factory=dict)  # content hash -> its characters
+    sent_chars: int = 0
+    passages: int = 0
+
+    @property
+    def document_chars(self) -> int:
+        return sum(self.documents.values())
+
+    @property
+    def total(self) -> int:
+        return self.document_chars + self.sent_chars + self.passages
+
+    def add(self, other: EvidenceCost) -> None:
+        self.documents.update(other.documents)  # indexed once, whoever cites it
+        self.sent_chars += other.sent_chars
+        self.passages += other.passages
+
+    def add_check(self, claim: str, document: DocumentView) -> None:
+        """One (claim, document) check (``modes.citation``, ``readers.evidence``)."""
+        size = len(document.text)
+        head = len(document.title or "") + len(document.url or "")
+        self.sent_chars += len(claim) + head + min(size, PASSAGE_BUDGET_CHARS)
+        if is_cut(size):
+            self.documents[document.content_hash] = size
+            self.passages += ranked_passages(size)
+
+
+@dataclass
 class Workload:
-    """Judgments planned (each key once, before the cache) and check criteria computed."""
+    """Judgments planned (each key once, before the cache), check criteria computed, and what
+    the citation checks among the judgments cost besides (``EvidenceCost``)."""
 
     judgments: int = 0
     checks: int = 0
+    evidence: EvidenceCost = field(default_factory=EvidenceCost)
 
     @property
     def total(self) -> int:
@@ -173,6 +212,7 @@ class Workload:
     def add(self, other: Workload) -> None:
         self.judgments += other.judgments
         self.checks += other.checks
+        self.evidence.add(other.evidence)
 
 
 @dataclass(frozen=True)
@@ -192,10 +232,17 @@ class PlannedScore:
 
 def work_of(planned: Sequence[tuple[Case, Plan]]) -> Workload:
     """The work of planned (case, plan) pairs: each judgment key once (the members of a
-    compared group plan the same ones), before the cache; each check criterion once per case."""
-    judgments = sum(len(items) for items in distinct_items(plan for _, plan in planned))
+    compared group plan the same ones), before the cache; each check criterion once per case;
+    the evidence its citation checks read, each judgment once too."""
+    judgments = 0
+    evidence = EvidenceCost()
+    for items in distinct_items(plan for _, plan in planned):
+        judgments += len(items)
+        for item in items:
+            if item.citation is not None and item.citation.document is not None:
+                evidence.add_check(item.citation.claim, item.citation.document)
     checks = sum(1 for case, _ in planned for c in case.criteria if c.check is not None)
-    return Workload(judgments, checks)
+    return Workload(judgments, checks, evidence)
 
 
 def plan_score(

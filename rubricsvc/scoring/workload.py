@@ -5,10 +5,12 @@ it (``scorer.plan_cases``): a pairwise or group judge with the completion's peer
 citations criterion with one check per cited (claim, document), several criteria in one call
 as one judgment. Each judgment counts once (a pairwise mirror, a group's repeats: shared by
 the completions that plan them), the cache not subtracted; a check criterion counts one; a
-jury counts each member (and sample). A reward batch is planned as ``store_completions``
-would store it: a completion already stored is reused, a new one is given the id the
-database will give it (which decides a compared group). Nothing is stored, no model loaded,
-no judge called.
+jury counts each member (and sample). What the citation checks cost besides their judgments
+(``EvidenceCost``: cited documents indexed, claims and passages sent, passages ranked) is
+counted with them and bounded apart (``evidence_refusal``). A reward batch is planned as
+``store_completions`` would store it: a completion already stored is reused, a new one is
+given the id the database will give it (which decides a compared group). Nothing is stored,
+no model loaded, no judge called.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from rubricsvc.judging.modes import DocumentView
 from rubricsvc.models import Completion, Document
 from rubricsvc.scoring.rewards import RewardRequest, find_prompts, wanted_completions
 from rubricsvc.scoring.scorer import (
+    EvidenceCost,
     Planned,
     Workload,
     completion_view,
@@ -115,3 +118,16 @@ def _document_view(record: DocumentRecord, stored: dict[str, Document]) -> Docum
     if record.text is None and document is not None:
         return DocumentView(str(record.label), document.url, document.title, document.text, digest)
     return DocumentView(str(record.label), record.url, record.title, record.text or "", digest)
+
+
+def evidence_refusal(evidence: EvidenceCost, limit: int) -> str | None:
+    """Why work whose citation checks cost ``evidence`` is refused past ``limit``, naming the
+    figure and its parts (the start of a 413's message), or None when it is in bounds."""
+    if evidence.total <= limit:
+        return None
+    return (
+        f"{evidence.total} evidence cost of citation checks (document characters indexed: "
+        f"{evidence.document_chars} in {len(evidence.documents)} document(s); characters "
+        f"sent to the judge: {evidence.sent_chars}; passages ranked: {evidence.passages}): "
+        f"at most {limit}"
+    )

@@ -9,23 +9,27 @@ reviewer may do is their key's scopes, as on the API.
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from fastapi import Depends, Request
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from starlette.datastructures import FormData
 
 from rubricsvc.apikeys import Scope, allows
 from rubricsvc.config import Settings
 from rubricsvc.db import session_scope
-from rubricsvc.inputpolicy import printable, text_problem
-from rubricsvc.models import ApiKey
+from rubricsvc.errors import database_failure, first_line
+from rubricsvc.inputpolicy import GIVEN_TWICE, printable, repeated_name, text_problem
 from rubricsvc.routeaccess import OpenCheck
-from rubricsvc.ui.session import SESSION_COOKIE, SessionSigner
+from rubricsvc.ui.session import SESSION_COOKIE, SessionSigner, session_key
+
+log = logging.getLogger(__name__)
 
 # The API's key gate lets the pages through: each page checks its own session cookie (signed
 # in with a key on /ui/login) through ``current_reviewer``.
@@ -58,13 +62,28 @@ class Reviewer:
         return allows(list(self.scopes), scope)
 
 
+class SignInThrottle(Protocol):
+    """Failed sign-ins counted per client address: the API's count of failed keys
+    (``rubricsvc.api.authfailures.FailedAuthThrottle``; the API package imports this one)."""
+
+    per_minute: int
+
+    def address_of(self, host: str | None) -> str: ...
+
+    def waiting(self, address: str, what: str = "") -> float: ...
+
+    def failed(self, address: str, what: str) -> float: ...
+
+
 @dataclass(frozen=True)
 class UiState:
-    """What the pages share: the app's settings and engine, and the cookie signer."""
+    """What the pages share: the app's settings and engine, the cookie signer, and the count
+    of failed sign-ins per client address (the API's, ``authfailures``; None: not counted)."""
 
     settings: Settings
     engine: Engine
     signer: SessionSigner
+    failures: SignInThrottle | None = None
 
 
 def ui_state(request: Request) -> UiState:
@@ -76,10 +95,32 @@ def signer(request: Request) -> SessionSigner:
     return ui_state(request).signer
 
 
-def page_db(state: UiState = Depends(ui_state)) -> Iterator[Session]:
-    """One transaction per page: committed when the page is built, else rolled back."""
-    with session_scope(state.engine) as session:
-        yield session
+def page_db(request: Request, state: UiState = Depends(ui_state)) -> Iterator[Session]:
+    """One transaction per page: committed when the page is built, else rolled back. Pages
+    take it through ``PAGE_SESSION`` (see there). A database error, the commit's included,
+    is an error page: 409 for a conflict, 503 for a busy database, else 500 (logged without
+    the statement's parameters, as the API's are)."""
+    try:
+        with session_scope(state.engine) as session:
+            yield session
+    except SQLAlchemyError as err:
+        status, message = database_failure(err)
+        log.warning(
+            "%s %s: %d, database error %s: %s",
+            request.method,
+            request.url.path,
+            status,
+            type(err).__name__,
+            first_line(err),
+        )
+        raise PageRefused(status, f"{message[:1].upper()}{message[1:]}.") from None
+
+
+# The page's session, scoped to the page's function: FastAPI closes it (commits) once the
+# page is built, before it is sent, so the page a form redirects to (the browser asks for
+# it at once) shows what the form saved, and a commit that fails is an error page, never a
+# page that says it was saved.
+PAGE_SESSION = Depends(page_db, scope="function")
 
 
 def current_reviewer(request: Request, state: UiState = Depends(ui_state)) -> Reviewer:
@@ -88,8 +129,8 @@ def current_reviewer(request: Request, state: UiState = Depends(ui_state)) -> Re
     if data is None:
         raise SignInRequired()
     with session_scope(state.engine) as session:
-        key = session.scalar(select(ApiKey).where(ApiKey.id == data.key_id))
-        if key is None or key.revoked_at is not None or key.key_hash[:16] != data.key_hash_head:
+        key = session_key(session, data)  # signed out, expired, or its key revoked: None
+        if key is None:
             raise SignInRequired()
         return Reviewer(key.id, key.name, tuple(key.scopes), sessions.csrf_token(data.nonce))
 
@@ -111,9 +152,14 @@ def _refuse_text(kind: str, items: Iterable[tuple[str, Any]]) -> None:
 
 
 def checked_parameters(request: Request) -> None:
-    """Every page's path and query parameters, held to the input policy."""
+    """Every page's path and query parameters, held to the input policy; a query parameter
+    given twice is refused (which value would count is not for the page to guess)."""
     _refuse_text("path parameter", request.path_params.items())
-    _refuse_text("query parameter", request.query_params.multi_items())
+    items = request.query_params.multi_items()
+    _refuse_text("query parameter", items)
+    repeated = repeated_name(items)
+    if repeated is not None:
+        raise PageRefused(422, f"The query parameter {printable(repeated)!r} {GIVEN_TWICE}.")
 
 
 async def checked_form(

@@ -14,6 +14,7 @@ from jinja2.runtime import Context
 from markupsafe import Markup
 from starlette.responses import HTMLResponse
 
+from rubricsvc.inputpolicy import INVISIBLE
 from rubricsvc.ui.deps import Reviewer, signer
 from rubricsvc.ui.session import FLASH_COOKIE
 
@@ -49,31 +50,40 @@ def _ago(moment: datetime | None) -> str:
 
 TEMPLATES.env.filters.update(number=_number, percent=_percent, age=_age, ago=_ago)
 
-# Bidirectional embeddings, overrides and isolates: kept in stored text (judges see them), but
-# a page that let them act would show a reviewer text in another order than the judge reads
-# it. Pages show each as a visible marker instead, except in the fields of a form that posts
-# the text back (the edit page), where a marker would be saved in its place.
-BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
+# Bidirectional controls (marks, embeddings, overrides, isolates) and zero-width and other
+# invisible characters: kept in stored text (judges see them), but a page that let them act
+# or vanish would show a reviewer other text than the judge reads (reordered, or with words
+# that look alike but differ). Pages show each as a visible marker instead, except in the
+# fields of a form that posts the text back (the edit page), where a marker would be saved in
+# its place. The input policy's list (``rubricsvc.inputpolicy.INVISIBLE``), the one the
+# judge's neutralizer uses.
 RAW_TEXT_TEMPLATES = frozenset({"edit.html"})
 
 
-def bidi_marker(match: re.Match[str]) -> str:
+class Unmarked(str):
+    """Text a page sends back as it is (a filter's value in a form): ``{{ x|unmarked }}``."""
+
+
+def invisible_marker(match: re.Match[str]) -> str:
     return f"\u27e8U+{ord(match.group()):04X}\u27e9"
 
 
 @pass_context
 def _finalize(context: Context, value: Any) -> Any:
-    """Every ``{{ value }}`` of a page before it is escaped: bidirectional controls shown
-    (in markup a macro made too: a marker holds no character that markup gives meaning to)."""
-    if not isinstance(value, str) or context.name in RAW_TEXT_TEMPLATES:
+    """Every ``{{ value }}`` of a page before it is escaped: invisible characters shown (in
+    markup a macro made too: a marker holds no character that markup gives meaning to)."""
+    if not isinstance(value, str) or value.isascii() or context.name in RAW_TEXT_TEMPLATES:
         return value
-    if BIDI_CONTROLS.search(value) is None:
+    if isinstance(value, Unmarked):
+        return str(value)
+    if INVISIBLE.search(value) is None:
         return value
-    shown = BIDI_CONTROLS.sub(bidi_marker, value)
+    shown = INVISIBLE.sub(invisible_marker, value)
     return Markup(shown) if isinstance(value, Markup) else shown
 
 
 TEMPLATES.env.finalize = _finalize
+TEMPLATES.env.filters["unmarked"] = Unmarked
 
 
 def render(

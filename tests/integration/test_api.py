@@ -311,13 +311,14 @@ def test_a_well_formed_reward_request_is_served_in_front_of_fastapi_as_the_route
     api: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``api.direct`` answers well-formed /v1/rewards requests itself; the route answers the
-    rest (here: a query parameter named twice, a body it refuses). Both answers are the same."""
+    rest (here: a query parameter named twice, a body it refuses). Both answers are the same
+    (the route's, of a request the fast path is made to leave to it)."""
     served: list[Any] = []
     serve = direct.serve_rewards
 
-    async def counted(state: Any, body: Any) -> Any:
+    async def counted(state: Any, body: Any, key: Any) -> Any:
         served.append(body)
-        return await serve(state, body)
+        return await serve(state, body, key)
 
     monkeypatch.setattr(direct, "serve_rewards", counted)
     client, keys = api
@@ -328,9 +329,15 @@ def test_a_well_formed_reward_request_is_served_in_front_of_fastapi_as_the_route
     directly = client.post("/v1/rewards", json=body, headers=auth)
     assert directly.status_code == 200, directly.text
     assert len(served) == 1
-    routed = client.post("/v1/rewards?via=route&via=route", json=body, headers=auth)
+    with monkeypatch.context() as leave:  # the fast path leaves every request to the route
+        leave.setattr(direct.DirectRoute, "read", lambda *_: None)
+        routed = client.post("/v1/rewards", json=body, headers=auth)
     assert routed.status_code == 200, routed.text
     assert len(served) == 1  # the route took it
+    # A query parameter named twice goes on to the route, which refuses it.
+    twice = client.post("/v1/rewards?via=route&via=route", json=body, headers=auth)
+    assert twice.status_code == 422 and twice.json()["error"]["field"] == "query.via"
+    assert len(served) == 1
     # Check criteria only: nothing judged or cached, so the answers are equal as they are.
     assert directly.json()["rewards"] == [pytest.approx(1.0), pytest.approx(0.25)]
     assert directly.json() == routed.json()
@@ -376,9 +383,15 @@ def test_an_openrlhf_request_is_served_in_front_of_fastapi_as_the_route_would(
     assert served == [
         {"judge": "embedded", "aggregation": "rar", "min_coverage": 0.5, "masked": None}
     ]
-    routed = client.post(f"{path}&judge=embedded&judge=embedded", json=body)
+    with monkeypatch.context() as leave:  # the fast path leaves every request to the route
+        leave.setattr(direct.DirectRoute, "read", lambda *_: None)
+        routed = client.post(path, json=body)
     assert routed.status_code == 200, routed.text
     assert len(served) == 1  # the route took it
+    # A name given twice goes on to the route, which refuses it before any work.
+    twice = client.post(f"{path}&judge=embedded&judge=embedded", json=body)
+    assert twice.status_code == 422 and twice.json()["error"]["field"] == "query.judge"
+    assert len(served) == 1
     assert directly.json()["rewards"] == [pytest.approx(1.0), pytest.approx(0.25)]
     assert directly.json() == routed.json()
 

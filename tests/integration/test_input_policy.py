@@ -250,6 +250,60 @@ def test_repeated_keys_deep_nesting_and_an_oversized_body_name_their_field(
     assert answer.status_code == 413 and answer.json()["error"]["field"] == "body"
 
 
+def test_a_query_parameter_given_twice_is_refused_before_any_work(database_url: str) -> None:
+    """Which value of a name given twice counts differs between servers, proxies and
+    frameworks (Starlette: the last): every route refuses it, 422 naming it, before any work.
+    The reward routes' fast path (``api.direct``) leaves such a request to the route."""
+    built: list[Any] = []
+
+    def build(choice: Any) -> Any:
+        built.append(choice)
+        raise AssertionError("no judge may be loaded for a refused request")
+
+    with api_client(database_url, build_backend=build) as (client, keys):
+        before = row_counts(database_url)
+        prompt = "Write one sentence about the sea."
+        openrlhf = {"query": [prompt + " Blue."], "prompts": [prompt], "labels": ["api-sea"]}
+        score = {**bearer(keys["score"]), "content-type": "application/json"}
+        item = {"prompt_id": "api-sea", "completion": "Blue."}
+        for method, url, body, headers, name in [
+            # The issue's request: a judge checked under one name, scored under the other.
+            ("POST", f"/v1/openrlhf/reward?api_key={keys['score']}&judge=fake&judge=embedded",
+             openrlhf, {}, "judge"),
+            ("POST", "/v1/openrlhf/reward?judge=embedded&judge=embedded", openrlhf, score,
+             "judge"),
+            ("POST", f"/v1/openrlhf/reward?api_key={keys['score']}&api_key={keys['score']}",
+             openrlhf, {}, "api_key"),
+            ("POST", "/v1/rewards?judge=x&judge=x", {"items": [item]}, score, "judge"),
+            ("POST", "/v1/prompts?x=1&x=2", {"text": "Twice."}, bearer(keys["author"]), "x"),
+            ("GET", "/v1/prompts?limit=1&limit=2", None, bearer(keys["read"]), "limit"),
+        ]:  # fmt: skip
+            answer = client.request(method, url, json=body, headers=headers)
+            assert answer.status_code == 422, (url, answer.text)
+            assert answer.json()["error"] == {
+                "status": 422,
+                "code": "validation_error",
+                "message": f"query.{name}: is given more than once: give it once",
+                "field": f"query.{name}",
+                "details": [
+                    {"field": f"query.{name}", "message": "is given more than once: give it once"}
+                ],
+            }, url
+        assert built == []
+        assert row_counts(database_url) == before
+        # Once each, the same requests are served.
+        once = client.post("/v1/openrlhf/reward?judge=embedded", json=openrlhf, headers=score)
+        assert once.status_code == 200, once.text
+        assert client.get("/v1/prompts?limit=1", headers=bearer(keys["read"])).status_code == 200
+
+        # The review pages too: a 422 page naming it.
+        client.follow_redirects = False
+        sign_in(client, keys["admin"])
+        page = client.get("/ui/queue?tag=a&tag=b")
+        assert page.status_code == 422
+        assert "query parameter &#39;tag&#39; is given more than once" in page.text
+
+
 def test_text_the_policy_keeps_is_stored_and_hashed_exactly(
     api: tuple[TestClient, dict[str, str]], database_url: str
 ) -> None:

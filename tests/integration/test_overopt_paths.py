@@ -70,7 +70,9 @@ def api(
 ) -> Iterator[str]:
     path = tmp_path / "api.sqlite"
     path.write_bytes(migrated_sqlite_template.read_bytes())
-    with running_api(with_lab_rubrics(f"sqlite:///{path}"), monkeypatch, 120) as base_url:
+    # The lab's rubrics are unreviewed drafts: rewarding with them needs the review scope.
+    database = with_lab_rubrics(f"sqlite:///{path}")
+    with running_api(database, monkeypatch, 120, scopes=("score", "review")) as base_url:
         yield base_url
 
 

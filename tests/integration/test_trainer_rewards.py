@@ -188,12 +188,12 @@ def test_verls_masked_score_is_its_prompts_mean_never_a_zero(sqlite_url: str) ->
 # --- over HTTP: the real API (`rubricsvc serve`) on a free port ------------------------------
 
 
-def _api_key(database: str) -> str:
+def _api_key(database: str, scopes: tuple[str, ...]) -> str:
     from rubricsvc.apikeys import create_key
 
     engine = make_engine(database)
     with session_scope(engine) as session:
-        secret = create_key(session, "trainer", ["score"]).secret
+        secret = create_key(session, "trainer", list(scopes)).secret
     engine.dispose()
     return secret
 
@@ -224,15 +224,18 @@ def _stop(server: subprocess.Popen[bytes]) -> None:
 
 @contextlib.contextmanager
 def running_api(
-    database: str, monkeypatch: pytest.MonkeyPatch, start_timeout: float = 60
+    database: str,
+    monkeypatch: pytest.MonkeyPatch,
+    start_timeout: float = 60,
+    scopes: tuple[str, ...] = ("score",),
 ) -> Iterator[str]:
-    """`rubricsvc serve` on ``database`` and a free port, its reward key in the environment;
-    its base URL once healthy."""
+    """`rubricsvc serve` on ``database`` and a free port, its reward key (``scopes``) in the
+    environment; its base URL once healthy."""
     require_module("fastapi", "api")
     require_module("uvicorn", "api")
     from tests.servers import free_port
 
-    monkeypatch.setenv("RUBRICSVC_REWARD_API_KEY", _api_key(database))
+    monkeypatch.setenv("RUBRICSVC_REWARD_API_KEY", _api_key(database, scopes))
     port = free_port()
     server = _start_api(database, port)
     base_url = f"http://127.0.0.1:{port}"
@@ -526,7 +529,7 @@ def test_http_rewards_wait_for_a_server_that_is_still_starting(
     require_module("uvicorn", "api")
     from tests.servers import free_port
 
-    monkeypatch.setenv("RUBRICSVC_REWARD_API_KEY", _api_key(database))
+    monkeypatch.setenv("RUBRICSVC_REWARD_API_KEY", _api_key(database, ("score",)))
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
     settings = ScorerSettings(via=ScorerVia.HTTP, base_url=base_url, retries=7, retry_backoff=0.25)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import random
 import signal
+import unicodedata
 from collections.abc import Iterator
 
 import pytest
@@ -109,3 +111,35 @@ def test_the_neutralizer_version_is_part_of_the_judge_hash(monkeypatch: pytest.M
     before = spec.config_hash()
     monkeypatch.setattr(neutral, "VERSION", neutral.VERSION + "-next")
     assert JudgeSpec.model_validate(spec.model_dump()).config_hash() != before
+
+
+def _fold_each_character(text: str) -> tuple[str, list[int]]:
+    """Folding as it is defined: every character on its own (what ``neutral._fold`` does for
+    the characters outside ASCII only)."""
+    folded: list[str] = []
+    origin: list[int] = []
+    for index, char in enumerate(text):
+        if neutral._INVISIBLE.match(char):
+            continue
+        if not char.isascii():
+            char = unicodedata.normalize("NFKC", char).translate(neutral._CONFUSABLES)
+        for part in char.lower():
+            folded.append(part)
+            origin.append(index)
+    return "".join(folded), origin
+
+
+def test_folding_text_outside_ascii_folds_each_character_as_defined() -> None:
+    """ASCII runs are folded whole (a citation check's passages hold one "…" among thousands
+    of ASCII characters): the same folded text and origins as folding each character."""
+    pieces = [*"aZ</>= _-\n", "response", "</res\u200bponse>", "\uff1c/claim\uff1e", "\u2026"]
+    pieces += [
+        *"\u200b\u2060\ufeff\u00ad\U000e0041\u2039\u203a\u0430\u03bf\ufb01\u0130\u00df\u212a"
+    ]
+    rnd = random.Random(5)
+    for _ in range(3000):
+        text = "".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 40)))
+        assert neutral._fold(text) == _fold_each_character(text), repr(text)
+    passages = "word " * 480 + "\n[\u2026]\n" + "more </document> text " * 100
+    assert neutral._fold(passages) == _fold_each_character(passages)
+    assert "\u2039/document\u203a" in neutral.judged(passages)

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rubricsvc.api.boundary import CheckedRoute
-from rubricsvc.api.deps import app_state, db, require
+from rubricsvc.api.deps import DB_SESSION, app_state, require
 from rubricsvc.api.errors import ApiError, field_path
 from rubricsvc.api.routes.common import Paging, completion_out, paged_rows
 from rubricsvc.api.schemas import MAX_ID, CompletionOut, IngestOut, Page
@@ -54,7 +54,7 @@ def ingest(
         description="Completions; each names its prompt by prompt_external_id, prompt_id, "
         "or gives it in full (prompt / prompt_messages).",
     ),
-    session: Session = Depends(db),
+    session: Session = DB_SESSION,
     state: AppState = Depends(app_state),
 ) -> IngestOut:
     _check_count(len(records), state, "body")
@@ -74,7 +74,7 @@ def ingest(
     },
 )
 async def ingest_jsonl(
-    request: Request, state: AppState = Depends(app_state), session: Session = Depends(db)
+    request: Request, state: AppState = Depends(app_state), session: Session = DB_SESSION
 ) -> IngestOut:
     body = await request.body()
     try:
@@ -118,7 +118,7 @@ def list_completions(
     ),
     source: str | None = Query(None, description="Only completions from this source."),
     paging: Paging = Depends(),
-    session: Session = Depends(db),
+    session: Session = DB_SESSION,
 ) -> Page:
     query = select(Completion).order_by(Completion.id)
     if prompt_id is not None:
@@ -133,7 +133,7 @@ def list_completions(
     "/{completion_id}", response_model=CompletionOut, dependencies=[Depends(require(Scope.READ))]
 )
 def get_completion(
-    completion_id: int = Path(ge=1, le=2**31 - 1), session: Session = Depends(db)
+    completion_id: int = Path(ge=1, le=2**31 - 1), session: Session = DB_SESSION
 ) -> CompletionOut:
     completion = session.get(Completion, completion_id)
     if completion is None:

@@ -15,13 +15,15 @@ from fastapi import APIRouter, Depends, Path, Response
 from sqlalchemy.orm import Session
 
 from rubricsvc.api.boundary import CheckedRoute
-from rubricsvc.api.deps import app_state, db, require
+from rubricsvc.api.deps import DB_SESSION, app_state, require
+from rubricsvc.api.drafts import drafts_allowed
 from rubricsvc.api.errors import ApiError
 from rubricsvc.api.routes.common import Paging
 from rubricsvc.api.schemas import JobIn, Page
 from rubricsvc.api.state import AppState
 from rubricsvc.api.work import check_job_work
 from rubricsvc.apikeys import Scope
+from rubricsvc.models import ApiKey
 from rubricsvc.scoring import jobs, lifecycle
 from rubricsvc.scoring.dispatch import CeleryDispatcher, Dispatcher, LocalDispatcher
 from rubricsvc.scoring.judge_configs import find_reward_judge
@@ -46,18 +48,19 @@ def _job_out(state: AppState, session: Session, job_id: int, created: bool | Non
     "",
     response_model=JobOut,
     status_code=202,
-    dependencies=[Depends(require(Scope.SCORE))],
     responses={200: {"model": JobOut, "description": "The same work was submitted before."}},
 )
 def submit_job(
     body: JobIn,
     response: Response,
-    session: Session = Depends(db),
+    session: Session = DB_SESSION,
     state: AppState = Depends(app_state),
+    key: ApiKey = Depends(require(Scope.SCORE)),
 ) -> JobOut:
-    """Submit the selected completions for scoring; the same work again returns its job."""
-    include_drafts = (
-        state.settings.scoring.use_drafts if body.include_drafts is None else body.include_drafts
+    """Submit the selected completions for scoring; the same work again returns its job.
+    ``include_drafts: true`` needs the review scope unless the server scores drafts anyway."""
+    include_drafts = drafts_allowed(
+        state.settings.scoring, key, body.include_drafts, "body.include_drafts"
     )
     selection = Selection(
         completion_ids=tuple(body.completion_ids),
@@ -109,7 +112,7 @@ def _counter(state: AppState) -> Callable[[ScoreReport], None]:
 @router.get("", response_model=Page, dependencies=[Depends(require(Scope.READ))])
 def list_jobs(
     paging: Paging = Depends(),
-    session: Session = Depends(db),
+    session: Session = DB_SESSION,
     state: AppState = Depends(app_state),
 ) -> Page:
     found = jobs.list_jobs(session, limit=paging.offset + paging.limit)[paging.offset :]
@@ -119,14 +122,14 @@ def list_jobs(
 
 @router.get("/{job_id}", response_model=JobOut, dependencies=[Depends(require(Scope.READ))])
 def get_job(
-    job_id: int = JOB_ID, session: Session = Depends(db), state: AppState = Depends(app_state)
+    job_id: int = JOB_ID, session: Session = DB_SESSION, state: AppState = Depends(app_state)
 ) -> JobOut:
     return _job_out(state, session, job_id)
 
 
 @router.get("/{job_id}/results", response_model=Page, dependencies=[Depends(require(Scope.READ))])
 def job_results(
-    job_id: int = JOB_ID, paging: Paging = Depends(), session: Session = Depends(db)
+    job_id: int = JOB_ID, paging: Paging = Depends(), session: Session = DB_SESSION
 ) -> Page:
     """The job's scores so far, each with its per-criterion breakdown. Pages count the
     job's completions (``total``): a page holds the scores of ``limit`` completions, in id
@@ -142,7 +145,7 @@ def job_results(
     "/{job_id}/cancel", response_model=JobOut, dependencies=[Depends(require(Scope.SCORE))]
 )
 def cancel_job(
-    job_id: int = JOB_ID, session: Session = Depends(db), state: AppState = Depends(app_state)
+    job_id: int = JOB_ID, session: Session = DB_SESSION, state: AppState = Depends(app_state)
 ) -> JobOut:
     """Stop a job: chunks not yet started are cancelled; running ones finish."""
     jobs.cancel(session, job_id)

@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
 from rubricsvc.api.boundary import CheckedRoute
-from rubricsvc.api.deps import app_state, db, public, require
+from rubricsvc.api.deps import DB_SESSION, app_state, public, require
 from rubricsvc.api.metrics import CONTENT_TYPE
 from rubricsvc.api.schemas import JudgeOut
 from rubricsvc.api.state import AppState
@@ -57,7 +57,7 @@ def metrics(state: AppState = Depends(app_state)) -> Response:
 @router.get(
     "/v1/judges", response_model=list[JudgeOut], dependencies=[Depends(require(Scope.READ))]
 )
-def judges(session: Session = Depends(db)) -> list[JudgeOut]:
+def judges(session: Session = DB_SESSION) -> list[JudgeOut]:
     """The judge configs a score job or reward can name: built in, and stored."""
     stored = current_judge_configs(session)
     names = {row.name for row in stored}

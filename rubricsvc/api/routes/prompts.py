@@ -7,7 +7,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rubricsvc.api.boundary import CheckedRoute
-from rubricsvc.api.deps import db, require
+from rubricsvc.api.deps import DB_SESSION, require
 from rubricsvc.api.routes.common import Paging, paged_rows, prompt_out
 from rubricsvc.api.schemas import CreatedPrompt, Page, PromptIn, PromptOut
 from rubricsvc.apikeys import Scope
@@ -21,7 +21,7 @@ router = APIRouter(prefix="/v1/prompts", tags=["prompts"], route_class=CheckedRo
 def list_prompts(
     external_id: str | None = Query(None, description="Only the prompt with this external id."),
     paging: Paging = Depends(),
-    session: Session = Depends(db),
+    session: Session = DB_SESSION,
 ) -> Page:
     query = select(Prompt).order_by(Prompt.id)
     if external_id is not None:
@@ -38,7 +38,7 @@ def list_prompts(
     responses={200: {"model": CreatedPrompt, "description": "Already stored: the same prompt."}},
 )
 def create_prompt(
-    body: PromptIn, response: Response, session: Session = Depends(db)
+    body: PromptIn, response: Response, session: Session = DB_SESSION
 ) -> CreatedPrompt:
     """Store a prompt; the same messages again return the stored one (200)."""
     messages = (
@@ -60,6 +60,6 @@ def create_prompt(
 
 @router.get("/{prompt_id}", response_model=PromptOut, dependencies=[Depends(require(Scope.READ))])
 def get_prompt(
-    prompt_id: int = Path(ge=1, le=2**31 - 1), session: Session = Depends(db)
+    prompt_id: int = Path(ge=1, le=2**31 - 1), session: Session = DB_SESSION
 ) -> PromptOut:
     return prompt_out(find_prompt(session, prompt_id=prompt_id))

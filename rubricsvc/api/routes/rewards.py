@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 
 from rubricsvc.api.boundary import CheckedRoute
 from rubricsvc.api.deps import app_state, require, require_with_query_key
+from rubricsvc.api.drafts import drafts_allowed
 from rubricsvc.api.errors import DEFAULT_RETRY_AFTER, ApiError
 from rubricsvc.api.schemas import OpenRLHFIn, OpenRLHFOut, RewardsIn, RewardsOut
 from rubricsvc.api.state import AppState
@@ -29,6 +30,7 @@ from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, AggregationName
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.failures import empty_counts
+from rubricsvc.models import ApiKey
 from rubricsvc.prompts import prompt_hash
 from rubricsvc.scoring.coalescing import Ungatherable, compares
 from rubricsvc.scoring.options import score_options
@@ -52,13 +54,12 @@ async def _rewards(
     mode: str | None,
     aggregation: str,
     min_coverage: float,
-    include_drafts: bool | None,
+    drafts: bool,
     source: str,
 ) -> RewardBatch:
     limit = state.settings.api.max_reward_items
     if len(requests) > limit:
         raise ApiError(413, f"{len(requests)} items: at most {limit} per request", "body.items")
-    drafts = state.settings.scoring.use_drafts if include_drafts is None else include_drafts
     # The policy's end-of-turn tokens are no part of its response: the same text with or
     # without them is one completion, one reward.
     requests = without_end_tokens(requests, state.settings.api.end_tokens)
@@ -157,23 +158,29 @@ def reward_requests(body: RewardsIn) -> list[RewardRequest]:
     ]
 
 
-async def serve_rewards(state: AppState, body: RewardsIn) -> RewardsOut:
-    """The answer to a ``/v1/rewards`` body: the route's, and ``api.direct``'s for the same
-    route served without FastAPI's per-request layers."""
+async def serve_rewards(state: AppState, body: RewardsIn, key: ApiKey | None) -> RewardsOut:
+    """The answer to a ``/v1/rewards`` body sent with ``key``: the route's, and
+    ``api.direct``'s for the same route served without FastAPI's per-request layers."""
+    drafts = drafts_allowed(state.settings.scoring, key, body.include_drafts, "body.include_drafts")
     batch = await _rewards(state, reward_requests(body), body.judge, body.mode, body.aggregation,
-                           body.min_coverage, body.include_drafts, body.source)  # fmt: skip
+                           body.min_coverage, drafts, body.source)  # fmt: skip
     unavailable = _judge_unavailable(batch)
     if unavailable is not None:
         raise unavailable
     return RewardsOut.model_validate(batch, from_attributes=True)
 
 
-@router.post("/v1/rewards", response_model=RewardsOut, dependencies=[Depends(require(Scope.SCORE))])
-async def rewards(body: RewardsIn, state: AppState = Depends(app_state)) -> RewardsOut:
-    """One reward (or null) per (prompt, completion) pair, scored against the prompt's rubric."""
+@router.post("/v1/rewards", response_model=RewardsOut)
+async def rewards(
+    body: RewardsIn,
+    state: AppState = Depends(app_state),
+    key: ApiKey = Depends(require(Scope.SCORE)),
+) -> RewardsOut:
+    """One reward (or null) per (prompt, completion) pair, scored against the prompt's rubric.
+    ``include_drafts: true`` needs the review scope unless the server scores drafts anyway."""
     # A well-formed request is served by ``api.direct`` in front of the app, with this
     # function's answer; this route answers the rest (and describes the route in /docs).
-    return await serve_rewards(state, body)
+    return await serve_rewards(state, body, key)
 
 
 async def serve_openrlhf(
@@ -203,8 +210,9 @@ async def serve_openrlhf(
             requests.append(RewardRequest(completion=response, prompt_id=label))
         else:
             requests.append(RewardRequest(completion=response, prompt=prompt))
+    drafts = state.settings.scoring.use_drafts  # the client cannot ask: the server's setting
     batch = await _rewards(
-        state, requests, judge, None, aggregation, min_coverage, None, "openrlhf"
+        state, requests, judge, None, aggregation, min_coverage, drafts, "openrlhf"
     )
     # A masked score never stops the run: it is sent as the configured value and counted.
     # One rollout per request (as OpenRLHF sends them) has no other rewards of its prompt

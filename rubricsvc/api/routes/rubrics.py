@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rubricsvc.api.boundary import CheckedRoute
-from rubricsvc.api.deps import app_state, db, require
+from rubricsvc.api.deps import DB_SESSION, app_state, require
 from rubricsvc.api.errors import ApiError, backend_unavailable
 from rubricsvc.api.routes.common import Paging, paged_rows, version_out
 from rubricsvc.api.schemas import (
@@ -67,7 +67,7 @@ def list_rubrics(
     status: VersionStatus | None = Query(None, description="Only versions in this status."),
     all_versions: bool = Query(False, description="Every version, not only each latest."),
     paging: Paging = Depends(),
-    session: Session = Depends(db),
+    session: Session = DB_SESSION,
 ) -> Page:
     query = versions_query(status=status, all_versions=all_versions)
     rows, total = paged_rows(session, query, paging)
@@ -84,7 +84,7 @@ def create_rubric(
     response: Response,
     spec: RubricSpec = Body(description="A rubric in the rubric file format (one rubric)."),
     key: ApiKey = Depends(require(Scope.AUTHOR)),
-    session: Session = Depends(db),
+    session: Session = DB_SESSION,
 ) -> SavedRubric:
     """Save a rubric: a new rubric, a new version of it, or (same content) the latest one.
     The version records the saving key's name (``origin_detail.saved_by``)."""
@@ -96,7 +96,7 @@ def create_rubric(
 
 @router.post("/generate", response_model=GenerateOut, dependencies=[Depends(require(Scope.AUTHOR))])
 def generate(
-    body: GenerateIn, session: Session = Depends(db), state: AppState = Depends(app_state)
+    body: GenerateIn, session: Session = DB_SESSION, state: AppState = Depends(app_state)
 ) -> GenerateOut:
     """Draft a rubric for each prompt with the server's generator; drafts await review."""
     limit = state.settings.api.max_generate_prompts
@@ -140,7 +140,7 @@ def generate(
     "/{name:path}/versions", response_model=Page, dependencies=[Depends(require(Scope.READ))]
 )
 def list_rubric_versions(
-    name: str = NAME, paging: Paging = Depends(), session: Session = Depends(db)
+    name: str = NAME, paging: Paging = Depends(), session: Session = DB_SESSION
 ) -> Page:
     if get_rubric(session, name) is None:
         raise NotFoundError(f"no rubric named {name!r}")
@@ -154,7 +154,7 @@ def list_rubric_versions(
     dependencies=[Depends(require(Scope.READ))],
 )
 def get_rubric_version(
-    name: str = NAME, number: int = NUMBER, session: Session = Depends(db)
+    name: str = NAME, number: int = NUMBER, session: Session = DB_SESSION
 ) -> VersionOut:
     return version_out(_version(session, name, number))
 
@@ -173,7 +173,7 @@ def review_version(
     number: int = NUMBER,
     body: ReviewIn | None = None,
     key: ApiKey = Depends(require(Scope.REVIEW)),
-    session: Session = Depends(db),
+    session: Session = DB_SESSION,
     state: AppState = Depends(app_state),
 ) -> VersionOut:
     """Approve a draft (scoring and rewards use approved versions by default), or retire a
@@ -193,13 +193,13 @@ def diff(
     name: str = NAME,
     old: int = Query(ge=1, le=2**31 - 1, alias="from", description="The older version number."),
     new: int = Query(ge=1, le=2**31 - 1, alias="to", description="The newer version number."),
-    session: Session = Depends(db),
+    session: Session = DB_SESSION,
 ) -> dict[str, object]:
     """How version ``to`` differs from version ``from``: criteria added, removed, changed."""
     return diff_versions(_version(session, name, old), _version(session, name, new)).to_dict()
 
 
 @router.get("/{name:path}", response_model=VersionOut, dependencies=[Depends(require(Scope.READ))])
-def get_rubric_latest(name: str = NAME, session: Session = Depends(db)) -> VersionOut:
+def get_rubric_latest(name: str = NAME, session: Session = DB_SESSION) -> VersionOut:
     """The rubric's latest version."""
     return version_out(_version(session, name))

@@ -40,7 +40,7 @@ from rubricsvc.judging.modes.base import (
 )
 from rubricsvc.judging.neutral import judged
 from rubricsvc.judging.readers.citations import extract_citations
-from rubricsvc.judging.readers.evidence import relevant_passages
+from rubricsvc.judging.readers.evidence import PassageIndex, document_passages
 from rubricsvc.judging.templates import PromptTemplate, load_template
 from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation
 
@@ -112,12 +112,14 @@ def plan_citations(case: Case) -> tuple[list[Item], CitationPlan]:
     return items, CitationPlan(tuple(planned))
 
 
-def _document_block(pair: CitedPair) -> str:
+def _document_block(pair: CitedPair, held: dict[str, PassageIndex]) -> str:
     assert pair.document is not None
     document = pair.document
     head = [f"Title: {judged(document.title)}"] if document.title else []
     head += [f"URL: {judged(document.url)}"] if document.url else []
-    body = judged(relevant_passages(document.text, pair.claim))
+    # Each document is indexed once and kept (``held``) for its other claims: indexing it
+    # again for each claim made a report cost its claims times its documents' size.
+    body = judged(document_passages(document.content_hash, document.text, pair.claim, held))
     return "\n".join([*head, body]) if head else body
 
 
@@ -126,10 +128,11 @@ def citation_calls(context: CallContext, items: Sequence[Item], decode: bool) ->
     reasoned reply ending in a verdict line, with the judge's sampling settings."""
     template = citation_template()
     calls = []
+    held: dict[str, PassageIndex] = {}  # the documents these checks cite, each indexed once
     for item in items:
         pair = item.citation
         assert isinstance(pair, CitedPair) and pair.document is not None
-        fields = {"document": _document_block(pair), "claim": judged(pair.claim)}
+        fields = {"document": _document_block(pair, held), "claim": judged(pair.claim)}
         if decode:
             question = (
                 f"{QUESTION} Explain in one or two sentences, then write your verdict alone on "

@@ -10,11 +10,11 @@ from sqlalchemy.orm import Session
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from rubricsvc.ui.deps import (
+    PAGE_SESSION,
     SESSION_PAGES,
     Reviewer,
     checked_parameters,
     current_reviewer,
-    page_db,
     signer,
 )
 from rubricsvc.ui.session import FLASH_COOKIE, FLASH_SECONDS
@@ -34,7 +34,8 @@ def page_router(prefix: str) -> APIRouter:
 @dataclass(frozen=True)
 class PageContext:
     """What every review page is built from: the request, the signed-in reviewer, and the
-    page's database session (one transaction: committed when the page is built)."""
+    page's database session (one transaction: committed when the page is built, before it
+    is sent: ``deps.PAGE_SESSION``)."""
 
     request: Request
     reviewer: Reviewer
@@ -50,7 +51,7 @@ class PageContext:
 def page_context(
     request: Request,
     reviewer: Reviewer = Depends(current_reviewer),
-    session: Session = Depends(page_db),
+    session: Session = PAGE_SESSION,
 ) -> PageContext:
     return PageContext(request, reviewer, session)
 

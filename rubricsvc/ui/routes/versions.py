@@ -156,7 +156,6 @@ def save_edit(
     saved = rubric_versions.save_rubric(context.session, spec, edited=version)
     if saved.outcome == "unchanged":
         return context.redirect(f"/ui/versions/{saved.version.id}", "No change: nothing saved.")
-    context.session.commit()
     return context.redirect(
         f"/ui/versions/{saved.version.id}",
         f"Saved {saved.version.ref} (a draft; its parent is {version.ref}).",
@@ -180,8 +179,6 @@ def approve(
         raise PageRefused(403, str(err)) from None
     except RubricsvcError as err:
         raise PageRefused(409, str(err)) from None
-    # Committed before the redirect: the browser asks for the next page at once.
-    context.session.commit()
     return context.redirect(f"/ui/versions/{version.id}", f"Approved {version.ref}.")
 
 
@@ -199,7 +196,6 @@ def retire(
         )
     except RubricsvcError as err:
         raise PageRefused(409, str(err)) from None
-    context.session.commit()
     return context.redirect(f"/ui/versions/{version.id}", f"Retired {version.ref}.")
 
 
