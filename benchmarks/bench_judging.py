@@ -29,9 +29,9 @@ from benchmarks.workload import Task, load_short_answers, load_tasks
 from rubricsvc.backends.base import BackendError, JudgeBackend
 from rubricsvc.backends.tokens import encode_chat
 from rubricsvc.backends.transformers import reused_prefix_length
+from rubricsvc.backends.types import ChoiceRequest, Generation, GenerationRequest
 from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec, VerdictMode
 from rubricsvc.judging.modes import Call, CallContext, get_mode
-from rubricsvc.judging.types import ChoiceRequest, Generation, GenerationRequest
 from rubricsvc.judging.verdicts import VerdictParseError
 
 

@@ -36,10 +36,10 @@ from pathlib import Path
 from benchmarks.results import headline, save, spread
 from benchmarks.workload import Task, load_tasks
 from rubricsvc.backends.base import BackendError, JudgeBackend
+from rubricsvc.backends.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from rubricsvc.db import make_engine, session_scope, upgrade
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.config import BUILTIN_JUDGES
-from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from rubricsvc.models import Completion
 from rubricsvc.prompts import find_prompt
 from rubricsvc.rubrics.schemas import RubricSpec, normalized_text

@@ -35,10 +35,10 @@ from typing import Any
 
 from sqlalchemy import Engine, event, select
 
+from rubricsvc.backends.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.db import make_engine, session_scope, upgrade
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
-from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from rubricsvc.models import Completion
 from rubricsvc.rubrics.schemas import RubricSpec
 from rubricsvc.scoring.rewards import RewardRequest, compute_rewards

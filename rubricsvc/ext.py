@@ -32,6 +32,7 @@ from rubricsvc.backends import (
     backend_names,
     register_backend,
 )
+from rubricsvc.backends.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.hashing import content_hash
 from rubricsvc.importers.common import RubricBatch
@@ -64,7 +65,6 @@ from rubricsvc.judging.modes import (
 )
 from rubricsvc.judging.modes.text import framed, probs_of, text_of
 from rubricsvc.judging.neutral import judged
-from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from rubricsvc.judging.verdicts import (
     NO_TOKENS,
     YES_TOKENS,

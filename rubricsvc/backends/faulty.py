@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rubricsvc.backends.base import BackendError, JudgeBackend
+from rubricsvc.backends.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 
 R = TypeVar("R")
 Q = TypeVar("Q")

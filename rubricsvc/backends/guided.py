@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rubricsvc.backends.base import BackendError
-from rubricsvc.judging.types import Generation, GenerationRequest
+from rubricsvc.backends.types import Generation, GenerationRequest
 
 MAX_STRING_TOKENS = 48  # a string still open after this many tokens ends the reply, cut
 

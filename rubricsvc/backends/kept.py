@@ -24,9 +24,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from rubricsvc.backends import BackendChoice, BackendError, JudgeBackend, backend_from_spec
+from rubricsvc.backends.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.hashing import content_hash
-from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 
 log = logging.getLogger(__name__)
 

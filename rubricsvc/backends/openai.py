@@ -27,15 +27,15 @@ from typing import Any, TypeVar
 
 from rubricsvc.backends.base import BackendError, ContextLengthError
 from rubricsvc.backends.tokens import ChoiceTokens, encode_chat
-from rubricsvc.errors import missing_extra
-from rubricsvc.judging import neutral
-from rubricsvc.judging.types import (
+from rubricsvc.backends.types import (
     Chat,
     ChoiceRequest,
     ChoiceResult,
     Generation,
     GenerationRequest,
 )
+from rubricsvc.errors import missing_extra
+from rubricsvc.judging import neutral
 
 T = TypeVar("T")
 

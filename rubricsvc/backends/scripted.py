@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from rubricsvc.backends.base import BackendError
-from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
+from rubricsvc.backends.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 
 TextScript = Callable[[GenerationRequest], str | BackendError]
 ProbScript = Callable[[ChoiceRequest], dict[str, float] | BackendError]

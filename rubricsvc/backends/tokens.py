@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from rubricsvc.backends.base import BackendError
+from rubricsvc.backends.types import Chat
 from rubricsvc.judging import neutral
-from rubricsvc.judging.types import Chat
 
 
 def default_model_path(model_dir: str | Path | None = None) -> Path:

@@ -18,14 +18,14 @@ from typing import Any
 from rubricsvc.backends.base import BackendError, ContextLengthError
 from rubricsvc.backends.guided import GuidedDecoder
 from rubricsvc.backends.tokens import ChoiceTokens, default_model_path, encode_chat
-from rubricsvc.errors import missing_extra
-from rubricsvc.judging.types import (
+from rubricsvc.backends.types import (
     Chat,
     ChoiceRequest,
     ChoiceResult,
     Generation,
     GenerationRequest,
 )
+from rubricsvc.errors import missing_extra
 
 # A shared prefix shorter than this is not worth a separate forward pass.
 MIN_REUSED_PREFIX = 16

@@ -20,14 +20,14 @@ from typing import Any
 
 from rubricsvc.backends.base import BackendError, ContextLengthError
 from rubricsvc.backends.tokens import ChoiceTokens, default_model_path, encode_chat
-from rubricsvc.errors import DependencyMissing
-from rubricsvc.judging.types import (
+from rubricsvc.backends.types import (
     Chat,
     ChoiceRequest,
     ChoiceResult,
     Generation,
     GenerationRequest,
 )
+from rubricsvc.errors import DependencyMissing
 
 
 def _import_vllm() -> Any:

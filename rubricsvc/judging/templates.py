@@ -13,8 +13,8 @@ from functools import cached_property
 from pathlib import Path
 from string import Template
 
+from rubricsvc.backends.types import Chat
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.judging.types import Chat
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "prompts"
 _SECTION = re.compile(r"^### (system|user|assistant)\s*$", re.MULTILINE)

@@ -26,13 +26,13 @@ from sqlalchemy.orm import Session, contains_eager
 
 from rubricsvc.backends.base import BackendError, JudgeBackend
 from rubricsvc.backends.retry import Backoff
+from rubricsvc.backends.types import Chat, Generation, GenerationRequest
 from rubricsvc.batching import batches
 from rubricsvc.documents import DocumentRecord, document_hash, labelled, resolve_documents
 from rubricsvc.errors import RubricsvcError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.modes import render_conversation
-from rubricsvc.judging.types import Chat, Generation, GenerationRequest
 from rubricsvc.models import Origin, Prompt, Rubric, RubricVersion
 from rubricsvc.prompts import find_prompt
 from rubricsvc.rubrics.drafts import DraftError, parse_draft

@@ -32,12 +32,12 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.backends.base import BackendError, JudgeBackend
 from rubricsvc.backends.retry import Backoff
+from rubricsvc.backends.types import GenerationRequest
 from rubricsvc.batching import batches
 from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error
 from rubricsvc.judging.modes import render_conversation
 from rubricsvc.judging.neutral import judged
-from rubricsvc.judging.types import GenerationRequest
 from rubricsvc.models import (
     Completion,
     Criterion,

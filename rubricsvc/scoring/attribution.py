@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rubricsvc.backends.base import BackendCrash, BackendError
+from rubricsvc.backends.types import ChoiceResult, Generation
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.failures import FailureClass
 from rubricsvc.judging.modes import Call, CompletionView, Item
-from rubricsvc.judging.types import ChoiceResult, Generation
 from rubricsvc.judging.verdicts import Verdict, VerdictParseError
 
 # What the judge is shown in place of the judged text. Plain, on topic for no prompt in

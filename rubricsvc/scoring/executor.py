@@ -19,6 +19,7 @@ from typing import Any
 from rubricsvc import jsontext
 from rubricsvc.backends.base import BackendCrash, BackendError, JudgeBackend
 from rubricsvc.backends.retry import Backoff
+from rubricsvc.backends.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.failures import FailureClass, classify_backend_error
 from rubricsvc.judging.modes import (
@@ -31,7 +32,6 @@ from rubricsvc.judging.modes import (
     get_mode,
 )
 from rubricsvc.judging.templates import PromptTemplate
-from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from rubricsvc.judging.verdicts import Verdict, VerdictParseError
 from rubricsvc.scoring.attribution import (
     Probe,

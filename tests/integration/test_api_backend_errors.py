@@ -138,7 +138,7 @@ def test_a_lone_masked_openrlhf_rollout_gets_its_prompts_mean_so_far(sqlite_url:
     judge's mean over every prompt; 0.0 only for a judge with no score at all."""
     from rubricsvc.backends.base import BackendError
     from rubricsvc.backends.scripted import ScriptedBackend
-    from rubricsvc.judging.types import ChoiceRequest
+    from rubricsvc.backends.types import ChoiceRequest
 
     judge = {"down": False}
 

@@ -30,10 +30,10 @@ from rubricsvc.api import create_app  # noqa: E402
 from rubricsvc.api.logs import REDACTED, RedactSecrets  # noqa: E402
 from rubricsvc.api.ratelimit import MemoryRateLimiter  # noqa: E402
 from rubricsvc.backends.scripted import ScriptedBackend  # noqa: E402
+from rubricsvc.backends.types import ChoiceRequest  # noqa: E402
 from rubricsvc.db import make_engine, session_scope  # noqa: E402
 from rubricsvc.judging.config import JudgeSpec, VerdictMode  # noqa: E402
 from rubricsvc.judging.modes import get_mode  # noqa: E402
-from rubricsvc.judging.types import ChoiceRequest  # noqa: E402
 from rubricsvc.models import Completion, Judgment, Score, ScoreChunk, ScoreJob  # noqa: E402
 from rubricsvc.scoring.judge_configs import ensure_judge_config  # noqa: E402
 from tests.api_harness import (  # noqa: E402

@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.backends.base import BackendError
 from rubricsvc.backends.scripted import ScriptedBackend
+from rubricsvc.backends.types import GenerationRequest
 from rubricsvc.judging.templates import load_template
-from rubricsvc.judging.types import GenerationRequest
 from rubricsvc.models import Criterion, Origin, RubricVersion
 from rubricsvc.prompts import get_or_create_prompt
 from rubricsvc.rubrics.generation import (

@@ -12,10 +12,10 @@ from sqlalchemy.orm import Session
 
 from rubricsvc import db
 from rubricsvc.backends.scripted import ScriptedBackend
+from rubricsvc.backends.types import ChoiceRequest, GenerationRequest
 from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
-from rubricsvc.judging.types import ChoiceRequest, GenerationRequest
 from rubricsvc.models import RubricVersion, VersionStatus
 from rubricsvc.rubrics import versions as rubric_versions
 from rubricsvc.rubrics.generator import GeneratorSpec

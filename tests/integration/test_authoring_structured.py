@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from rubricsvc.backends import backend_from_spec
 from rubricsvc.backends.base import BackendError
 from rubricsvc.backends.provider import BackendProvider
-from rubricsvc.judging.types import Generation, GenerationRequest
+from rubricsvc.backends.types import Generation, GenerationRequest
 from rubricsvc.prompts import get_or_create_prompt
 from rubricsvc.rubrics.generation import DraftRequest, generate_rubrics
 from rubricsvc.rubrics.repository import resolve_version

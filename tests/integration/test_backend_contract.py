@@ -20,10 +20,16 @@ from typing import Any
 import pytest
 
 from rubricsvc.backends import BackendError, ContextLengthError, JudgeBackend
+from rubricsvc.backends.types import (
+    Chat,
+    ChoiceRequest,
+    ChoiceResult,
+    Generation,
+    GenerationRequest,
+)
 from rubricsvc.config import get_settings
 from rubricsvc.errors import DependencyMissing
 from rubricsvc.judging.embedded import prepare_embedded_model
-from rubricsvc.judging.types import Chat, ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from tests.draft_schema import SPEC, draft_chat, fits_the_draft_schema
 from tests.requirements import require_module, unavailable
 from tests.servers import ServerFailed, VLLMServer

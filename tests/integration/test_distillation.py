@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
+from rubricsvc.backends.types import ChoiceRequest, ChoiceResult
 from rubricsvc.distill.examples import snapshot_hash, split_by_prompt, teacher_targets
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.config import JudgeSpec
-from rubricsvc.judging.types import ChoiceRequest, ChoiceResult
 from rubricsvc.models import JudgeConfig, JudgeGate, JudgeGateStatus, LabelSet
 from rubricsvc.scoring.judge_configs import check_reward_use, latest_judge_config, stored_spec
 from tests.cli_runner import cli_error, cli_ok

@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy.orm import Session
 
 from rubricsvc.backends.scripted import ScriptedBackend
+from rubricsvc.backends.types import GenerationRequest
 from rubricsvc.documents import document_hash
-from rubricsvc.judging.types import GenerationRequest
 from rubricsvc.prompts import get_or_create_prompt
 from rubricsvc.rubrics.draft_inputs import requests_from_database
 from rubricsvc.rubrics.generation import DraftRequest, EvidenceDocument, generate_rubrics

@@ -17,6 +17,7 @@ from sqlalchemy import select
 
 from rubricsvc import db
 from rubricsvc.backends.provider import BackendProvider
+from rubricsvc.backends.types import ChoiceRequest, ChoiceResult, Generation
 from rubricsvc.config import Settings
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging import modes
@@ -25,7 +26,6 @@ from rubricsvc.judging.aggregation import Status
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.modes.text import framed, probs_of
 from rubricsvc.judging.neutral import judged
-from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation
 from rubricsvc.models import Score
 from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection

@@ -12,6 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rubricsvc.backends.scripted import ScriptedBackend
+from rubricsvc.backends.types import GenerationRequest
 from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.modes import (
@@ -23,7 +24,6 @@ from rubricsvc.judging.modes import (
     get_mode,
 )
 from rubricsvc.judging.modes.text import NO_REFERENCE, NO_REFERENCE_REASON
-from rubricsvc.judging.types import GenerationRequest
 from rubricsvc.models import Judgment
 from rubricsvc.rubrics import versions as rubrics
 from rubricsvc.scoring.scorer import ScoreOptions, score

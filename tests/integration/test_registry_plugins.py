@@ -24,10 +24,10 @@ from rubricsvc.backends import (
     get_backend,
     register_backend,
 )
+from rubricsvc.backends.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from rubricsvc.judging.calibration import CalibrationMap
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.modes import CriterionProb, modes_that, register_mode
-from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from tests.cli_runner import ALWAYS_SUBPROCESS, cli_error, cli_ok
 from tests.helpers import approve_rubrics, rubric_dict
 

@@ -26,8 +26,8 @@ import pytest
 from rubricsvc.api import create_app
 from rubricsvc.apikeys import Scope, create_key
 from rubricsvc.backends.scripted import ScriptedBackend
+from rubricsvc.backends.types import ChoiceRequest
 from rubricsvc.db import make_engine, session_scope
-from rubricsvc.judging.types import ChoiceRequest
 from rubricsvc.rubrics.schemas import RubricSpec
 from rubricsvc.rubrics.versions import approve, save_rubric
 from tests.api_harness import bearer, settings_for

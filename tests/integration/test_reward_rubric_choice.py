@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 
 from rubricsvc import db
 from rubricsvc.backends.scripted import ScriptedBackend
+from rubricsvc.backends.types import ChoiceRequest
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
-from rubricsvc.judging.types import ChoiceRequest
 from rubricsvc.models import ScoreJob
 from rubricsvc.scoring.rewards import DEFAULT_SOURCE, RewardRequest, compute_rewards
 from rubricsvc.scoring.scorer import ScoreOptions

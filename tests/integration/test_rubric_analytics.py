@@ -17,9 +17,9 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.backends.base import BackendError, ContextLengthError
 from rubricsvc.backends.scripted import ScriptedBackend
+from rubricsvc.backends.types import GenerationRequest
 from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
-from rubricsvc.judging.types import GenerationRequest
 from rubricsvc.models import Criterion, JudgeConfig, Judgment, RubricVersion, Score
 from rubricsvc.rubrics import versions as rubrics
 from rubricsvc.rubrics.analytics import (

@@ -14,10 +14,10 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.backends.base import BackendError
 from rubricsvc.backends.scripted import ScriptedBackend
+from rubricsvc.backends.types import ChoiceRequest, GenerationRequest
 from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.judging.aggregation import Outcome, aggregate
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
-from rubricsvc.judging.types import ChoiceRequest, GenerationRequest
 from rubricsvc.models import Judgment, JudgmentStatus, Score
 from rubricsvc.rubrics import versions as rubrics
 from rubricsvc.scoring.scorer import ScoreOptions, ScoreReport, score

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.orm import Session
 
+from rubricsvc.backends.types import ChoiceRequest
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec
 from rubricsvc.judging.modes import (
@@ -19,7 +20,6 @@ from rubricsvc.judging.modes import (
 from rubricsvc.judging.modes.assess import NO_TRAJECTORY, assess_criteria
 from rubricsvc.judging.modes.base import AssessOptions
 from rubricsvc.judging.readers.checks import run_trajectory_check
-from rubricsvc.judging.types import ChoiceRequest
 from rubricsvc.rubrics import versions as rubrics
 from rubricsvc.rubrics.schemas import CriterionSpec, RubricSpec
 from tests.requirements import require_module

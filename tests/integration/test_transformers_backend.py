@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rubricsvc.backends.kept import KeptView
+from rubricsvc.backends.types import ChoiceRequest
 from rubricsvc.db import make_engine, session_scope
 from rubricsvc.judging.config import BUILTIN_JUDGES
 from rubricsvc.judging.modes import (
@@ -19,7 +20,6 @@ from rubricsvc.judging.modes import (
     Item,
     criterion_prob_calls,
 )
-from rubricsvc.judging.types import ChoiceRequest
 from rubricsvc.rubrics.versions import approve, save_rubric
 from rubricsvc.scoring.rewards import RewardRequest, compute_rewards
 from rubricsvc.scoring.scorer import ScoreOptions

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from rubricsvc.backends.base import BackendCrash, BackendError
+from rubricsvc.backends.types import GenerationRequest
 from rubricsvc.judging.failures import FailureClass
 from rubricsvc.judging.modes import Call, CompletionView, Item
 from rubricsvc.judging.modes.citation import CitedPair
-from rubricsvc.judging.types import GenerationRequest
 from rubricsvc.scoring.attribution import (
     CANARY_RESPONSE,
     CanaryCache,

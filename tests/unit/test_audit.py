@@ -17,8 +17,8 @@ from rubricsvc.audit.runner import (
 from rubricsvc.audit.sets import demo_items
 from rubricsvc.backends.base import BackendError, ContextLengthError
 from rubricsvc.backends.scripted import ScriptedBackend
+from rubricsvc.backends.types import ChoiceRequest
 from rubricsvc.judging.config import BUILTIN_JUDGES
-from rubricsvc.judging.types import ChoiceRequest
 
 FAMILIES = {
     "master key",

@@ -11,11 +11,11 @@ import pytest
 from pydantic import ValidationError
 
 from rubricsvc.backends.scripted import ScriptedBackend
+from rubricsvc.backends.types import ChoiceRequest
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.calibration import CalibrationMap, logit, sigmoid
 from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec
 from rubricsvc.judging.modes import CompletionView, CriterionView, Item, get_mode
-from rubricsvc.judging.types import ChoiceRequest
 from rubricsvc.scoring.executor import CallExecutor
 from rubricsvc.validation.calibration import (
     ISOTONIC_MIN_LABELS,

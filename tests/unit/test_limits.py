@@ -15,10 +15,10 @@ from rubricsvc.backends.kept import KeptView
 from rubricsvc.backends.limits import LimitedBackend, SharedLimiter, estimated_tokens
 from rubricsvc.backends.provider import BackendProvider, JudgeLimits
 from rubricsvc.backends.scripted import ScriptedBackend
+from rubricsvc.backends.types import Generation, GenerationRequest
 from rubricsvc.config import ApiLimits, get_settings
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
-from rubricsvc.judging.types import Generation, GenerationRequest
 from tests.workers_harness import REDIS_URL, redis_unavailable, require
 
 

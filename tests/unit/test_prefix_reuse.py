@@ -12,8 +12,8 @@ from rubricsvc.backends.transformers import (
     length_batches,
     reused_prefix_length,
 )
+from rubricsvc.backends.types import ChoiceRequest
 from rubricsvc.judging.modes import Call
-from rubricsvc.judging.types import ChoiceRequest
 
 SHARED = list(range(100, 140))  # 40 tokens
 

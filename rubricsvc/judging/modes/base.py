@@ -12,11 +12,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rubricsvc.backends.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from rubricsvc.judging import verdicts as v
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, Status
 from rubricsvc.judging.failures import ResponseFailurePolicy, empty_counts
 from rubricsvc.judging.templates import PromptTemplate
-from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 
 if TYPE_CHECKING:
     from rubricsvc.judging.config import JudgeSpec

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rubricsvc.backends.types import ChoiceRequest, ChoiceResult, Generation
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging import keys
 from rubricsvc.judging import verdicts as v
@@ -42,7 +43,6 @@ from rubricsvc.judging.neutral import judged
 from rubricsvc.judging.readers.citations import extract_citations
 from rubricsvc.judging.readers.evidence import PassageIndex, document_passages
 from rubricsvc.judging.templates import PromptTemplate, load_template
-from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation
 
 TEMPLATE = "citation_support"
 QUESTION = "Does the document support the claim?"

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import partial
 
+from rubricsvc.backends.types import ChoiceRequest, ChoiceResult, Generation
 from rubricsvc.judging import verdicts as v
 from rubricsvc.judging.modes import text
 from rubricsvc.judging.modes.base import Call, CallContext, CriterionView, Item, Parser
 from rubricsvc.judging.modes.citation import citation_calls, split_citation_items
 from rubricsvc.judging.modes.per_criterion import PerCriterionMode
-from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation
 
 
 def _from_probs(

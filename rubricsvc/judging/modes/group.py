@@ -18,6 +18,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rubricsvc.backends.types import ChoiceResult, Generation, GenerationRequest
 from rubricsvc.judging import keys
 from rubricsvc.judging import verdicts as v
 from rubricsvc.judging.aggregation import Status
@@ -38,7 +39,6 @@ from rubricsvc.judging.modes.base import (
 )
 from rubricsvc.judging.modes.pairwise import own_view, rubric_lines
 from rubricsvc.judging.neutral import judged
-from rubricsvc.judging.types import ChoiceResult, Generation, GenerationRequest
 
 TOP_SCORE = 10
 DEFAULT_REPEATS = 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from rubricsvc.backends.types import ChoiceResult, Generation
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging import keys
 from rubricsvc.judging import verdicts as v
@@ -23,7 +24,6 @@ from rubricsvc.judging.modes.base import (
     Ruling,
 )
 from rubricsvc.judging.neutral import judged
-from rubricsvc.judging.types import ChoiceResult, Generation
 
 
 def rubric_scale(rubric: Sequence[CriterionView]) -> list[int] | None:

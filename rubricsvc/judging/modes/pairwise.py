@@ -19,6 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rubricsvc.backends.types import ChoiceRequest, ChoiceResult, Generation
 from rubricsvc.judging import keys
 from rubricsvc.judging import verdicts as v
 from rubricsvc.judging.aggregation import Status
@@ -39,7 +40,6 @@ from rubricsvc.judging.modes.base import (
     Ruling,
 )
 from rubricsvc.judging.neutral import judged
-from rubricsvc.judging.types import ChoiceRequest, ChoiceResult, Generation
 
 # The answer tokens: single digits, one token in every vocabulary we know.
 FIRST, SECOND, TIE = "1", "2", "0"

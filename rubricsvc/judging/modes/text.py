@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rubricsvc.backends.types import ChoiceResult, Generation, GenerationRequest
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging import verdicts as v
 from rubricsvc.judging.modes.base import (
@@ -28,7 +29,6 @@ from rubricsvc.judging.readers.trajectory import (
     message_text,
     tool_calls,
 )
-from rubricsvc.judging.types import ChoiceResult, Generation, GenerationRequest
 
 
 def render_conversation(messages: Sequence[dict[str, Any]]) -> str:

@@ -1,4 +1,4 @@
-"""The data that crosses the judge-backend seam."""
+"""The data that crosses the judge-backend seam: what a backend is asked and what it answers."""
 
 from __future__ import annotations
 
