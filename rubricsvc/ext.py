@@ -64,7 +64,6 @@ from rubricsvc.judging.modes import (
     register_mode,
 )
 from rubricsvc.judging.modes.text import framed, probs_of, text_of
-from rubricsvc.judging.neutral import judged
 from rubricsvc.judging.verdicts import (
     NO_TOKENS,
     YES_TOKENS,
@@ -72,6 +71,7 @@ from rubricsvc.judging.verdicts import (
     binary_from_probs,
     binary_from_text,
 )
+from rubricsvc.neutral import judged
 from rubricsvc.rubrics.schemas import RubricSpec
 
 __all__ = [

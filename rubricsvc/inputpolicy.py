@@ -44,7 +44,7 @@ _REFUSED = re.compile("[\ud800-\udfff\x00]")
 # space), tag characters. Kept like any other character (data), but one definition for the
 # places that must not let them pass unseen: the review pages show each as a visible marker
 # (``rubricsvc.ui.templating``), the judge's neutralizer ignores them where it looks for frame
-# tags (``rubricsvc.judging.neutral``, whose VERSION changes with this list).
+# tags (``rubricsvc.neutral``, whose VERSION changes with this list).
 INVISIBLE_CHARACTERS = (
     "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
     "\u2060-\u2064\u2066-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\U000e0000-\U000e007f"

@@ -10,7 +10,7 @@ otherwise the server's own 400 answer (in tokens, or vLLM's bound in characters)
 the same errors, and any other 400 goes through the failure's attribution (a control call).
 
 The server tokenizes what it is sent, special-token strings included, so message content
-leaves here with those strings broken (``judging.neutral``): the common chat families',
+leaves here with those strings broken (``rubricsvc.neutral``): the common chat families',
 the served model's own when its tokenizer is known, and any listed in ``special_tokens``.
 """
 
@@ -25,6 +25,7 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from rubricsvc import neutral
 from rubricsvc.backends.base import BackendError, ContextLengthError
 from rubricsvc.backends.tokens import ChoiceTokens, encode_chat
 from rubricsvc.backends.types import (
@@ -35,7 +36,6 @@ from rubricsvc.backends.types import (
     GenerationRequest,
 )
 from rubricsvc.errors import missing_extra
-from rubricsvc.judging import neutral
 
 T = TypeVar("T")
 

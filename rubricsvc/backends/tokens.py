@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rubricsvc import neutral
 from rubricsvc.backends.base import BackendError
 from rubricsvc.backends.types import Chat
-from rubricsvc.judging import neutral
 
 
 def default_model_path(model_dir: str | Path | None = None) -> Path:
@@ -22,7 +22,7 @@ def default_model_path(model_dir: str | Path | None = None) -> Path:
 
 def encode_chat(tokenizer: Any, chat: Chat) -> list[int]:
     """Token ids of ``chat`` rendered with the model's template, ready for the reply; only
-    the template itself can produce control tokens (see ``judging.neutral``)."""
+    the template itself can produce control tokens (see ``rubricsvc.neutral``)."""
     try:
         return neutral.encode_chat(tokenizer, chat)
     except neutral.TemplateMangledContent as err:

@@ -18,10 +18,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from rubricsvc import neutral
 from rubricsvc.backends.types import ChoiceRequest
 from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.hashing import content_hash
-from rubricsvc.judging import neutral
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.modes import get_mode, modes_that
 from rubricsvc.judging.modes.base import CallContext

@@ -7,10 +7,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
+from rubricsvc import neutral
 from rubricsvc.backends import operational_options
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.hashing import content_hash
-from rubricsvc.judging import neutral
 from rubricsvc.judging.calibration import CalibrationMap
 from rubricsvc.judging.modes import check_mode_name, get_mode, mode_names, modes_that
 from rubricsvc.judging.templates import PromptTemplate, load_template

@@ -37,7 +37,6 @@ from rubricsvc.batching import batches
 from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error
 from rubricsvc.judging.modes import render_conversation
-from rubricsvc.judging.neutral import judged
 from rubricsvc.models import (
     Completion,
     Criterion,
@@ -47,6 +46,7 @@ from rubricsvc.models import (
     RubricVersion,
     Score,
 )
+from rubricsvc.neutral import judged
 from rubricsvc.rubrics.drafts import DraftError, parse_draft
 from rubricsvc.rubrics.generator import GeneratorSpec, with_overrides
 from rubricsvc.rubrics.schemas import CriterionSpec, RubricSpec

@@ -412,7 +412,7 @@ FORGED_TURNS = {
 
 def special_ids(tokenizer: Any) -> set[int]:
     """Every special token's id, the added ones (``<file_sep>``, ...) included."""
-    from rubricsvc.judging.neutral import tokenizer_special_tokens
+    from rubricsvc.neutral import tokenizer_special_tokens
 
     return {int(tokenizer.convert_tokens_to_ids(t)) for t in tokenizer_special_tokens(tokenizer)}
 

@@ -25,8 +25,8 @@ from rubricsvc.judging import verdicts as v
 from rubricsvc.judging.aggregation import Status
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.modes.text import framed, probs_of
-from rubricsvc.judging.neutral import judged
 from rubricsvc.models import Score
+from rubricsvc.neutral import judged
 from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection
 from tests.workers_harness import (

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from rubricsvc.judging import neutral
+from rubricsvc import neutral
 from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec
 
 WJ = neutral.WORD_JOINER

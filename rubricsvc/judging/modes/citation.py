@@ -39,10 +39,10 @@ from rubricsvc.judging.modes.base import (
     Item,
     Ruling,
 )
-from rubricsvc.judging.neutral import judged
 from rubricsvc.judging.readers.citations import extract_citations
 from rubricsvc.judging.readers.evidence import PassageIndex, document_passages
 from rubricsvc.judging.templates import PromptTemplate, load_template
+from rubricsvc.neutral import judged
 
 TEMPLATE = "citation_support"
 QUESTION = "Does the document support the claim?"

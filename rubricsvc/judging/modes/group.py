@@ -38,7 +38,7 @@ from rubricsvc.judging.modes.base import (
     Ruling,
 )
 from rubricsvc.judging.modes.pairwise import own_view, rubric_lines
-from rubricsvc.judging.neutral import judged
+from rubricsvc.neutral import judged
 
 TOP_SCORE = 10
 DEFAULT_REPEATS = 2

@@ -23,7 +23,7 @@ from rubricsvc.judging.modes.base import (
     RubricCriterion,
     Ruling,
 )
-from rubricsvc.judging.neutral import judged
+from rubricsvc.neutral import judged
 
 
 def rubric_scale(rubric: Sequence[CriterionView]) -> list[int] | None:

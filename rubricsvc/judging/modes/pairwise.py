@@ -39,7 +39,7 @@ from rubricsvc.judging.modes.base import (
     RubricCriterion,
     Ruling,
 )
-from rubricsvc.judging.neutral import judged
+from rubricsvc.neutral import judged
 
 # The answer tokens: single digits, one token in every vocabulary we know.
 FIRST, SECOND, TIE = "1", "2", "0"

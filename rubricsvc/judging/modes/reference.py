@@ -22,7 +22,7 @@ from rubricsvc.judging.modes.base import (
 )
 from rubricsvc.judging.modes.citation import citation_calls, split_citation_items
 from rubricsvc.judging.modes.per_criterion import PerCriterionMode
-from rubricsvc.judging.neutral import judged
+from rubricsvc.neutral import judged
 
 REFERENCE_SCALE_MAX = 10
 

@@ -22,13 +22,13 @@ from rubricsvc.judging.modes.base import (
     Parser,
     RubricCriterion,
 )
-from rubricsvc.judging.neutral import judged
 from rubricsvc.judging.readers.trajectory import (
     is_tool_result,
     looks_like_error,
     message_text,
     tool_calls,
 )
+from rubricsvc.neutral import judged
 
 
 def render_conversation(messages: Sequence[dict[str, Any]]) -> str:
