@@ -308,8 +308,8 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
+    from rubricsvc.backends.embedded import prepare_embedded_model
     from rubricsvc.config import get_settings
-    from rubricsvc.judging.embedded import prepare_embedded_model
 
     tokenizer = AutoTokenizer.from_pretrained(
         prepare_embedded_model(get_settings().judge.model_dir)

@@ -182,9 +182,9 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
+    from rubricsvc.backends.embedded import prepare_embedded_model
     from rubricsvc.backends.transformers import TransformersBackend
     from rubricsvc.config import get_settings
-    from rubricsvc.judging.embedded import prepare_embedded_model
 
     model_dir = prepare_embedded_model(get_settings().judge.model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

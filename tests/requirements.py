@@ -13,8 +13,8 @@ from typing import NoReturn
 
 import pytest
 
+from rubricsvc.backends.embedded import embedded_model_dir, is_prepared
 from rubricsvc.config import get_settings
-from rubricsvc.judging.embedded import embedded_model_dir, is_prepared
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 

@@ -51,8 +51,8 @@ class TrainResult:
 def policy_path(config: TrainConfig) -> str:
     if config.policy:
         return config.policy
+    from rubricsvc.backends.embedded import embedded_model_dir
     from rubricsvc.config import get_settings
-    from rubricsvc.judging.embedded import embedded_model_dir
 
     return str(embedded_model_dir(get_settings().judge.model_dir))
 

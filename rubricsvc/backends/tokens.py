@@ -14,8 +14,8 @@ def default_model_path(model_dir: str | Path | None = None) -> Path:
     """The embedded model's folder under ``model_dir`` (the process's
     ``RUBRICSVC_JUDGE_MODEL_DIR``, which its provider passes; None: the default cache),
     converted on first use."""
+    from rubricsvc.backends.embedded import prepare_embedded_model
     from rubricsvc.config import default_cache_dir
-    from rubricsvc.judging.embedded import prepare_embedded_model
 
     return prepare_embedded_model(Path(model_dir) if model_dir else default_cache_dir() / "models")
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from rubricsvc.backends.embedded import embedded_model_dir, is_prepared, prepare_embedded_model
 from rubricsvc.cli.context import console
 from rubricsvc.config import get_settings
-from rubricsvc.judging.embedded import embedded_model_dir, is_prepared, prepare_embedded_model
 
 models_app = typer.Typer(help="The embedded judge model.", no_args_is_help=True)
 

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from rubricsvc.backends import BackendError, ContextLengthError, JudgeBackend
+from rubricsvc.backends.embedded import prepare_embedded_model
 from rubricsvc.backends.types import (
     Chat,
     ChoiceRequest,
@@ -29,7 +30,6 @@ from rubricsvc.backends.types import (
 )
 from rubricsvc.config import get_settings
 from rubricsvc.errors import DependencyMissing
-from rubricsvc.judging.embedded import prepare_embedded_model
 from tests.draft_schema import SPEC, draft_chat, fits_the_draft_schema
 from tests.requirements import require_module, unavailable
 from tests.servers import ServerFailed, VLLMServer

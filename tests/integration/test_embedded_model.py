@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rubricsvc.judging.embedded import (
+from rubricsvc.backends.embedded import (
     embedded_model_dir,
     is_prepared,
     locate_gguf,
