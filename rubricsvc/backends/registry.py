@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rubricsvc.backends.base import JudgeBackend
+from rubricsvc.capabilities import names_with
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.judging.capabilities import names_with
 
 # What makes a backend: called with the judge's options (and ``model`` when the judge names
 # one), it returns the backend. A class is one.

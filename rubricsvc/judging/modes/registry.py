@@ -8,8 +8,8 @@ mode's name.
 
 from __future__ import annotations
 
+from rubricsvc.capabilities import names_with
 from rubricsvc.errors import ValidationFailed
-from rubricsvc.judging.capabilities import names_with
 from rubricsvc.judging.modes.base import VerdictModeImpl
 
 _MODES: dict[str, VerdictModeImpl] = {}
