@@ -10,16 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from rubricsvc.backends.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from rubricsvc.judging import verdicts as v
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, Status
 from rubricsvc.judging.failures import ResponseFailurePolicy, empty_counts
 from rubricsvc.judging.templates import PromptTemplate
-
-if TYPE_CHECKING:
-    from rubricsvc.judging.config import JudgeSpec
 
 
 @dataclass(frozen=True)
@@ -118,12 +115,35 @@ class ModeError(Exception):
     """An item that this mode cannot judge at all (no reference report, ...): not retried."""
 
 
+class JudgeSettings(Protocol):
+    """What a mode reads of a judge's configuration: its sampling settings and the options
+    modes declare (``VerdictModeImpl.options``). ``config.JudgeSpec`` is one; a judge config
+    names a mode, so it is the config that knows the modes, never the other way round."""
+
+    @property
+    def max_tokens(self) -> int: ...
+    @property
+    def temperature(self) -> float: ...
+    @property
+    def seed(self) -> int | None: ...
+    @property
+    def max_criteria(self) -> int: ...
+    @property
+    def likert_max(self) -> int: ...
+    @property
+    def reference(self) -> bool: ...
+    @property
+    def group_size(self) -> int: ...
+    @property
+    def group_repeats(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class CallContext:
     """What the calls for one completion share: the judge, its template, the completion, and
     which attempt this is (a retry with sampling on gets another seed)."""
 
-    spec: JudgeSpec
+    spec: JudgeSettings
     template: PromptTemplate
     completion: CompletionView
     attempt: int = 0
@@ -159,7 +179,7 @@ class Case:
     # The completions of the same prompt this one is compared with under the same version
     # (modes that compare: pairwise, group), in a stable order; the others ignore them.
     peers: tuple[CompletionView, ...] = ()
-    spec: JudgeSpec | None = None  # the judge's settings a mode's plan may read (repeats)
+    spec: JudgeSettings | None = None  # the judge's settings a mode's plan may read (repeats)
 
 
 @dataclass(frozen=True)
