@@ -1,9 +1,11 @@
-"""The package layering, read from the code's imports: no cycle, settings read at the boundary."""
+"""The package layering, read from the code's imports: no cycle between packages or inside one,
+settings read at the boundary."""
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -34,15 +36,24 @@ class Import:
     module: str
 
 
-def _modules() -> Iterator[tuple[str, ast.Module]]:
+@functools.cache
+def _modules() -> tuple[tuple[str, ast.Module], ...]:
+    """Every source file of ours, parsed (once: each check reads them all)."""
+    parsed = []
     for package in TOP_PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             relative = path.relative_to(ROOT).as_posix()
-            yield relative, ast.parse(path.read_text(encoding="utf-8"), relative)
+            parsed.append((relative, ast.parse(path.read_text(encoding="utf-8"), relative)))
+    return tuple(parsed)
 
 
-def _imports() -> Iterator[Import]:
+@functools.cache
+def _imports() -> tuple[Import, ...]:
     """Every import of our packages, at module level or inside a function (lazy ones too)."""
+    return tuple(_read_imports())
+
+
+def _read_imports() -> Iterator[Import]:
     for path, tree in _modules():
         for node in ast.walk(tree):
             if not isinstance(node, ast.Import | ast.ImportFrom):
@@ -58,33 +69,76 @@ def _imports() -> Iterator[Import]:
                     yield Import(path, node.lineno, name)
 
 
-# Packages that are one layer with another: the judge backends left ``judging/`` for a package
-# of their own, but they and ``judging`` still import each other (backends read judging's types,
-# judge configs ask the backend registry), as they did while the backends lived in ``judging/``.
-SAME_LAYER = {"rubricsvc.backends": "rubricsvc.judging"}
+Module = tuple[str, ...]
 
 
-def _unit(module_or_path: str) -> str:
-    """The layer a module belongs to: ``rubricsvc.<subpackage or module>`` (or the package it is
-    one layer with, ``SAME_LAYER``), ``workers``, ``trainer``."""
-    parts = module_or_path.removesuffix(".py").replace("/", ".").split(".")
-    if parts[0] == "rubricsvc" and len(parts) > 1:
-        unit = f"rubricsvc.{parts[1]}"
-        return SAME_LAYER.get(unit, unit)
-    return parts[0]
+def _module_of(path: str) -> Module:
+    """``rubricsvc/judging/config.py`` -> ("rubricsvc", "judging", "config"); a package's
+    ``__init__.py`` is the package."""
+    parts = tuple(path.removesuffix(".py").split("/"))
+    return parts[:-1] if parts[-1] == "__init__" else parts
 
 
-def _graph() -> dict[str, dict[str, Import]]:
-    """Layer -> the layers it imports, each with one import that shows it."""
-    graph: dict[str, dict[str, Import]] = {}
+@functools.cache
+def _ours() -> frozenset[Module]:
+    """Every module and package of ours."""
+    return frozenset(_module_of(path) for path, _ in _modules())
+
+
+def _packages() -> list[Module]:
+    return sorted(m for m in _ours() if (ROOT.joinpath(*m) / "__init__.py").is_file())
+
+
+def _resolve(name: str) -> Module:
+    """The module an import reaches: the longest start of ``name`` that is one of ours, so
+    ``rubricsvc.judging.modes.get_mode`` (a name the package re-exports) is the package and
+    ``rubricsvc.judging.modes.text`` is the module."""
+    parts = tuple(name.split("."))
+    for end in range(len(parts), 0, -1):
+        if parts[:end] in _ours():
+            return parts[:end]
+    raise AssertionError(f"{name} names no module of ours")
+
+
+Graph = dict[str, dict[str, Import]]
+
+
+def _edges(unit: Callable[[Module], str | None]) -> Graph:
+    """``unit`` of each importing module -> ``unit`` of what it imports, each with one import
+    that shows it; modules ``unit`` leaves out (None) and a unit's imports of itself ignored."""
+    graph: Graph = {}
     for found in _imports():
-        source, target = _unit(found.path), _unit(found.module)
-        if target not in (source, "rubricsvc", "rubricsvc.__version__", "rubricsvc.__init__"):
+        source, target = unit(_module_of(found.path)), unit(_resolve(found.module))
+        if source is not None and target is not None and source != target:
             graph.setdefault(source, {}).setdefault(target, found)
     return graph
 
 
-def _cycle(graph: dict[str, dict[str, Import]]) -> list[str] | None:
+def _unit(module: Module) -> str:
+    """The layer a module belongs to: ``rubricsvc.<subpackage or module>`` (``rubricsvc`` for
+    the package's own ``__init__``), ``workers``, ``trainer``."""
+    return ".".join(module[:2]) if module[0] == "rubricsvc" else module[0]
+
+
+def _graph() -> Graph:
+    """Every package and top-level module of ``rubricsvc``, and ``workers`` and ``trainer`` as
+    a whole: each -> those it imports."""
+    return _edges(_unit)
+
+
+def _package_graph(package: Module) -> Graph:
+    """The modules and subpackages directly in ``package`` (``__init__`` for the package's own
+    module), each -> those of them it imports, whatever module inside it does the importing."""
+
+    def member(module: Module) -> str | None:
+        if module[: len(package)] != package:
+            return None
+        return module[len(package)] if len(module) > len(package) else "__init__"
+
+    return _edges(member)
+
+
+def _cycle(graph: Graph) -> list[str] | None:
     """One cycle of ``graph`` as a list of layers (first repeated last), or None."""
     done: set[str] = set()
     path: list[str] = []
@@ -108,21 +162,82 @@ def _cycle(graph: dict[str, dict[str, Import]]) -> list[str] | None:
     return None
 
 
+def _shown(graph: Graph, cycle: list[str]) -> str:
+    return "\n".join(
+        f"{a} -> {b} ({graph[a][b].path}:{graph[a][b].line})" for a, b in pairwise(cycle)
+    )
+
+
 def test_the_package_graph_has_no_cycle() -> None:
+    """Every pair of packages of ``rubricsvc``, and each of them against ``workers`` and
+    ``trainer``: one direction at most, through any chain."""
     graph = _graph()
     assert "rubricsvc.scoring" in graph["rubricsvc.api"]  # the graph is read, not empty
-    assert _unit("rubricsvc/backends/base.py") == _unit("rubricsvc.judging.types")
+    assert "rubricsvc.scoring" in graph["workers"]
+    assert "trainer" in graph["rubricsvc.cli"]  # `rubricsvc train` starts the trainer
     cycle = _cycle(graph)
-    shown = [
-        f"{a} -> {b} ({graph[a][b].path}:{graph[a][b].line})" for a, b in pairwise(cycle or [])
-    ]
-    assert cycle is None, "import cycle:\n" + "\n".join(shown)
+    assert cycle is None, "import cycle:\n" + _shown(graph, cycle)
+
+
+def test_no_package_has_a_cycle_inside() -> None:
+    """Within each package (``rubricsvc/judging/``, ``judging/modes/``, ``trainer/adapters/``,
+    ...), its modules and subpackages import one another in one direction too."""
+    packages = _packages()
+    assert ("rubricsvc", "judging", "modes") in packages
+    assert ("trainer", "adapters") in packages
+    found = {}
+    for package in packages:
+        graph = _package_graph(package)
+        if cycle := _cycle(graph):
+            found[".".join(package)] = _shown(graph, cycle)
+    assert found == {}, "import cycles inside packages:\n" + "\n".join(
+        f"{package}:\n{shown}" for package, shown in found.items()
+    )
+
+
+def test_the_backends_are_below_judging() -> None:
+    """What a backend is asked and answers (``backends.types``), preparing the bundled model
+    (``backends.embedded``), the neutralizing of judged text (``rubricsvc.neutral``) and the
+    capability lookup both registries share (``rubricsvc.capabilities``) sit at or below the
+    backends: judging uses the backends, never the other way round."""
+    graph = _graph()
+    assert "rubricsvc.backends" in graph["rubricsvc.judging"]
+    upwards = ["rubricsvc.backends", "rubricsvc.judging"]
+    assert upwards[1] not in graph.get(upwards[0], {}), _shown(graph, upwards)
+
+
+def test_a_judge_config_knows_the_modes_not_the_other_way_round() -> None:
+    """A judge config names a mode and asks the mode registry about it; a mode reads only the
+    settings it is given (``modes.base.JudgeSettings``)."""
+    judging = _package_graph(("rubricsvc", "judging"))
+    assert "modes" in judging["config"]
+    assert "config" not in judging.get("modes", {}), _shown(judging, ["modes", "config"])
 
 
 def test_the_cycle_check_finds_a_cycle() -> None:
     edge = Import("x.py", 1, "x")
     assert _cycle({"a": {"b": edge}, "b": {"c": edge}, "c": {"a": edge}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b": edge}, "b": {"c": edge}}) is None
+
+
+def test_imports_are_resolved_to_our_modules() -> None:
+    assert _resolve("rubricsvc.judging.modes.get_mode") == ("rubricsvc", "judging", "modes")
+    assert _resolve("rubricsvc.judging.modes.text") == ("rubricsvc", "judging", "modes", "text")
+    assert _resolve("rubricsvc.__version__") == ("rubricsvc",)
+    assert _module_of("rubricsvc/judging/__init__.py") == ("rubricsvc", "judging")
+    assert _unit(("rubricsvc", "judging", "modes", "base")) == "rubricsvc.judging"
+    assert _unit(("trainer", "adapters", "verl")) == "trainer"
+
+
+def test_imports_are_absolute() -> None:
+    """A relative import would be invisible to the checks above."""
+    relative = sorted(
+        f"{path}:{node.lineno}"
+        for path, tree in _modules()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.level > 0
+    )
+    assert relative == []
 
 
 def test_settings_are_read_only_at_the_boundary() -> None:
