@@ -14,8 +14,10 @@ from rubricsvc.backends.registry import (
     backends_that,
     find_backend,
     get_backend,
+    hashed_backend_options,
     make_backend,
     operational_options,
+    places_model,
     register_backend,
     replays_only,
 )
@@ -26,7 +28,8 @@ register_backend(
     "rubricsvc.backends.transformers:TransformersBackend",
     runs_embedded_model=True,
     loads_model_in_process=True,
-    operational_options=("batch_size", "prefix_reuse", "threads"),
+    places_model=True,
+    operational_options=("batch_size", "prefix_reuse", "threads", "token_budget"),
 )
 register_backend(
     "vllm",
@@ -92,8 +95,10 @@ __all__ = [
     "create_backend",
     "find_backend",
     "get_backend",
+    "hashed_backend_options",
     "make_backend",
     "operational_options",
+    "places_model",
     "register_backend",
     "replays_only",
 ]

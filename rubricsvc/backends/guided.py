@@ -304,6 +304,9 @@ class _Batch:
 
     def __init__(self, decoder: GuidedDecoder, rows: list[_Row], torch: Any) -> None:
         self.lm = decoder.lm
+        # Inputs go to the model's device; each row's logits come back to the CPU, where the
+        # schema's token masks are and sampling runs (a vocabulary row per step: small).
+        self.device = getattr(decoder.lm, "device", "cpu")
         self.pad = int(decoder.pad_id)
         self.rows = rows
         self.torch = torch
@@ -327,7 +330,7 @@ class _Batch:
     def _drop_finished(self, fed: list[list[int]]) -> list[list[int]]:
         """Leave out the rows that are done: they would cost a forward pass for nothing."""
         keep = [i for i, tokens in enumerate(fed) if tokens]
-        self.cache.batch_select_indices(self.torch.tensor(keep))
+        self.cache.batch_select_indices(self.torch.tensor(keep, device=self.device))
         self.mask = self.mask[keep]
         self.rows = [self.rows[i] for i in keep]
         self.lengths = [self.lengths[i] for i in keep]
@@ -342,6 +345,7 @@ class _Batch:
         for i, row in enumerate(self.rows):
             ids[i, width - len(row.prompt) :] = torch.tensor(row.prompt)
             self.mask[i, width - len(row.prompt) :] = 1
+        ids, self.mask = ids.to(self.device), self.mask.to(self.device)
         positions = (self.mask.cumsum(-1) - 1).clamp(min=0)
         # Only the last position's logits are needed: the whole prompt's would cost more than
         # the prompt's forward pass itself (a vocabulary-sized row per token).
@@ -352,7 +356,7 @@ class _Batch:
             use_cache=True,
             logits_to_keep=1,
         )
-        self.cache, self.last = output.past_key_values, list(output.logits[:, -1])
+        self.cache, self.last = output.past_key_values, list(output.logits[:, -1].cpu())
 
     def _step(self, fed: list[list[int]]) -> None:
         """Feed each row its tokens: a skeleton piece, one sampled token, or nothing (done)."""
@@ -366,6 +370,7 @@ class _Batch:
             ids[i, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
             step_mask[i, : len(tokens)] = 1
         positions = torch.tensor(self.lengths).unsqueeze(1) + torch.arange(width)
+        ids, step_mask, positions = (t.to(self.device) for t in (ids, step_mask, positions))
         self.mask = torch.cat([self.mask, step_mask], dim=1)
         output = self.lm(
             input_ids=ids,
@@ -377,5 +382,5 @@ class _Batch:
         self.cache = output.past_key_values
         for i, tokens in enumerate(fed):
             if tokens:
-                self.last[i] = output.logits[i, len(tokens) - 1]
+                self.last[i] = output.logits[i, len(tokens) - 1].cpu()
                 self.lengths[i] += len(tokens)

@@ -23,7 +23,14 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from rubricsvc.backends import BackendChoice, BackendError, JudgeBackend, backend_from_spec
+from rubricsvc.backends import (
+    BackendChoice,
+    BackendError,
+    JudgeBackend,
+    backend_from_spec,
+    places_model,
+)
+from rubricsvc.backends.placement import loaded_options
 from rubricsvc.backends.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.hashing import content_hash
@@ -51,7 +58,10 @@ def loaded_backend_key(spec: BackendChoice) -> str:
             "backend": spec.backend,
             "model": spec.model,
             "revision": getattr(spec, "revision", None),
-            "backend_options": dict(spec.backend_options),
+            # ``device`` and ``dtype`` as resolved: ``auto`` and what it names load one model.
+            "backend_options": loaded_options(
+                places_model(spec.backend), dict(spec.backend_options)
+            ),
         }
     )
 

@@ -9,7 +9,7 @@ a plugin may register the class (or any callable taking the options) itself.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,9 @@ class RegisteredBackend:
     # Only replays verdicts stored for it (imported from a data set): it never judges, so
     # nothing asks it for new verdicts.
     replays_only: bool = False
+    # Takes ``device`` and ``dtype`` options (``placement``): hashed as they resolve on the
+    # machine that hashes (never ``auto``), since precision changes verdicts.
+    places_model: bool = False
     # Options that change speed or plumbing but never a verdict: not hashed into a config.
     operational_options: frozenset[str] = frozenset()
 
@@ -61,6 +64,7 @@ def register_backend(
     runs_embedded_model: bool = False,
     loads_model_in_process: bool = False,
     replays_only: bool = False,
+    places_model: bool = False,
     operational_options: Iterable[str] = (),
 ) -> RegisteredBackend:
     """Make a backend known as ``name`` (a name registered again is replaced). ``factory`` is
@@ -77,6 +81,7 @@ def register_backend(
         runs_embedded_model=runs_embedded_model,
         loads_model_in_process=loads_model_in_process,
         replays_only=replays_only,
+        places_model=places_model,
         operational_options=frozenset(operational_options),
     )
     _BACKENDS[name] = registered
@@ -132,6 +137,24 @@ def operational_options() -> frozenset[str]:
     and a config may name a backend this process has not registered, so the hash cannot ask
     the config's own backend."""
     return frozenset().union(*(b.operational_options for b in _BACKENDS.values()))
+
+
+def places_model(name: str) -> bool:
+    """Whether backend ``name`` takes ``device`` and ``dtype`` (False for a name not
+    registered: its options are hashed as given)."""
+    registered = _BACKENDS.get(name)
+    return registered is not None and registered.places_model
+
+
+def hashed_backend_options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """What a config's hash covers of backend ``name``'s ``options``: the operational ones
+    left out (see ``operational_options``), and ``device`` and ``dtype`` resolved on this
+    machine for a backend that places its model (``placement.hashed_options``)."""
+    from rubricsvc.backends.placement import hashed_options
+
+    operational = operational_options()
+    kept = {k: v for k, v in sorted(options.items()) if k not in operational}
+    return hashed_options(places_model(name), kept)
 
 
 def make_backend(name: str, **options: Any) -> JudgeBackend:

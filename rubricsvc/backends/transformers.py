@@ -1,4 +1,7 @@
-"""In-process judging with transformers: the embedded default (CPU, float32).
+"""In-process judging with transformers: the embedded default.
+
+The model runs where ``device`` says at the precision ``dtype`` says (``placement``: by
+default the first CUDA device in bfloat16 when there is one, else the CPU in float32).
 
 Choice probabilities come from one forward pass. Requests that share a ``group`` share
 their long prefix (the judged prompt and response, then one criterion each): the prefix's
@@ -17,6 +20,7 @@ from typing import Any
 
 from rubricsvc.backends.base import BackendError, ContextLengthError
 from rubricsvc.backends.guided import GuidedDecoder
+from rubricsvc.backends.placement import resolve
 from rubricsvc.backends.tokens import ChoiceTokens, default_model_path, encode_chat
 from rubricsvc.backends.types import (
     Chat,
@@ -56,9 +60,15 @@ class TransformersBackend:
         max_context: int | None = None,
         threads: int | None = None,
         model_dir: str | Path | None = None,
+        device: str = "auto",
+        dtype: str = "auto",
+        token_budget: int | None = None,
     ) -> None:
         torch, transformers = _import_torch()
         self._torch = torch
+        # Before anything is read: a CUDA device this machine lacks is a clear error here.
+        self.placement = resolve(device, dtype, here=True)
+        self.device = torch.device(self.placement.device)
         path = Path(model) if model else default_model_path(model_dir)
         self.model = str(model) if model else path.name
         if threads:
@@ -67,11 +77,16 @@ class TransformersBackend:
         transformers.utils.logging.disable_progress_bar()
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(path)
         self.choices = ChoiceTokens(self.tokenizer, self.model)
-        # float32: bfloat16 output of small models degenerates on CPU.
-        self.lm = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        # float32 on the CPU (``auto``): bfloat16 output of small models degenerates there.
+        self.lm = transformers.AutoModelForCausalLM.from_pretrained(
+            path, dtype=getattr(torch, self.placement.dtype)
+        ).to(self.device)
         self.lm.eval()
         self._keeps_logits = "logits_to_keep" in inspect.signature(self.lm.forward).parameters
         self.batch_size = batch_size
+        # Padded tokens per forward pass at most (None: ``batch_size`` alone bounds a batch):
+        # what fits the device's memory beside the model.
+        self.token_budget = token_budget
         self.prefix_reuse = prefix_reuse
         self.context_limit = max_context or int(
             getattr(self.lm.config, "max_position_embeddings", 2048)
@@ -79,6 +94,11 @@ class TransformersBackend:
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.tokenizer.eos_token_id)
         self.guided = GuidedDecoder(self.lm, self.tokenizer, self.pad_id, torch)
+
+    def _on_device(self, *tensors: Any) -> Any:
+        """``tensors`` (built on the CPU) on the model's device; one alone is returned bare."""
+        moved = tuple(t.to(self.device) for t in tensors)
+        return moved[0] if len(moved) == 1 else moved
 
     # -- encoding ---------------------------------------------------------------------
 
@@ -121,7 +141,8 @@ class TransformersBackend:
         return [r for r in results if r is not None]
 
     def _result(self, request: ChoiceRequest, logits: Any, prompt_tokens: int) -> ChoiceResult:
-        probs = self._torch.softmax(logits.float(), dim=-1)
+        # One row back to the CPU: reading each probability from a GPU would sync for each.
+        probs = self._torch.softmax(logits.float().cpu(), dim=-1)
         top = self._torch.topk(probs, 5)
         return ChoiceResult(
             probs={c: float(probs[self.choices.id_of(c)]) for c in request.choices},
@@ -149,7 +170,9 @@ class TransformersBackend:
         """Next-token logits after each sequence, in order: left-padded batches of similar
         lengths (``length_batches``), no reuse."""
         out: list[Any] = [None] * len(sequences)
-        for batch in length_batches([len(s) for s in sequences], self.batch_size):
+        for batch in length_batches(
+            [len(s) for s in sequences], self.batch_size, self.token_budget
+        ):
             rows = self._last_logits_padded([sequences[i] for i in batch])
             for index, row in zip(batch, rows, strict=True):
                 out[index] = row
@@ -157,7 +180,7 @@ class TransformersBackend:
 
     def _last_logits_padded(self, sequences: list[list[int]]) -> list[Any]:
         """Next-token logits after each sequence: one left-padded batch, no reuse."""
-        ids, mask = self._left_padded(sequences)
+        ids, mask = self._on_device(*self._left_padded(sequences))
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         logits = self.lm(
             input_ids=ids, attention_mask=mask, position_ids=positions, **self._keep([-1])
@@ -173,7 +196,7 @@ class TransformersBackend:
             return {}
         if positions == [-1]:
             return {"logits_to_keep": 1}
-        return {"logits_to_keep": self._torch.tensor(positions)}
+        return {"logits_to_keep": self._torch.tensor(positions, device=self.device)}
 
     def _last_logits_shared(self, sequences: list[list[int]]) -> list[Any]:
         """Next-token logits after each sequence, computing their common prefix once."""
@@ -182,11 +205,15 @@ class TransformersBackend:
             return self._last_logits_each(sequences)
         out: list[Any] = [None] * len(sequences)
         torch = self._torch
-        prefix = torch.tensor([sequences[0][:prefix_len]])
+        prefix = torch.tensor([sequences[0][:prefix_len]], device=self.device)
         # Only the cache is read: the prefix's logits (a vocabulary-sized row per token) are
         # left uncomputed, as far as the model allows.
         cache = self.lm(input_ids=prefix, use_cache=True, **self._keep([-1])).past_key_values
-        for batch in length_batches([len(s) - prefix_len for s in sequences], self.batch_size):
+        # The prefix's cache stays on the device, copied for each batch of suffixes; each
+        # suffix row attends to it, so a row's budget counts the prefix too.
+        lengths = [len(s) - prefix_len for s in sequences]
+        budget = None if self.token_budget is None else max(1, self.token_budget - prefix_len)
+        for batch in length_batches(lengths, self.batch_size, budget):
             chunk = [sequences[i][prefix_len:] for i in batch]
             width = max(len(s) for s in chunk)
             # Right padding: under causal attention a pad after a token cannot change it.
@@ -196,6 +223,7 @@ class TransformersBackend:
                 ids[row, : len(seq)] = torch.tensor(seq)
                 mask[row, prefix_len + len(seq) :] = 0
             positions = torch.arange(prefix_len, prefix_len + width).expand(len(chunk), -1)
+            ids, mask, positions = self._on_device(ids, mask, positions)
             # The forward pass appends to the cache: each chunk works on its own copy.
             chunk_cache = copy.deepcopy(cache)
             chunk_cache.batch_repeat_interleave(len(chunk))
@@ -254,7 +282,7 @@ class TransformersBackend:
         self, sequences: list[list[int]], max_tokens: int, temperature: float, seed: int | None
     ) -> list[Generation]:
         torch = self._torch
-        ids, mask = self._left_padded(sequences)
+        ids, mask = self._on_device(*self._left_padded(sequences))
         width = ids.shape[1]
         if seed is not None:
             torch.manual_seed(seed)
@@ -295,7 +323,9 @@ class TransformersBackend:
 PASS_COST_TOKENS = 8
 
 
-def length_batches(lengths: Sequence[int], max_size: int) -> list[list[int]]:
+def length_batches(
+    lengths: Sequence[int], max_size: int, token_budget: int | None = None
+) -> list[list[int]]:
     """Indices of sequences of ``lengths`` in batches of at most ``max_size``, for padded
     forward passes: sorted by length and split where the padding saved is worth another pass.
     A padded position costs a real one (every layer runs on it), and items of one batch are
@@ -304,7 +334,9 @@ def length_batches(lengths: Sequence[int], max_size: int) -> list[list[int]]:
     for 27,726 tokens over the Auto-J scenario's 40 completions.
 
     The split is the cheapest one of the sorted order (dynamic programming over where each
-    batch ends): a batch costs its size times its longest length, plus ``PASS_COST_TOKENS``."""
+    batch ends): a batch costs its size times its longest length, plus ``PASS_COST_TOKENS``. With a
+    ``token_budget``, no batch's padded size (its size times its longest length) passes it,
+    except a sequence alone that is longer."""
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     # best[k]: the least cost of the first k sequences of ``order``; cut[k]: where the last of
     # their batches starts. A batch's width is its first (longest) length.
@@ -312,7 +344,14 @@ def length_batches(lengths: Sequence[int], max_size: int) -> list[list[int]]:
     cut = [0] * (len(order) + 1)
     for end in range(1, len(order) + 1):
         for start in range(max(0, end - max_size), end):
-            cost = best[start] + (end - start) * lengths[order[start]] + PASS_COST_TOKENS
+            width = lengths[order[start]]
+            if (
+                token_budget is not None
+                and start < end - 1
+                and (end - start) * width > token_budget
+            ):
+                continue  # over the budget (a sequence alone always makes its own batch)
+            cost = best[start] + (end - start) * width + PASS_COST_TOKENS
             if cost < best[end]:
                 best[end], cut[end] = cost, start
     batches: list[list[int]] = []

@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from rubricsvc import neutral
-from rubricsvc.backends import operational_options
+from rubricsvc.backends import hashed_backend_options, places_model
+from rubricsvc.backends.placement import check_options
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.calibration import CalibrationMap
@@ -96,6 +97,16 @@ class JudgeSpec(BaseModel):
         return data
 
     @model_validator(mode="after")
+    def _placement_is_well_formed(self) -> JudgeSpec:
+        if places_model(self.backend):
+            options = self.backend_options
+            try:
+                check_options(options.get("device", "auto"), options.get("dtype", "auto"))
+            except ValidationFailed as err:
+                raise ValueError(str(err)) from None
+        return self
+
+    @model_validator(mode="after")
     def _calibrates_probabilities(self) -> JudgeSpec:
         if self.calibration is not None and not get_mode(self.mode).gives_probability:
             raise ValueError(
@@ -133,8 +144,6 @@ class JudgeSpec(BaseModel):
         if self.jury is not None:
             return {"backend": JURY_BACKEND, "jury": self.jury.hashed_settings()}
         options = get_mode(self.mode).options
-        # Options that change speed or plumbing but never a verdict, as the backends declare.
-        operational = operational_options()
         return {
             "backend": self.backend,
             "model": self.model,
@@ -152,9 +161,11 @@ class JudgeSpec(BaseModel):
                 for name in ("group_size", "group_repeats")
                 if name in options
             },
-            "backend_options": {
-                k: v for k, v in sorted(self.backend_options.items()) if k not in operational
-            },
+            # Without the options that change speed or plumbing but never a verdict, as the
+            # backends declare; with the device and precision a model is placed at, resolved
+            # here (never ``auto``; nothing for float32 on the CPU, so the hashes of judges
+            # from before placement was an option stay as they were).
+            "backend_options": hashed_backend_options(self.backend, self.backend_options),
             # Only when set: every config without one keeps the hash it always had.
             **({"calibration": self.calibration.model_dump()} if self.calibration else {}),
             **({"reference": True} if self.reference else {}),

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from rubricsvc.backends import operational_options
+from rubricsvc.backends import hashed_backend_options
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.fileformats import describe_validation_error, read_records
 from rubricsvc.hashing import content_hash
@@ -104,11 +104,8 @@ class GeneratorSpec(BaseModel):
             "category_weights": {c.value: w for c, w in sorted(self.category_weights.items())},
             "themes": list(self.themes),
             "structured_output": self.structured_output,
-            "backend_options": {
-                k: v
-                for k, v in sorted(self.backend_options.items())
-                if k not in operational_options()
-            },
+            # Operational options left out; device and dtype as they resolve here.
+            "backend_options": hashed_backend_options(self.backend, self.backend_options),
         }
 
     def config_hash(self) -> str:

@@ -151,6 +151,33 @@ def _mine(chunk_id: int, token: str) -> Any:
     )
 
 
+def placed_elsewhere(job_id: int, stored: dict[str, Any], spec: JudgeSpec) -> None:
+    """Refuse, saying why, a job whose judge this machine would place at another device or
+    precision than the submitting one did (``dtype: auto`` is bfloat16 on a GPU, float32 on a
+    CPU): its verdicts would not be the submitted config's."""
+    here = spec.hashed_settings()
+    if {k: v for k, v in stored.items() if k != "backend_options"} != {
+        k: v for k, v in here.items() if k != "backend_options"
+    }:
+        return
+    keys = ("device", "dtype")
+    then = {k: stored.get("backend_options", {}).get(k) for k in keys}
+    now = {k: here["backend_options"].get(k) for k in keys}
+    if then == now:
+        return
+    raise RubricsvcError(
+        f"job {job_id}'s judge was submitted to run on {_placed(then)}, and this machine would "
+        f"run it on {_placed(now)}: set device and dtype in judge {spec.name!r}'s backend "
+        "options so every machine runs it alike, or run the job where it was submitted"
+    )
+
+
+def _placed(options: dict[str, Any]) -> str:
+    if options.get("device") is None:
+        return "the CPU in float32"
+    return f"{options['device']} in {options['dtype']}"
+
+
 def _score_chunk(
     session: Session, chunk_id: int, token: str, backend_for: BackendFor, beat: Heartbeat
 ) -> ScoreReport:
@@ -159,6 +186,7 @@ def _score_chunk(
     job = get_job(session, chunk.job_id)
     spec = stored_spec(job.judge_config)
     if spec.config_hash() != job.judge_config.config_hash:
+        placed_elsewhere(job.id, job.judge_config.settings.get("hashed", {}), spec)
         # Submitted before an upgrade that changed what these settings make the judge see:
         # its scores are read under the job's config, so none may be written under another.
         raise RubricsvcError(

@@ -118,3 +118,23 @@ def test_an_older_config_of_the_name_hashed_alike_again_is_reused(session: Sessi
     newer = _store_as_an_earlier_release(session, JUDGE)  # a row another release wrote last
     assert newer.id > current.id
     assert ensure_judge_config(session, JUDGE).id == current.id
+
+
+def test_judges_differing_only_in_precision_share_no_cached_verdict(session: Session) -> None:
+    """Precision changes verdicts: a judge at bfloat16 is judged afresh, not served the float32
+    judge's verdicts; ``dtype: auto`` on this CPU is float32 and shares them."""
+    _seed(session)
+    options: dict[str, str] = {"device": "cpu"}
+    float32 = JudgeSpec(
+        name="cpu-f32", backend="transformers", backend_options={**options, "dtype": "float32"}
+    )
+    bfloat16 = JudgeSpec(
+        name="cpu-bf16", backend="transformers", backend_options={**options, "dtype": "bfloat16"}
+    )
+    auto = JudgeSpec(name="cpu-auto", backend="transformers", backend_options=options)
+    assert float32.config_hash() != bfloat16.config_hash()
+    assert _score(session, float32) == 3
+    assert _score(session, bfloat16) == 3  # nothing replayed across precisions
+    assert auto.config_hash() == float32.config_hash()
+    with pytest.raises(ConflictError, match="same settings as the stored judge 'cpu-f32'"):
+        ensure_judge_config(session, auto)  # one config: the same settings, by another name

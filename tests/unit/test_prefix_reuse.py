@@ -92,3 +92,13 @@ def test_prefill_per_judgment_counts_a_group_prefix_once() -> None:
         "with_reuse": round((31 + 3 * 2 + 7) / 4, 1),
         "bound": round((3 * 33 + 7) / (31 + 6 + 7), 2),
     }
+
+
+def test_a_token_budget_bounds_each_batchs_padded_size() -> None:
+    """What fits the device's memory: no batch's size times width passes the budget, except a
+    sequence alone that is longer."""
+    lengths = [10, 10, 10, 10, 40]
+    assert length_batches(lengths, 16) == [[4], [0, 1, 2, 3]]
+    batches = length_batches(lengths, 16, token_budget=25)
+    assert batches == [[4], [0, 1], [2, 3]]
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
