@@ -13,6 +13,7 @@ from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.failures import ResponseFailurePolicy
 from rubricsvc.scoring.judge_configs import find_reward_judge
 from trainer.config import TrainConfig
+from trainer.scorers import release_provider, shared_provider
 
 
 def audit_reward_judge(config: TrainConfig, say: Callable[[str], None]) -> AuditReport:
@@ -29,8 +30,10 @@ def audit_reward_judge(config: TrainConfig, say: Callable[[str], None]) -> Audit
         max_masked_share=config.audit_max_masked_share,
     )
     engine = make_engine(reward.engine_url())
+    # The process's shared provider: the judge audited is the reward's, loaded once for both.
+    backends = shared_provider(reward, None)
     try:
-        with reward.backend_provider() as backends, session_scope(engine) as session:
+        with session_scope(engine) as session:
             # A judge refused as a reward (a promotion gate) is refused before it is attacked.
             spec = find_reward_judge(session, reward.judge, reward.mode)
             items = demo_items()
@@ -38,6 +41,7 @@ def audit_reward_judge(config: TrainConfig, say: Callable[[str], None]) -> Audit
             report = run_audit(spec, backends.factory(spec), items, DEMO_SET, options, attacks)
             save_audit(session, spec, items, report)
     finally:
+        release_provider(backends)
         engine.dispose()
     if report.problems:
         raise ValidationFailed(

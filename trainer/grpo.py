@@ -25,7 +25,7 @@ from trainer.monitors import GoldMonitor, SaturationTracker
 from trainer.recording import RecordingReward
 from trainer.rewards import PROMPT_ID_COLUMN, RandomControlReward, RubricReward
 from trainer.rundir import RunDirectory
-from trainer.scorers import make_scorer
+from trainer.scorers import judge_loads, make_scorer, release_provider, shared_provider
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +164,25 @@ def train(config: TrainConfig, say: Callable[[str], None] = log.info) -> TrainRe
     if config.threads:
         torch.set_num_threads(config.threads)
     messages = load_prompts(config.reward.database_url, config.prompts)
+    # Held for the run: the audit, the reward, the monitors and the gold scorer in this
+    # process share its judges, each model (and device and dtype) loaded once.
+    held = shared_provider(config.reward, None)
+    try:
+        return _train(config, say, messages, torch, Dataset, GRPOConfig, GRPOTrainer)
+    finally:
+        say(f"judge models loaded in this process: {judge_loads()}")
+        release_provider(held)
+
+
+def _train(
+    config: TrainConfig,
+    say: Callable[[str], None],
+    messages: list[Any],
+    torch: Any,
+    Dataset: Any,  # the classes, imported by the caller
+    GRPOConfig: Any,
+    GRPOTrainer: Any,
+) -> TrainResult:
     audit = audit_reward_judge(config, say) if config.audit else None
     dataset = Dataset.from_list(
         [

@@ -8,6 +8,7 @@ only, and build their database engine, judge backend or HTTP client on first use
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, replace
@@ -31,8 +32,54 @@ class Scorer(Protocol):
     def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]: ...
 
 
+# The in-process scorers of a process (the reward's, the gold monitor's, the training gold
+# scorer's) share one provider per set of limits and model folder, keyed by what is loaded:
+# judges naming the same model, device and dtype load it once. Counted: (provider, users).
+_SHARED: dict[str, list[Any]] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_provider(settings: ScorerSettings, limits: JudgeLimits | None) -> BackendProvider:
+    """The process's provider for ``limits`` (None: the settings'), made on first use."""
+    from rubricsvc.backends.provider import BackendProvider, JudgeLimits
+    from rubricsvc.config import get_settings
+
+    process = get_settings()
+    limits = limits or JudgeLimits.from_settings(process)
+    key = repr((limits, process.judge.model_dir))
+    with _SHARED_LOCK:
+        entry = _SHARED.get(key)
+        if entry is None:
+            provider = BackendProvider(limits, share_models=True, model_dir=process.judge.model_dir)
+            entry = _SHARED[key] = [provider, 0]
+        entry[1] += 1
+        shared: BackendProvider = entry[0]
+        return shared
+
+
+def release_provider(provider: BackendProvider) -> None:
+    """One user less of ``provider``; the last closes its backends."""
+    with _SHARED_LOCK:
+        for key, entry in list(_SHARED.items()):
+            if entry[0] is provider:
+                entry[1] -= 1
+                if entry[1] <= 0:
+                    del _SHARED[key]
+                    provider.close_all()
+                return
+    provider.close_all()
+
+
+def judge_loads() -> int:
+    """How many judge backends (models, for the in-process ones) the in-process scorers of
+    this process have loaded so far."""
+    with _SHARED_LOCK:
+        return sum(int(entry[0].loads) for entry in _SHARED.values())
+
+
 class InProcessScorer:
-    """Scores with ``compute_rewards``; the judge model is loaded once and kept, behind the
+    """Scores with ``compute_rewards``; the judge model is loaded once per process and kept
+    (``shared_provider``: shared with the process's other in-process scorers), behind the
     judge's shared API limits (``limits``, from the launcher's settings; None: none)."""
 
     def __init__(self, settings: ScorerSettings, limits: JudgeLimits | None = None) -> None:
@@ -54,7 +101,7 @@ class InProcessScorer:
 
         if self._engine is None or self._backends is None:
             self._engine = make_engine(self.settings.engine_url())
-            self._backends = self.settings.backend_provider(self.limits)
+            self._backends = shared_provider(self.settings, self.limits)
         backends = self._backends
         options = self.settings.score_options()
         with session_scope(self._engine) as session:
@@ -72,7 +119,7 @@ class InProcessScorer:
 
     def close(self) -> None:
         if self._backends is not None:
-            self._backends.close_all()
+            release_provider(self._backends)
         if self._engine is not None:
             self._engine.dispose()
         self._engine = self._backends = None

@@ -57,6 +57,7 @@ class BackendProvider:
         build: Callable[[BackendChoice], JudgeBackend] | None = None,
     ) -> None:
         self.limits = limits or JudgeLimits()
+        self.loads = 0  # backends built: models loaded, for an in-process backend
         self._base_key = loaded_backend_key if share_models else config_key
         # ``build`` (tests) replaces the real backends; they find the embedded model in
         # ``model_dir`` (the process's RUBRICSVC_JUDGE_MODEL_DIR; None: the default cache).
@@ -109,6 +110,7 @@ class BackendProvider:
         return f"{key}:limited:{getattr(spec, 'name', '')}" if self.limits.of(spec) else key
 
     def _build(self, spec: BackendChoice) -> JudgeBackend:
+        self.loads += 1
         limits = self.limits.of(spec)
         if limits is None:
             return self._make(spec)

@@ -157,3 +157,39 @@ def test_the_run_callback_generates_held_out_answers_and_records_the_alarm(
     assert alarm["kind"] == "gold_divergence" and alarm["step"] == 10
     (row,) = run.read(METRICS)
     assert (row["gold/train_score"], row["gold/gold_score"], row["gold/alarm"]) == (1.0, 0.0, 1.0)
+
+
+def test_the_reward_the_monitor_and_the_gold_scorer_load_the_judge_model_once(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``rubricsvc train`` with the gold monitor: the reward's scorer, the monitor's copy of it
+    and the gold scorer (another mode of the same model) share one loaded judge."""
+    from rubricsvc.backends.scripted import ScriptedBackend
+    from rubricsvc.scoring.rewards import RewardRequest
+    from tests.helpers import rubric_dict
+    from trainer.scorers import judge_loads, make_scorer, release_provider, shared_provider
+
+    loaded: list[str] = []
+
+    def build(spec: Any, model_dir: Any = None) -> ScriptedBackend:
+        loaded.append(spec.name)
+        return ScriptedBackend()
+
+    monkeypatch.setattr("rubricsvc.backends.provider.backend_from_spec", build)
+    monkeypatch.setattr("trainer.scorers._SHARED", {})  # none of the other tests' scorers
+    approve_rubrics(sqlite_url, rubric_dict("mon/judged"))
+    reward = ScorerSettings(database_url=sqlite_url, rubric="mon/judged")
+    gold = ScorerSettings(database_url=sqlite_url, judge="embedded", mode="criterion-text")
+    held = shared_provider(reward, None)  # as ``train`` holds it for the run
+    try:
+        scorers = [make_scorer(reward), make_scorer(reward), make_scorer(gold)]
+        request = RewardRequest("Keep a regular schedule.", prompt_id="mon/judged-prompt")
+        for scorer in scorers:
+            (result,) = scorer.score([request])
+            assert result.reward is not None
+        assert loaded == ["embedded"] and judge_loads() == 1
+        for scorer in scorers:
+            scorer.close()  # type: ignore[attr-defined]
+    finally:
+        release_provider(held)
+    assert judge_loads() == 0  # the run's provider is gone with its last user
