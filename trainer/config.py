@@ -130,15 +130,24 @@ class ScorerSettings(Strict):
 
         return get_settings().db.url
 
-    def backend_provider(self, limits: JudgeLimits | None = None) -> BackendProvider:
+    def backend_provider(
+        self, limits: JudgeLimits | None = None, *, share_models: bool = False
+    ) -> BackendProvider:
         """The in-process scorer's provider: the process's embedded-model folder and, unless
         ``limits`` are given, the judges' shared API limits of its settings."""
-        from rubricsvc.backends.provider import BackendProvider, JudgeLimits
+        from rubricsvc.backends.provider import BackendProvider
+
+        limits, model_dir = self.provider_inputs(limits)
+        return BackendProvider(limits, share_models=share_models, model_dir=model_dir)
+
+    def provider_inputs(self, limits: JudgeLimits | None = None) -> tuple[JudgeLimits, Any]:
+        """What the in-process scorer's provider is made of: ``limits`` (None: the process
+        settings' judge limits) and the process's embedded-model folder."""
+        from rubricsvc.backends.provider import JudgeLimits
         from rubricsvc.config import get_settings
 
         settings = get_settings()
-        limits = limits or JudgeLimits.from_settings(settings)
-        return BackendProvider(limits, model_dir=settings.judge.model_dir)
+        return limits or JudgeLimits.from_settings(settings), settings.judge.model_dir
 
     def score_options(self) -> ScoreOptions:
         return ScoreOptions(

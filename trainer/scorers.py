@@ -41,16 +41,12 @@ _SHARED_LOCK = threading.Lock()
 
 def shared_provider(settings: ScorerSettings, limits: JudgeLimits | None) -> BackendProvider:
     """The process's provider for ``limits`` (None: the settings'), made on first use."""
-    from rubricsvc.backends.provider import BackendProvider, JudgeLimits
-    from rubricsvc.config import get_settings
-
-    process = get_settings()
-    limits = limits or JudgeLimits.from_settings(process)
-    key = repr((limits, process.judge.model_dir))
+    limits, model_dir = settings.provider_inputs(limits)
+    key = repr((limits, model_dir))
     with _SHARED_LOCK:
         entry = _SHARED.get(key)
         if entry is None:
-            provider = BackendProvider(limits, share_models=True, model_dir=process.judge.model_dir)
+            provider = settings.backend_provider(limits, share_models=True)
             entry = _SHARED[key] = [provider, 0]
         entry[1] += 1
         shared: BackendProvider = entry[0]
