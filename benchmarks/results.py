@@ -17,6 +17,7 @@ import resource
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -116,21 +117,34 @@ def headline(
     return figure
 
 
-def save(name: str, result: dict[str, Any]) -> Path:
-    """Write ``result`` (stamped with the date, the machine and the other work on it) and
-    return its path."""
+def save(
+    name: str,
+    result: dict[str, Any],
+    directory: Path | None = None,
+    argv: Sequence[str] | None = None,
+) -> Path:
+    """Write ``result`` (stamped with the date, the machine and the other work on it) to
+    ``directory`` (``RESULTS``) and return its path; ``argv``: the command's arguments when
+    its ``main`` was called with them, not from the command line."""
+    directory = RESULTS if directory is None else directory
+    args = sys.argv[1:] if argv is None else list(argv)
     result = {
         "benchmark": name,
         "date": now(),
         "machine": machine(),
         "other_work_cores": other_work_cores(),
-        "command": " ".join(["python -m", f"benchmarks.{Path(sys.argv[0]).stem}", *sys.argv[1:]]),
+        "command": " ".join(["python -m", f"benchmarks.{_module(name, argv)}", *args]),
         **result,
     }
-    RESULTS.mkdir(exist_ok=True)
+    directory.mkdir(parents=True, exist_ok=True)
     text = json.dumps(result, indent=2) + "\n"
-    path = RESULTS / f"{name}-{result['date'].replace(':', '')}.json"
+    path = directory / f"{name}-{result['date'].replace(':', '')}.json"
     path.write_text(text)
-    (RESULTS / f"{name}-latest.json").write_text(text)
+    (directory / f"{name}-latest.json").write_text(text)
     print(f"results: {path}", flush=True)
     return path
+
+
+def _module(name: str, argv: Sequence[str] | None) -> str:
+    """The benchmark's module: the script run, or (``main`` called in-process) ``name``."""
+    return name if argv is not None else Path(sys.argv[0]).stem
