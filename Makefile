@@ -176,6 +176,8 @@ bench: setup bench-peers-env
 	$(BIN)/python -m benchmarks.bench_ui
 	@echo "==> B6: cache lookup, job submission, job report and cached rewards per judgment at 10^4, 10^5 and 10^6 stored judgments on PostgreSQL (RUBRICSVC_TEST_POSTGRES_URL)"
 	$(BIN)/python -m benchmarks.bench_scale
+	@echo "==> GPU check: criterion-prob judgments/s and score() against the floor at real judge shapes with random weights (the 135M alone on a CPU; 135M, 1.7B and 8B on CUDA)"
+	$(BIN)/python -m benchmarks.gpu_check
 	@echo "==> Writing the results into docs/benchmarks.md"
 	$(BIN)/python -m benchmarks.report
 

@@ -600,6 +600,44 @@ def postgres_time(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def gpu_check(result: dict[str, Any]) -> list[str]:
+    w = result["workload"]
+    rows = [
+        [
+            name,
+            f"{figures['parameters'] / 1e6:,.0f}M",
+            figures["judging"]["judgments"],
+            spread_text(figures["judging"]["judgments_per_s_prefix_reuse"]),
+            spread_text(figures["judging"]["judgments_per_s_no_prefix_reuse"]),
+            spread_text(figures["judging"]["prefix_reuse_ratio"], "x"),
+            spread_text(figures["score_vs_floor"]["score_over_floor"], "x"),
+        ]
+        for name, figures in result["shapes"].items()
+    ]
+    cuda = f", CUDA {result['cuda']}" if result.get("cuda") else ""
+    return [
+        f"Device: {result['device']} ({result['device_name']}), {result['dtype']}; torch "
+        f"{result['torch']}{cuda}. Weights: {result['weights']}. Workload: DeepResearch Bench "
+        f"report {w['task']} cut to {w['report_tokens']} tokens, its first {w['judgments']} "
+        f"criteria, criterion-prob; {w['repeats']} repeats of each figure after a warm-up, "
+        "median [min-max]. A colocated GRPO step's split (generation, reward, update): "
+        f"{result['grpo_step_split']}.",
+        "",
+        *table(
+            [
+                "shape",
+                "parameters",
+                "judgments",
+                "judgments/s, prefix reuse",
+                "judgments/s, no reuse",
+                "reuse / none",
+                "`score()` / floor",
+            ],
+            rows,
+        ),
+    ]
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "judging": judging,
     "overhead": overhead,
@@ -613,6 +651,7 @@ RENDERERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "postgres_time": postgres_time,
     "ui": ui,
     "scale": scale,
+    "gpu_check": gpu_check,
 }
 
 
