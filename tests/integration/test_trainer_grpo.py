@@ -83,6 +83,8 @@ def test_rubricsvc_train_runs_grpo_and_the_policy_changes(sqlite_url: str, tmp_p
     result = run_cli("train", str(config_file), database_url=sqlite_url, timeout=1500)
     assert result.code == 0, result.stderr[-3000:]
     assert "beta=0.0" in result.stdout and "epsilon_high=0.28" in result.stdout
+    # The reward, its monitors and the gold scorer name one judge: its model is loaded once.
+    assert "judge models loaded in this process: 1" in result.stdout + result.stderr
 
     run = tmp_path / "runs" / "five"
     resolved = yaml.safe_load((run / "config.yaml").read_text())
