@@ -1,14 +1,17 @@
-"""Fixtures the integration tests share: clusters of real workers over real brokers."""
+"""Fixtures the integration tests share: clusters of real workers over real brokers, and a
+client of the shared Redis."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rubricsvc import db
 from tests.netns import Network, require_netns
+from tests.requirements import require_module, unavailable
 from tests.workers_harness import (
     RABBITMQ_URL,
     REDIS_URL,
@@ -64,3 +67,20 @@ def network() -> Iterator[Network]:
         yield made
     finally:
         made.close()
+
+
+@pytest.fixture
+def redis_client() -> Iterator[Any]:
+    """A client of the shared Redis (``RUBRICSVC_TEST_REDIS_URL``); without it, skip saying how
+    to start it (with CI=true, fail)."""
+    redis = require_module("redis", "workers")
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
+    try:
+        client.ping()
+    except Exception as err:
+        client.close()
+        unavailable(
+            f"Redis not reachable at {REDIS_URL} ({err}); start it or set RUBRICSVC_TEST_REDIS_URL"
+        )
+    yield client
+    client.close()

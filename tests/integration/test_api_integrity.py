@@ -12,13 +12,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.requirements import require_module, unavailable
+from tests.requirements import require_module
 
 require_module("fastapi", "api")
 
@@ -179,22 +178,6 @@ def test_the_bucket_refills_at_the_rate_per_minute() -> None:
     now[0] = 10.0
     assert limiter.take(1) == 0.0
     assert limiter.take(1) == pytest.approx(10.0)
-
-
-@pytest.fixture
-def redis_client() -> Iterator[Any]:
-    """The shared Redis; without it, skip saying how to start it (with CI=true, fail)."""
-    redis = require_module("redis", "workers")
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
-    try:
-        client.ping()
-    except Exception as err:
-        client.close()
-        unavailable(
-            f"Redis not reachable at {REDIS_URL} ({err}); start it or set RUBRICSVC_TEST_REDIS_URL"
-        )
-    yield client
-    client.close()
 
 
 def _clear_buckets(client: Any) -> None:

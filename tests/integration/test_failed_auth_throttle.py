@@ -18,7 +18,6 @@ from rubricsvc.api import create_app
 from rubricsvc.api.authfailures import MAX_LINES, FailedAuthThrottle, client_address
 from rubricsvc.api.ratelimit import MemoryRateLimiter
 from tests.api_harness import api_client, settings_for
-from tests.requirements import require_module, unavailable
 
 LOGGER = "rubricsvc.api.authfailures"
 REDIS_URL = os.environ.get("RUBRICSVC_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
@@ -97,27 +96,17 @@ def test_a_flood_from_many_addresses_logs_a_bounded_number_of_lines(
 
 
 @pytest.fixture
-def redis_client() -> Iterator[Any]:
-    """The shared Redis; without it, skip saying how to start it (with CI=true, fail)."""
-    redis = require_module("redis", "workers")
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
-    try:
-        client.ping()
-    except Exception as err:
-        client.close()
-        unavailable(
-            f"Redis not reachable at {REDIS_URL} ({err}); start it or set RUBRICSVC_TEST_REDIS_URL"
-        )
-    for name in client.scan_iter(BUCKETS):
-        client.delete(name)
-    yield client
-    for name in client.scan_iter(BUCKETS):
-        client.delete(name)
-    client.close()
+def failure_buckets(redis_client: Any) -> Iterator[Any]:
+    """The shared Redis, without failed-authentication buckets before and after the test."""
+    for name in redis_client.scan_iter(BUCKETS):
+        redis_client.delete(name)
+    yield redis_client
+    for name in redis_client.scan_iter(BUCKETS):
+        redis_client.delete(name)
 
 
 def test_failures_are_counted_once_for_every_process_through_redis(
-    sqlite_url: str, redis_client: Any
+    sqlite_url: str, failure_buckets: Any
 ) -> None:
     limits: dict[str, Any] = {"failed_auth_per_minute": 4, "rate_limit_url": REDIS_URL}
     unknown = {"Authorization": "Bearer rsk_" + secrets.token_urlsafe(32)}
@@ -133,6 +122,6 @@ def test_failures_are_counted_once_for_every_process_through_redis(
         # Each process refuses the address once it saw a failure past the limit itself.
         right = {"Authorization": f"Bearer {keys['read']}"}
         assert first.get("/v1/prompts", headers=right).status_code == 429
-    buckets = [name.decode() for name in redis_client.scan_iter(BUCKETS)]
+    buckets = [name.decode() for name in failure_buckets.scan_iter(BUCKETS)]
     assert buckets == ["rubricsvc:ratelimit:failed-auth:testclient:requests"], buckets
-    assert redis_client.ttl(buckets[0]) > 0  # they expire
+    assert failure_buckets.ttl(buckets[0]) > 0  # they expire
