@@ -207,15 +207,20 @@ def test_headers_that_keep_coming_past_the_size_limit_are_refused_with_431(
         assert nosniff(raw_headers(received)) == [b"nosniff"]
 
 
-def test_a_body_trickled_below_the_minimum_rate_is_cut_with_408(served: Served) -> None:
-    body = b'{"items": [{"prompt_id": "nope", "completion": "' + b"x" * 300 + b'"}]}'
-    head = request_head(
+def reward_head(served: Served, body: bytes) -> bytes:
+    """The line and headers of a /v1/rewards request whose body is ``body``."""
+    return request_head(
         "POST",
         "/v1/rewards",
         served.secret,
         Content_Type="application/json",
         Content_Length=str(len(body)),
     )
+
+
+def test_a_body_trickled_below_the_minimum_rate_is_cut_with_408(served: Served) -> None:
+    body = b'{"items": [{"prompt_id": "nope", "completion": "' + b"x" * 300 + b'"}]}'
+    head = reward_head(served, body)
     with connect(served.port) as sock:
         sock.sendall(head)
         # 10 bytes a second against 1000: cut about BODY_TIMEOUT seconds in.
@@ -229,13 +234,7 @@ def test_a_body_trickled_below_the_minimum_rate_is_cut_with_408(served: Served) 
 def test_a_slow_body_above_the_minimum_rate_is_read_whole(served: Served) -> None:
     # About 1500 bytes a second for 2 s: longer than BODY_TIMEOUT, faster than the minimum.
     body = b'{"items": [{"prompt_id": "nope", "completion": "' + b"x" * 3000 + b'"}]}'
-    head = request_head(
-        "POST",
-        "/v1/rewards",
-        served.secret,
-        Content_Type="application/json",
-        Content_Length=str(len(body)),
-    )
+    head = reward_head(served, body)
     started = time.monotonic()
     with connect(served.port) as sock:
         sock.sendall(head)

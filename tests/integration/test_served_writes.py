@@ -251,6 +251,13 @@ def _csrf(html: str) -> str:
     return html[start : html.index('"', start)]
 
 
+def _sign_in(conn: Connection, served: Served) -> None:
+    """Sign in to the review pages on ``conn`` with the module's key."""
+    login = conn.send("GET", "/ui/login")
+    form = {"api_key": served.secret, "csrf_token": _csrf(login.text), "next": "/ui/queue"}
+    assert conn.send("POST", "/ui/login", data=form).status_code == 303
+
+
 def test_a_review_form_is_committed_before_its_redirect(served: Served) -> None:
     """The browser asks for the page a form redirects to at once: what the form did is
     stored by the time the redirect is answered."""
@@ -258,9 +265,7 @@ def test_a_review_form_is_committed_before_its_redirect(served: Served) -> None:
     unsaved = []
     try:
         with connection(served) as conn:
-            login = conn.send("GET", "/ui/login")
-            form = {"api_key": served.secret, "csrf_token": _csrf(login.text), "next": "/ui/queue"}
-            assert conn.send("POST", "/ui/login", data=form).status_code == 303
+            _sign_in(conn, served)
             token = _csrf(conn.send("GET", f"/ui/versions/{served.drafts[0]}").text)
             for version_id in served.drafts[:DRAFTS]:
                 path = f"/ui/versions/{version_id}/retire"
@@ -361,9 +366,7 @@ def test_a_review_form_that_cannot_be_saved_is_an_error_page(served: Served) -> 
 
     try:
         with connection(served) as conn:
-            login = conn.send("GET", "/ui/login")
-            form = {"api_key": served.secret, "csrf_token": _csrf(login.text), "next": "/ui/queue"}
-            assert conn.send("POST", "/ui/login", data=form).status_code == 303
+            _sign_in(conn, served)
             token = _csrf(conn.send("GET", f"/ui/versions/{version_id}").text)
             path = f"/ui/versions/{version_id}/retire"
             with _write_lock(served.database_url, "rubric_versions", version_id):

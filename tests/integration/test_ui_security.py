@@ -163,18 +163,25 @@ def sign_in_attempt(client: TestClient | httpx.Client, secret: str, token: str) 
     return client.post("/ui/login", data={"api_key": secret, "csrf_token": token})
 
 
+def wrong_sign_ins(client: TestClient | httpx.Client, attempts: int) -> tuple[list[int], Any, str]:
+    """``attempts`` sign-ins with unknown keys: their statuses, the last answer, and the sign-in
+    token to try next (each sign-in page has a token of its own)."""
+    token = csrf_of(client.get("/ui/login").text)
+    statuses = []
+    for _ in range(attempts):
+        answer = sign_in_attempt(client, "rsk_" + secrets.token_urlsafe(32), token)
+        statuses.append(answer.status_code)
+        if answer.status_code == 401:
+            token = csrf_of(answer.text)
+    return statuses, answer, token
+
+
 def test_failed_sign_ins_are_throttled_per_address(
     sqlite_pages: Pages, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
     client = sqlite_pages.client
-    token = csrf_of(client.get("/ui/login").text)
-    statuses = []
-    for _ in range(40):
-        answer = sign_in_attempt(client, "rsk_" + secrets.token_urlsafe(32), token)
-        statuses.append(answer.status_code)
-        if answer.status_code == 401:
-            token = csrf_of(answer.text)  # each sign-in page has a token of its own
+    statuses, answer, token = wrong_sign_ins(client, 40)
     assert statuses == [401] * THROTTLE + [429] * (40 - THROTTLE)
     assert "Retry-After" in answer.headers and int(answer.headers["retry-after"]) >= 1
     assert answer.headers["content-type"].startswith("text/html")
@@ -405,13 +412,7 @@ def test_failed_authentications_are_throttled_by_the_server(served: Served) -> N
 
     # Failed sign-ins from a third address.
     with served.client(**{"X-Forwarded-For": "203.0.113.66"}) as client:
-        token = csrf_of(client.get("/ui/login").text)
-        statuses = []
-        for _ in range(60):
-            answer = sign_in_attempt(client, "rsk_" + secrets.token_urlsafe(32), token)
-            statuses.append(answer.status_code)
-            if answer.status_code == 401:
-                token = csrf_of(answer.text)
+        statuses, _, token = wrong_sign_ins(client, 60)
         assert statuses == [401] * SERVED_THROTTLE + [429] * (60 - SERVED_THROTTLE)
         assert sign_in_attempt(client, served.reviewer, token).status_code == 429
 
