@@ -339,7 +339,12 @@ class JudgeRefresh:
             raise RubricsvcError(
                 f"judges distill failed: {lines[-1] if lines else f'exit {done.returncode}'}"
             )
-        report: dict[str, Any] = json.loads(done.stdout)
+        try:
+            report: dict[str, Any] = json.loads(done.stdout)
+        except ValueError:
+            raise RubricsvcError(
+                f"judges distill gave no JSON report (see {folder / 'distill.log'})"
+            ) from None
         (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
         return report
 
