@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session, selectinload
 from transformers import TrainerCallback
 
 from rubricsvc.errors import RubricsvcError, ValidationFailed
-from rubricsvc.models import Completion, Criterion, JudgeConfig, LabelKind
+from rubricsvc.models import Completion, Criterion, JudgeConfig, LabelKind, LabelSet
 from rubricsvc.scoring.rewards import RewardRequest, RewardResult
 from trainer.config import ScorerSettings, TrainConfig
 from trainer.recording import RecordingReward
@@ -426,15 +426,18 @@ def check_refresh(config: TrainConfig) -> None:
             labeller = config.refresh.labeller
             if isinstance(labeller, JudgeLabeller):
                 find_reward_judge(session, labeller.judge, labeller.mode)
-            every, steps = config.refresh.every, config.grpo.max_steps
-            names = [student_name(config.name, step) for step in range(every, steps, every)]
-            taken = session.scalar(select(JudgeConfig.name).where(JudgeConfig.name.in_(names)))
+            steps = range(config.refresh.every, config.grpo.max_steps, config.refresh.every)
+            judges = [student_name(config.name, step) for step in steps]
+            label_sets = [label_set_name(config.name, step) for step in steps]
+            taken = session.scalar(
+                select(JudgeConfig.name).where(JudgeConfig.name.in_(judges))
+            ) or session.scalar(select(LabelSet.name).where(LabelSet.name.in_(label_sets)))
     finally:
         engine.dispose()
     if taken is not None:
         raise ValidationFailed(
-            f"refresh would name a retrained judge {taken!r}, which is stored already (an "
-            "earlier run of this name in this database): give the run another name"
+            f"refresh would store {taken!r}, which is stored already (an earlier run of this "
+            "name in this database): give the run another name"
         )
 
 
