@@ -262,6 +262,8 @@ class JudgeRefresh:
                 "swapped": False,
                 "judge_after": asdict(before),
             }
+            labelled: float | None = None
+            report: dict[str, Any] | None = None
             try:
                 label_set, counts = self._label(engine, step)
                 record.update(label_set=label_set, **counts)
@@ -269,9 +271,8 @@ class JudgeRefresh:
                 report = self._distill(step, label_set, base)
             except RubricsvcError as err:
                 record["skipped"] = str(err)
-                labelled = time.monotonic()
-                report = None
             distilled = time.monotonic()
+            labelled = labelled or distilled
             if report is not None:
                 record.update(_report_fields(report))
                 if report["status"] == "approved":

@@ -160,6 +160,10 @@ def _check_refresh(run: Path, database_url: str, decision: str, swapped: bool) -
         assert after != before
         fresh = step_3 - {s["completion"] for s in samples if s["step"] < 3}
         assert not fresh or not _scored_by(database_url, fresh, before)
+    # The gold monitor's proxy of the held-out answers follows the swap too.
+    (_, last) = _lines(run / "gold.jsonl")
+    assert last["step"] == 3
+    assert _scored_by(database_url, {s["completion"] for s in last["samples"]}, after)
 
     report = (run / "report.md").read_text(encoding="utf-8")
     assert "## Judge refreshes" in report
