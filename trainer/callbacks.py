@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from transformers import TrainerCallback
@@ -11,6 +11,7 @@ from transformers import TrainerCallback
 from trainer.monitors import GoldMonitor, SaturationTracker, alarm_message
 from trainer.plots import draw_plots
 from trainer.rundir import ALARMS, GOLD, METRICS, RunDirectory
+from trainer.scoredby import ScoredBy
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,9 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]
         self.gold_every = gold_every
         self.max_new_tokens = max_new_tokens
         self._pending_gold: dict[str, Any] = {}
+        # The judge config that scored a step's reward (RecordingReward.judge_at), logged with
+        # the step: a judge refresh may swap it during the run.
+        self.judge_at: Callable[[int], ScoredBy | None] | None = None
 
     def _alarm(self, step: int, kind: str, message: str, **detail: Any) -> None:
         log.warning("step %d: %s", step, message)
@@ -114,6 +118,9 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]
         if not logs or "train_runtime" in logs:  # the end-of-training summary is not a step
             return
         row = {"step": state.global_step, **logs, **self._pending_gold}
+        judge = self.judge_at(state.global_step) if self.judge_at is not None else None
+        if judge is not None:
+            row.update({"rubric/judge": judge.judge, "rubric/judge_config_hash": judge.config_hash})
         self._pending_gold = {}
         self.run.append(METRICS, row)
         rates = {

@@ -20,6 +20,7 @@ from rubricsvc.scoring.rewards import (
     reward_result,
 )
 from trainer.config import ScorerSettings
+from trainer.scoredby import ScoredBy
 
 if TYPE_CHECKING:
     from rubricsvc.config import BrokerSettings, JobSettings
@@ -41,6 +42,7 @@ class CeleryScorer:
         self.broker = broker
         self.jobs = jobs
         self._engine: Any = None
+        self.last_scored_by: ScoredBy | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"settings": self.settings, "broker": self.broker, "jobs": self.jobs}
@@ -110,6 +112,7 @@ class CeleryScorer:
         options = self.settings.score_options()
         with session_scope(self._engine) as session:
             spec = find_reward_judge(session, self.settings.judge, self.settings.mode)
+            self.last_scored_by = ScoredBy(spec.name, spec.config_hash())
             submission = lifecycle.submit(
                 session, dispatcher, spec, selection, options, policy.chunk_judgments
             )

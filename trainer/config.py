@@ -20,6 +20,7 @@ from rubricsvc.judging.config import ModeName
 from rubricsvc.judging.failures import ResponseFailurePolicy
 from rubricsvc.plugins import load_plugins
 from rubricsvc.scoring.scorer import ScoreOptions
+from trainer.refresh_config import RefreshSettings, refresh_problems
 
 if TYPE_CHECKING:
     from rubricsvc.backends.provider import BackendProvider, JudgeLimits
@@ -260,6 +261,16 @@ class TrainConfig(Strict):
     audit_max_masked_share: float = Field(default=0.0, ge=0.0, le=1.0)
     audit_attacks: list[str] = Field(default_factory=list)
     threads: int | None = Field(default=None, ge=1)  # torch threads; None: torch's default
+    # Judge refresh (trainer/refresh.py): the reward's judge retrained on the run's own
+    # completions every few steps and swapped in when it passes its gate. None: never.
+    refresh: RefreshSettings | None = None
+
+    @model_validator(mode="after")
+    def _refresh_fits(self) -> TrainConfig:
+        problems = refresh_problems(self)
+        if problems:
+            raise ValueError(problems[0])
+        return self
 
     @property
     def run_dir(self) -> Path:

@@ -193,6 +193,9 @@ def _train(
     rubric = RubricReward(config.reward)
     inner = RandomControlReward(rubric, config.grpo.seed) if config.random_rewards else rubric
 
+    from trainer.refresh import check_refresh, judge_refresh  # transformers: imported lazily
+
+    check_refresh(config)
     # Made once the training prompts are found, so a typo in them leaves no run behind.
     run = RunDirectory(config.run_dir)
     callback = run_callback(config, run)
@@ -206,6 +209,8 @@ def _train(
         gold_every=gold.train_every if gold else 1,
         monitor=callback.gold,
     )
+    callback.judge_at = reward.judge_at  # each step's metrics name the judge that scored it
+    refresh = judge_refresh(config, run, reward, callback.gold.train if callback.gold else None)
     arguments = grpo_arguments(config, run.path / "trl")
     run.write_config(config.model_dump(mode="json"), arguments)
     if audit is not None:
@@ -217,7 +222,7 @@ def _train(
         reward_funcs=[reward],
         args=GRPOConfig(**arguments),
         train_dataset=dataset,
-        callbacks=[callback],
+        callbacks=[callback, *([refresh] if refresh else [])],
     )
     trainer.train()
     if config.save_policy:

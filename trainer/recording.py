@@ -4,20 +4,25 @@ Around the reward it writes samples.jsonl (prompts, completions, rewards per ste
 length and repetition through TRL's ``log_metric`` hook, so they land in metrics.jsonl with
 the step they belong to. With a gold scorer, the same completions are scored by it too
 (``gold/train_reward``, and each sample's ``gold_reward``): proxy and gold side by side on the
-training prompts, every ``gold_every`` steps.
+training prompts, every ``gold_every`` steps. Each step's reward names the judge config that
+scored it (``judge_at``; each sample's ``judge_config_hash``): a judge refresh may swap it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rubricsvc.scoring.rewards import RewardResult
 from trainer.monitors import GoldMonitor, mean_reward
 from trainer.rewards import RandomControlReward, RubricReward, completion_text, reward_requests
 from trainer.rundir import SAMPLES, RunDirectory
+from trainer.scoredby import ScoredBy, scored_by
 from trainer.scorers import Scorer
 from trainer.textstats import text_stats
+
+# Told each step's scored completions: the step, prompt ids, texts and the reward's results.
+ScoredObserver = Callable[[int, Sequence[Any], Sequence[str], Sequence[RewardResult]], None]
 
 
 def _prompt_text(prompt: Any) -> str:
@@ -47,6 +52,14 @@ class RecordingReward:
         self.samples_per_step = samples_per_step
         self.ngram = ngram
         self.__name__ = inner.__name__
+        self.judges: dict[int, ScoredBy] = {}  # step -> the judge config its reward came from
+        self.observers: list[ScoredObserver] = []  # a judge refresh's buffer of completions
+
+    def judge_at(self, step: int) -> ScoredBy | None:
+        """The judge config whose scores fed step ``step`` (the latest scoring at or before it:
+        a generation batch may feed several steps)."""
+        scored = [s for s in self.judges if s <= step]
+        return self.judges[max(scored)] if scored else None
 
     @property
     def rubric(self) -> RubricReward:
@@ -66,6 +79,11 @@ class RecordingReward:
         step = (state.global_step if state is not None else 0) + 1
         results = self.rubric.last_results
         prompt_ids = kwargs.get(self.rubric.prompt_id_column) or [None] * len(texts)
+        judge = scored_by(self.rubric.scorer)
+        if judge is not None:
+            self.judges[step] = judge
+        for observer in self.observers:
+            observer(step, prompt_ids, texts, results)
         gold = self._gold(step, prompts, completions, kwargs.get(self.rubric.prompt_id_column))
         if self.monitor is not None and gold and len(results) == len(gold):
             self.monitor.add_training(
@@ -88,6 +106,11 @@ class RecordingReward:
                     "rubric_reward": result.reward if result else None,
                     "status": result.status if result else None,
                     "rubric": result.rubric if result else None,
+                    **(
+                        {"judge": judge.judge, "judge_config_hash": judge.config_hash}
+                        if judge
+                        else {}
+                    ),
                     **({"gold_reward": gold[index].reward} if gold else {}),
                 },
             )

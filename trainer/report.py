@@ -22,9 +22,10 @@ from typing import Any
 import yaml
 
 from rubricsvc.errors import NotFoundError
-from rubricsvc.validation.metrics import bootstrap_interval
+from trainer.agreement import agreement_text, group_agreement
 from trainer.monitors import GoldPoint, divergence_tests, per_test_level, slope
-from trainer.rundir import ALARMS, GOLD, METRICS, SAMPLES, RunDirectory
+from trainer.refresh_report import refresh_section
+from trainer.rundir import ALARMS, GOLD, METRICS, REFRESHES, SAMPLES, RunDirectory
 
 CURVES = "curves.png"
 REPORT = "report.md"
@@ -52,6 +53,7 @@ class RunRecord:
     alarms: list[dict[str, Any]]
     samples: list[dict[str, Any]] = field(default_factory=list)
     gold_rows: list[dict[str, Any]] = field(default_factory=list)  # gold.jsonl as written
+    refreshes: list[dict[str, Any]] = field(default_factory=list)  # refreshes.jsonl
 
     @property
     def name(self) -> str:
@@ -185,6 +187,7 @@ def read_run(path: Path) -> RunRecord:
         run.read(ALARMS),
         run.read(SAMPLES),
         gold_rows,
+        run.read(REFRESHES),
     )
 
 
@@ -306,6 +309,15 @@ def defences(config: dict[str, Any]) -> str:
         said.append(f"KL beta {config['grpo']['beta']}")
     if config.get("random_rewards"):
         said.append("random rewards (control)")
+    refresh = config.get("refresh") or {}
+    if refresh:
+        labeller = refresh.get("labeller")
+        named = (
+            labeller
+            if isinstance(labeller, str)
+            else ", ".join(f"{k} {v}" for k, v in (labeller or {}).items() if v is not None)
+        )
+        said.append(f"judge refresh every {refresh.get('every')} steps (labeller {named})")
     return ", ".join(said) or "none"
 
 
@@ -352,57 +364,6 @@ def _training_ends(run: RunRecord, key: str) -> tuple[float | None, float | None
         return None, None
     k = min(SMOOTHING, len(values))
     return statistics.fmean(values[:k]), statistics.fmean(values[-k:])
-
-
-@dataclass
-class GroupAgreement:
-    """How often the proxy orders two completions of one rollout group (a prompt at a step)
-    as gold does, over the pairs gold tells apart: what GRPO's group-relative advantage
-    follows. 0.5 is a proxy that ranks at random by gold's standard."""
-
-    pairs: int
-    groups: int
-    agreement: float | None  # a proxy tie counts half
-    interval: tuple[float, float] | None  # 95%, resampling groups
-
-
-def group_agreement(samples: Sequence[dict[str, Any]]) -> GroupAgreement:
-    """The proxy's agreement with gold within rollout groups of the recorded samples."""
-    groups: dict[tuple[Any, Any], list[tuple[float, float]]] = {}
-    for sample in samples:
-        proxy, gold = sample.get("rubric_reward"), sample.get("gold_reward")
-        if proxy is None or gold is None:
-            continue
-        key = (sample.get("step"), sample.get("prompt_id"))
-        groups.setdefault(key, []).append((float(proxy), float(gold)))
-    credit: list[float] = []
-    clusters: list[tuple[Any, Any]] = []
-    for key, scored in groups.items():
-        for a, (proxy_a, gold_a) in enumerate(scored):
-            for proxy_b, gold_b in scored[a + 1 :]:
-                if gold_a == gold_b:
-                    continue
-                same_way = (proxy_a - proxy_b) * (gold_a - gold_b)
-                credit.append(1.0 if same_way > 0 else 0.5 if same_way == 0 else 0.0)
-                clusters.append(key)
-
-    def share(indices: Sequence[int]) -> float | None:
-        return statistics.fmean(credit[i] for i in indices) if indices else None
-
-    return GroupAgreement(
-        pairs=len(credit),
-        groups=len(set(clusters)),
-        agreement=share(range(len(credit))),
-        interval=bootstrap_interval(clusters, share) if credit else None,
-    )
-
-
-def _agreement_text(found: GroupAgreement) -> str:
-    if found.agreement is None:
-        return "-"
-    interval = found.interval
-    bounds = f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else ""
-    return f"{found.agreement:.2f}{bounds} ({found.pairs} pairs)"
 
 
 def _samples_at(run: RunRecord, step: int, count: int = 3) -> list[dict[str, Any]]:
@@ -481,12 +442,11 @@ def run_report(run: RunRecord) -> str:
         "",
         "Within a rollout group (a prompt's completions at a step), the share of the pairs "
         "gold tells apart that the proxy orders the same way (0.5: at random; 95% interval "
-        f"resampling groups): {_agreement_text(group_agreement(run.samples))}.",
-        "",
-        "## Alarms",
+        f"resampling groups): {agreement_text(group_agreement(run.samples))}.",
         "",
     ]
-    lines += [_test_summary(run), ""]
+    lines += refresh_section(run.refreshes, run.samples)
+    lines += ["## Alarms", "", _test_summary(run), ""]
     margin = run.alarm_margin()
     lines += [
         "Alarm margin of the raw rule (the largest `min_slope` at which it would still fire on "
@@ -525,6 +485,16 @@ def write_run_report(path: Path) -> tuple[Path, Path]:
     return curves, report
 
 
+def _refreshes_compared(runs: Sequence[RunRecord]) -> str:
+    """Every run's judge refreshes, a section per run that made any."""
+    sections = [
+        "\n".join(refresh_section(run.refreshes, run.samples, f"Judge refreshes: {run.name}"))
+        for run in runs
+        if run.refreshes
+    ]
+    return "".join("\n" + section for section in sections)
+
+
 def compare_runs(paths: Sequence[Path], output: Path) -> tuple[Path, Path, str]:
     """curves.png (a row per group) and compare.md (the table) in ``output``."""
     runs = [read_run(path) for path in paths]
@@ -538,7 +508,8 @@ def compare_runs(paths: Sequence[Path], output: Path) -> tuple[Path, Path, str]:
         "over a group's seeds, with their range in brackets.\n\n"
         f"{text}\n\n![proxy and gold]({CURVES})\n\nRuns: "
         + ", ".join(f"{r.name} ({r.path})" for r in runs)
-        + "\n",
+        + "\n"
+        + _refreshes_compared(runs),
         encoding="utf-8",
     )
     return curves, document, text

@@ -6,6 +6,8 @@ metrics.jsonl     one line per logged step (TRL's metrics and the monitors')
 samples.jsonl     prompts, completions and rewards, per step
 gold.jsonl        gold-monitor evaluations
 alarms.jsonl      monitor alarms (gold divergence, saturated criteria)
+refreshes.jsonl   judge refreshes (trainer/refresh.py): labels, gate, swapped or not
+refresh/step-N/   each refresh's distillation run (labels' student, its gate's report)
 plots/*.png       reward, gold score, length, repetition, criteria
 """
 
@@ -24,6 +26,7 @@ METRICS = "metrics.jsonl"
 SAMPLES = "samples.jsonl"
 GOLD = "gold.jsonl"
 ALARMS = "alarms.jsonl"
+REFRESHES = "refreshes.jsonl"
 
 
 def _clean(value: Any) -> Any:

@@ -21,6 +21,7 @@ from rubricsvc.judging.failures import empty_counts
 from rubricsvc.scoring.rewards import RewardRequest, RewardResult
 from trainer.config import ScorerSettings, ScorerVia
 from trainer.retrying import next_wait
+from trainer.scoredby import ScoredBy
 
 if TYPE_CHECKING:
     from rubricsvc.backends.provider import BackendProvider, JudgeLimits
@@ -83,6 +84,7 @@ class InProcessScorer:
         self.limits = limits
         self._engine: Engine | None = None
         self._backends: BackendProvider | None = None
+        self.last_scored_by: ScoredBy | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"settings": self.settings, "limits": self.limits}
@@ -111,6 +113,7 @@ class InProcessScorer:
                 source=self.settings.source,
                 include_drafts=self.settings.include_drafts,
             )
+        self.last_scored_by = ScoredBy(batch.judge, batch.judge_config_hash)
         return batch.results
 
     def close(self) -> None:
@@ -126,10 +129,15 @@ class HttpScorer:
 
     def __init__(self, settings: ScorerSettings) -> None:
         self.settings = settings
+        self.last_scored_by: ScoredBy | None = None
 
     def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
         data = post_json(self.settings, REWARDS_ROUTE, rewards_body(self.settings, requests))
-        return results_from_json(self.settings, data, len(requests))
+        results = results_from_json(self.settings, data, len(requests))
+        if data.get("judge_config_hash"):
+            judge = str(data.get("judge") or self.settings.judge)
+            self.last_scored_by = ScoredBy(judge, str(data["judge_config_hash"]))
+        return results
 
 
 REWARDS_ROUTE = "/v1/rewards"

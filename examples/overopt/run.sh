@@ -10,18 +10,43 @@
 # 17-18 minutes a run (jury: 23), about 5 to measure the two judges first, about 45 minutes
 # per seed for all four runs, about 90 for SEEDS="0 1" (docs/overoptimization.md).
 #
-# Usage: bash examples/overopt/run.sh [WORKDIR]   (default: .overopt-run)
-#   SEEDS="0"    the seeds of each run (default: "0 1", as recorded)
-#   RUNS="baseline dropout"  a subset of the runs (default: all four)
+# Round 2 (ROUND=2; docs/overoptimization.md, "Round 2: the analysis plan"): the arms
+# baseline, dropout, refresh and control under seeds 0-3, the gold monitor on all 9 held-out
+# prompts of tasks.yaml, everything else as in round 1:
+#   refresh   the judge retrained every 10 steps on the run's own completions, labelled by
+#             the gold checks, swapped in only when its gate passes (docs/trainer.md)
+# The evolving-rubric arms join when their code has landed. The refresh arm's time is not
+# measured yet: each refresh distills and gates a student on a few hundred labels.
+#
+# Usage: bash examples/overopt/run.sh [WORKDIR]   (default: .overopt-run; round 2: .overopt-run-2)
+#   ROUND=2      round 2's runs (default: 1, round 1's as recorded)
+#   SEEDS="0"    the seeds of each run (default: "0 1", round 2: "0 1 2 3")
+#   RUNS="baseline dropout"  a subset of the runs (default: all of the round's)
 #   JOBS=1       runs at a time (default: 2, for two cores; each uses one torch thread)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-work=${1:-.overopt-run}
+round=${ROUND:-1}
+case $round in
+  1)
+    work=${1:-.overopt-run}
+    seeds=${SEEDS:-0 1}
+    runs=${RUNS:-baseline dropout jury control}
+    round_args=()
+    ;;
+  2)
+    work=${1:-.overopt-run-2}
+    seeds=${SEEDS:-0 1 2 3}
+    runs=${RUNS:-baseline dropout refresh control}
+    # baseline.yaml keeps round 1's 4 held-out prompts, so that it still reproduces round 1.
+    held_out=overopt-stress,overopt-seasons,overopt-cooking,overopt-summary,overopt-cold
+    held_out=$held_out,overopt-backup,overopt-rainbow,overopt-meeting,overopt-jetlag
+    round_args=(--set "monitors.gold.prompts=[$held_out]")
+    ;;
+  *) echo "unknown ROUND=$round (1 or 2)" >&2; exit 1 ;;
+esac
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
-seeds=${SEEDS:-0 1}
-runs=${RUNS:-baseline dropout jury control}
 jobs=${JOBS:-2}
 [ -x "$repo/.venv/bin/rubricsvc" ] && export PATH="$repo/.venv/bin:$PATH"
 export RUBRICSVC_DATABASE_URL="sqlite:///$work/overopt.sqlite"
@@ -61,7 +86,24 @@ settings() {
     dropout) echo "--set reward.criterion_dropout=0.5" ;;
     jury) echo "--set reward.judge=overopt-jury --set reward.mode=null" ;;
     control) echo "--random-rewards" ;;
-    *) echo "unknown run $1 (baseline, dropout, jury, control)" >&2; return 1 ;;
+    # Judge refresh, labelled by the gold checks. every 10: three refreshes in 40 steps (at
+    # 10, 20, 30), each after the policy has moved 10 updates, and 10 steps left after the
+    # last for the swapped judge to act. samples 80: exactly the 10 steps' completions since
+    # the previous refresh (8 a step), so each refresh learns only from what the policy writes
+    # now and no completion is labelled twice; with ~4.2 criteria a prompt, ~340 labels. The
+    # gate holds out half the labelled prompts (~5-6 prompts, not the 2 of a 0.8 split, so its
+    # intervals resample more than a couple of prompts); it asks the student to agree with
+    # the checks at least 0.6 (the embedded judge's own agreement on the hand-written answers,
+    # 0.606) and to beat the current judge with 95% confidence. The student's training is
+    # examples/distill/healthbench.yaml's, the one distillation tried on this model (one
+    # epoch, learning rate 1e-4, 8 examples a step, the top 8 of 30 layers).
+    refresh) echo "--set refresh.every=10 --set refresh.labeller=gold --set refresh.samples=80" \
+      "--set refresh.gate.min_agreement=0.6 --set refresh.gate.min_gain=0.0" \
+      "--set refresh.gate.split=0.5 --set refresh.training.epochs=1" \
+      "--set refresh.training.learning_rate=1.0e-4 --set refresh.training.batch_size=1" \
+      "--set refresh.training.gradient_accumulation_steps=8" \
+      "--set refresh.training.trainable_layers=8 --set refresh.training.seed=0" ;;
+    *) echo "unknown run $1 (baseline, dropout, jury, refresh, control)" >&2; return 1 ;;
   esac
 }
 
@@ -75,7 +117,7 @@ one_run() {  # RUN SEED
   # shellcheck disable=SC2046
   if ! RUBRICSVC_DATABASE_URL="sqlite:///$work/$name.sqlite" rubricsvc train "$work/baseline.yaml" \
     --name "$name" --set "group=$1" --set "grpo.seed=$2" --set "reward.dropout_seed=$2" \
-    $(settings "$1") > "$work/$name.log" 2>&1; then
+    ${round_args[@]+"${round_args[@]}"} $(settings "$1") > "$work/$name.log" 2>&1; then
     echo "$name: FAILED: $(tail -n 1 "$work/$name.log")" >&2
     return 1
   fi

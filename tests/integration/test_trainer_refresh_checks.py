@@ -1,0 +1,60 @@
+"""Refresh settings that could never run are refused before the run starts, against the
+database (the judges they name); no model is loaded. The refresh itself:
+tests/integration/test_trainer_refresh.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rubricsvc.errors import NotFoundError, ValidationFailed
+from rubricsvc.judging.config import JudgeSpec, JurySpec
+from tests.helpers import approve_rubrics
+from tests.integration.test_trainer_refresh import _rubrics
+from tests.integration.test_trainer_rewards import FAILING_JUDGE, seed
+from trainer.config import TrainConfig
+from trainer.refresh import check_refresh
+
+
+def _refresh_config(tmp_path: Path, database_url: str, judge: str, **refresh: Any) -> Any:
+    return TrainConfig.model_validate(
+        {
+            "name": "checked",
+            "prompts": ["rf-greet"],
+            "reward": {"judge": judge, "database_url": database_url},
+            "grpo": {"max_steps": 4},
+            "refresh": {"every": 2, "labeller": {"judge": "always-fails"}, **refresh},
+            "output_dir": str(tmp_path / "runs"),
+        }
+    )
+
+
+def test_a_refresh_that_could_never_run_is_refused_before_the_run_starts(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """A reward judge with no weights of its own here, a labeller that is no judge, a student
+    name an earlier run took: each refused, saying why, before a run directory is made."""
+    weights = tmp_path / "student-folder"  # never loaded: the check only finds the folder
+    local = JudgeSpec(name="local", backend="transformers", model=str(weights), revision="r1")
+    jury = JudgeSpec(name="panel", jury=JurySpec(members=[FAILING_JUDGE, local]))
+    taken = JudgeSpec(name="checked-refresh-2", backend="transformers", model=str(weights))
+    seed(sqlite_url, *_rubrics()[:2])
+    approve_rubrics(sqlite_url, judges=[local, jury])
+
+    check_refresh(_refresh_config(tmp_path, sqlite_url, "local"))  # fits: nothing raised
+    cases = [
+        ("panel", {}, ValidationFailed, "the reward's judge 'panel' is a jury"),
+        ("always-fails", {"labeller": "gold"}, ValidationFailed, "configure monitors.gold"),
+        ("always-fails", {"labeller": {"judge": "local"}}, ValidationFailed, "backend 'faulty'"),
+        ("local", {"labeller": {"judge": "no-such"}}, NotFoundError, "no judge named 'no-such'"),
+    ]
+    for judge, refresh, error, said in cases:
+        with pytest.raises((error, ValueError)) as refused:
+            check_refresh(_refresh_config(tmp_path, sqlite_url, judge, **refresh))
+        assert said in str(refused.value), str(refused.value)
+    approve_rubrics(sqlite_url, judges=[taken])
+    with pytest.raises(ValidationFailed, match="'checked-refresh-2', which is stored already"):
+        check_refresh(_refresh_config(tmp_path, sqlite_url, "local"))
+    assert not (tmp_path / "runs").exists()
