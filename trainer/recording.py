@@ -75,6 +75,7 @@ class RecordingReward:
             gold_mean = mean_reward(gold)
             if gold_mean is not None:
                 log_metric("gold/train_reward", gold_mean)
+        extras = getattr(self.rubric, "sample_extras", None)  # an agent rollout's trajectory
         for index in range(min(self.samples_per_step, len(texts))):
             result = results[index] if index < len(results) else None
             self.run.append(
@@ -89,6 +90,7 @@ class RecordingReward:
                     "status": result.status if result else None,
                     "rubric": result.rubric if result else None,
                     **({"gold_reward": gold[index].reward} if gold else {}),
+                    **(extras(index) if extras is not None else {}),
                 },
             )
         return rewards
