@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rubricsvc.judging.readers.trajectory import looks_like_error, message_text
+from rubricsvc.scoring.rewards import strip_end_tokens
 from trainer.environments.deepresearch import OPEN, RolloutRecord
 
 
@@ -56,11 +57,15 @@ def _stored_call(call: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def stored_trajectory(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def stored_trajectory(
+    messages: Sequence[dict[str, Any]], end_tokens: Sequence[str] = ()
+) -> list[dict[str, Any]]:
     """The generated ``messages`` (assistant turns, tool results) as the platform stores a
     trajectory: one shape whatever framework produced them. Each tool result is named by the
     call it answers (the calls of a turn are answered in order); call ids are left out, as
-    they are the framework's bookkeeping, not the agent's doing."""
+    they are the framework's bookkeeping, not the agent's doing. An assistant turn's text
+    loses the ``end_tokens`` it ends with (verl decodes a turn with its end-of-turn token;
+    TRL's parser leaves it out) and the whitespace around it."""
     stored: list[dict[str, Any]] = []
     pending: list[str] = []  # names of the last turn's calls not yet answered
     for message in messages:
@@ -69,7 +74,8 @@ def stored_trajectory(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]
             calls = [
                 _stored_call(c) for c in message.get("tool_calls") or () if isinstance(c, dict)
             ]
-            entry: dict[str, Any] = {"role": "assistant", "content": message_text(message)}
+            text = strip_end_tokens(message_text(message), end_tokens).strip()
+            entry: dict[str, Any] = {"role": "assistant", "content": text}
             if calls:
                 entry["tool_calls"] = calls
             pending = [c["function"]["name"] for c in calls]
@@ -125,10 +131,12 @@ def opened_documents(
     return documents
 
 
-def rollout(messages: Sequence[dict[str, Any]], record: RolloutRecord) -> Rollout:
+def rollout(
+    messages: Sequence[dict[str, Any]], record: RolloutRecord, end_tokens: Sequence[str] = ()
+) -> Rollout:
     """The rollout of ``messages`` (what the policy generated, tool results included) in an
     environment whose record is ``record``."""
-    trajectory, cut = cut_at_error(stored_trajectory(messages))
+    trajectory, cut = cut_at_error(stored_trajectory(messages, end_tokens))
     ended = cut or record.ended is not None
     return Rollout(
         final_answer(trajectory), trajectory, opened_documents(trajectory, record), ended
