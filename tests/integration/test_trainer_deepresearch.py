@@ -126,7 +126,7 @@ def test_trls_grpo_trainer_in_the_environment_logs_the_rewards_rubricsvc_score_g
             proxy[key], citations[key], sample["completion"], sample["trajectory"],
             RewardWeights(), target_searches=2,
         )  # fmt: skip
-        assert sample["components"] == asdict(parts)
+        assert sample["components"] == pytest.approx(asdict(parts), abs=1e-9)
         assert sample["components"]["rubric"] == pytest.approx(proxy[key], abs=1e-9)
         assert sample["components"]["citations"] == pytest.approx(citations[key], abs=1e-9)
         assert sample["reward"] == pytest.approx(expected, abs=1e-9), sample
