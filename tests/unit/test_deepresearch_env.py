@@ -185,3 +185,23 @@ def test_only_the_tools_are_public_methods() -> None:
         if not name.startswith("_") and name != "reset"
     ]
     assert public == ["open", "search"]
+
+
+def test_a_plugins_environment_registered_through_ext_reads_its_rollouts() -> None:
+    from rubricsvc import ext
+    from trainer.agent_reward import AgentReward
+    from trainer.config import AgentSettings, ScorerSettings
+    from trainer.environments.rollouts import Rollout
+
+    class Echo:
+        def reset(self, **row: Any) -> None:
+            self.row = row
+
+    def read(messages: Any, instance: Any) -> Rollout:
+        return Rollout(str(messages[-1]["content"]), list(messages), [], False)
+
+    ext.register_environment("echo", lambda options: Echo, read)
+    assert "echo" in ext.environment_names()
+    reward = AgentReward(ScorerSettings(), AgentSettings(), "echo")
+    done = reward.rollouts([[{"role": "assistant", "content": "hi"}]], [Echo()])
+    assert done[0].text == "hi" and done[0].trajectory == [{"role": "assistant", "content": "hi"}]
