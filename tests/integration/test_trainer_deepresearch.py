@@ -96,6 +96,7 @@ def test_trls_grpo_trainer_in_the_environment_logs_the_rewards_rubricsvc_score_g
         "reward/format",
     ):
         assert all(name in m for m in metrics), name
+    assert {"tools.png", "components.png"} <= {p.name for p in (run / "plots").glob("*.png")}
     report = (run / "report.md").read_text(encoding="utf-8")
     assert "## Tool use (deepresearch)" in report and "agent/tool_call_rate" in report
 
