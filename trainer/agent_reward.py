@@ -151,6 +151,7 @@ class AgentReward(RubricReward):
         self.agent = agent
         self.environment = environment
         self.last_rollouts: list[Rollout] = []
+        self.last_requests: list[RewardRequest] = []  # what the gold scorer scores too
         self.last_components: list[Components] = []
 
     def rollouts(self, completions: Sequence[Any], environments: Sequence[Any]) -> list[Rollout]:
@@ -198,6 +199,7 @@ class AgentReward(RubricReward):
             rewards.append(reward)
             components.append(parts)
         self.last_results, self.last_rollouts, self.last_components = proxy, rollouts, components
+        self.last_requests = requests
         if log_metric is not None:
             log_rubric_metrics(proxy, log_metric)
             for name in ("rubric", "citations", "format", "search_turns"):

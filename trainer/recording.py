@@ -101,4 +101,9 @@ class RecordingReward:
         """The gold scorer's results for this step's completions (none on other steps)."""
         if self.gold is None or not self.gold_every or step % self.gold_every:
             return []
+        # A tool-using rollout's request (its answer, trajectory and opened documents), as
+        # the agent reward stored it; a single-turn answer's from the completion itself.
+        agent_requests = getattr(self.rubric, "last_requests", None)
+        if agent_requests is not None and len(agent_requests) == len(completions):
+            return self.gold.score(agent_requests)
         return self.gold.score(reward_requests(prompts, completions, ids))

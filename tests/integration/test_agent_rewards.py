@@ -178,3 +178,36 @@ def test_over_http_the_same_rollouts_get_the_same_rewards_and_are_stored_alike(
             assert [d.label for d in first.documents] == ["17", "24"]
             assert first.messages == remote.last_rollouts[0].trajectory
     engine.dispose()
+
+
+def test_the_run_records_rollouts_and_gold_scores_the_stored_answers(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """Gold (the example's checks-only rubric) scores what the reward stored: the rollout's
+    answer with its trajectory, not the last message TRL generated (here a tool result)."""
+    from trainer.recording import RecordingReward
+    from trainer.rundir import SAMPLES, RunDirectory
+    from trainer.scorers import make_scorer
+
+    gold_rubric = next(r for r in _example_rubrics(TASK) if r["name"].endswith("/gold"))
+    approve_rubrics(sqlite_url, CHECKS, gold_rubric)
+    gold = make_scorer(ScorerSettings(database_url=sqlite_url, rubric="{prompt_id}/gold"))
+    run = RunDirectory(tmp_path / "run")
+    recording = RecordingReward(_check_reward(sqlite_url), run, gold=gold)
+    answered = _rollout(BOTH_OPENED, ANSWER)
+    unanswered = _rollout(ONE_OPENED, "")  # ends on the open's result: no answer
+    logged: dict[str, float] = {}
+    recording(
+        prompts=[[{"role": "user", "content": "q"}]] * 2,
+        completions=[answered[0], unanswered[0]],
+        environments=[answered[1], unanswered[1]],
+        prompt_id=[TASK] * 2,
+        log_metric=logged.__setitem__,
+    )
+    samples = run.read(SAMPLES)
+    assert [s["completion"] for s in samples] == [ANSWER, ""]
+    # The full answer meets both facts and both citations; the empty one nothing.
+    assert [s["gold_reward"] for s in samples] == [1.0, 0.0]
+    assert logged["gold/train_reward"] == pytest.approx(0.5)
+    assert samples[0]["trajectory"][-1] == {"role": "assistant", "content": ANSWER}
+    assert [d["label"] for d in samples[1]["documents"]] == ["17"]
