@@ -6,14 +6,14 @@
 # WORKDIR/summary.md (what the policy did with its tools).
 #
 # Usage: bash examples/deepresearch/run.sh [WORKDIR]   (default: .deepresearch-run)
-#   STEPS=10   GRPO steps (default 10)
+#   STEPS=8    GRPO steps (default 8), each of 4 rollouts of one training question
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 work=${1:-.deepresearch-run}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
-steps=${STEPS:-10}
+steps=${STEPS:-8}
 [ -x "$repo/.venv/bin/rubricsvc" ] && export PATH="$repo/.venv/bin:$PATH"
 export RUBRICSVC_DATABASE_URL="sqlite:///$work/deepresearch.sqlite"
 cd "$repo"
@@ -24,7 +24,8 @@ sed -e "s#^output_dir: .*#output_dir: $work/runs#" \
     "$here/train.yaml" > "$work/train.yaml"
 nice -n 10 rubricsvc train "$work/train.yaml" --name small-s0 \
   --set "grpo.max_steps=$steps" \
-  --set grpo.max_completion_length=256 \
+  --set grpo.per_device_train_batch_size=4 \
+  --set grpo.max_completion_length=128 \
   --set agent.options.result_chars=400 \
   --set agent.options.snippet_chars=80 \
   > "$work/small-s0.log" 2>&1

@@ -205,3 +205,40 @@ def test_a_plugins_environment_registered_through_ext_reads_its_rollouts() -> No
     reward = AgentReward(ScorerSettings(), AgentSettings(), "echo")
     done = reward.rollouts([[{"role": "assistant", "content": "hi"}]], [Echo()])
     assert done[0].text == "hi" and done[0].trajectory == [{"role": "assistant", "content": "hi"}]
+
+
+def test_a_training_config_names_an_environment_and_its_turns_follow_the_budget() -> None:
+    from pydantic import ValidationError
+
+    from trainer.config import TrainConfig
+    from trainer.grpo import agent_arguments
+
+    config = TrainConfig.model_validate(
+        {
+            "prompts": ["dr-loop-exits"],
+            "environment": "deepresearch",
+            "agent": {"options": {"corpus": str(CORPUS), "tool_budget": 3}},
+        }
+    )
+    assert agent_arguments(config) == {"max_tool_calling_iterations": 4}
+    assert config.agent.weights.model_dump() == {
+        "rubric": 0.5,
+        "citations": 0.2,
+        "format": 0.2,
+        "search_turns": 0.1,
+    }
+    with pytest.raises(ValidationError, match="neither length_penalty nor criterion_dropout"):
+        TrainConfig.model_validate(
+            {
+                "prompts": ["p"],
+                "environment": "deepresearch",
+                "reward": {"criterion_dropout": 0.5},
+            }
+        )
+    with pytest.raises(ValidationError, match="at least one reward component"):
+        TrainConfig.model_validate(
+            {
+                "prompts": ["p"],
+                "agent": {"weights": {"rubric": 0, "citations": 0, "format": 0, "search_turns": 0}},
+            }
+        )
