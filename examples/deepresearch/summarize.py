@@ -14,6 +14,9 @@ from typing import Any
 
 from rubricsvc.judging.readers.citations import extract_citations
 from rubricsvc.judging.readers.trajectory import looks_like_error
+from trainer.deepresearch_tasks import load_tasks
+
+EXAMPLE = Path(__file__).parent
 
 
 def summary(samples: list[dict[str, Any]]) -> list[str]:
@@ -38,6 +41,14 @@ def summary(samples: list[dict[str, Any]]) -> list[str]:
         cited_opened += sum(1 for label in labels if label in documents)
     n = len(samples)
     total = sum(calls.values())
+    tasks, ids = load_tasks(EXAMPLE / "tasks.yaml", EXAMPLE / "corpus.jsonl")
+    by_id = {task.id: task for task in tasks.tasks}
+    verdicts = [
+        met
+        for s in samples
+        if s.get("prompt_id") in by_id
+        for met in by_id[s["prompt_id"]].gold_verdicts(str(s.get("completion") or ""), ids)
+    ]
     by_name = ", ".join(f"{name} {count}" for name, count in calls.most_common()) or "none"
     return [
         f"- rollouts: {n} ({answered} with a written answer)",
@@ -46,6 +57,8 @@ def summary(samples: list[dict[str, Any]]) -> list[str]:
         f"- documents opened: {opened}",
         f"- citation labels in answers: {cited}; naming a document the rollout opened: "
         f"{cited_opened}",
+        f"- gold criteria met (the checks: key facts and supporting documents cited): "
+        f"{sum(verdicts)} of {len(verdicts)}",
     ]
 
 
