@@ -16,6 +16,8 @@ through these same calls.
 - Rubric formats: ``register_rubric_format(name, reader)``, where ``reader`` turns a file or
   folder into ``RubricSpec`` objects (or a ``RubricBatch``); ``rubricsvc rubrics import
   --format NAME`` then reads it.
+- Tool environments: ``register_environment(name, factory, rollout)``, for a training config's
+  ``environment: NAME`` (``rubricsvc.environments`` says what the two callables do).
 
 Reward adapters (verl, OpenRLHF, TRL) are files and classes a training framework is pointed
 at, not looked up by name, so there is no adapter registry: a plugin's mode or backend reaches
@@ -33,6 +35,7 @@ from rubricsvc.backends import (
     register_backend,
 )
 from rubricsvc.backends.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
+from rubricsvc.environments import environment_names, register_environment
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.hashing import content_hash
 from rubricsvc.importers.common import RubricBatch
@@ -112,11 +115,13 @@ __all__ = [
     "content_hash",
     "criterion_prob_calls",
     "criterion_text_calls",
+    "environment_names",
     "framed",
     "judged",
     "mode_names",
     "probs_of",
     "register_backend",
+    "register_environment",
     "register_mode",
     "register_rubric_format",
     "rubric_format_names",

@@ -233,6 +233,39 @@ class MonitorSettings(Strict):
     saturation_steps: int = Field(default=5, ge=1)
 
 
+class RewardWeights(Strict):
+    """The weights of an agent rollout's reward components (trainer/agent_reward.py): DR Tulu's
+    by default. 0 leaves a component out (its platform score is then not computed)."""
+
+    rubric: float = Field(default=0.5, ge=0.0)
+    citations: float = Field(default=0.2, ge=0.0)
+    format: float = Field(default=0.2, ge=0.0)
+    search_turns: float = Field(default=0.1, ge=0.0)
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> RewardWeights:
+        if not (self.rubric or self.citations or self.format or self.search_turns):
+            raise ValueError("give at least one reward component a weight")
+        return self
+
+
+class AgentSettings(Strict):
+    """A tool environment's rollouts: the environment's options and how they are rewarded."""
+
+    # The environment's own settings (deepresearch: corpus, tool_budget, result_chars,
+    # search_results, snippet_chars; trainer/environments/deepresearch.py).
+    options: dict[str, Any] = Field(default_factory=dict)
+    # The rubric of each question's citations criterion (a REF or a {prompt_id} template);
+    # None: no citations component.
+    citations_rubric: str | None = "{prompt_id}/citations"
+    weights: RewardWeights = Field(default_factory=RewardWeights)
+    # Searches that returned results for a full search-turns component.
+    target_searches: int = Field(default=2, ge=1)
+    # TRL's max_tool_calling_iterations: generation turns after tool results; None: the
+    # environment's tool budget, plus one turn for the answer.
+    max_tool_turns: int | None = Field(default=None, ge=1)
+
+
 class TrainConfig(Strict):
     """One training run: policy, prompts, reward, GRPO settings, monitors and output."""
 
@@ -270,6 +303,27 @@ class TrainConfig(Strict):
         problems = refresh_problems(self)
         if problems:
             raise ValueError(problems[0])
+        return self
+
+    # A tool environment (trainer/environments): the policy's rollouts are multi-turn, tool
+    # calls and results, rewarded as trajectories (trainer/agent_reward.py). None: single-turn.
+    environment: str | None = None
+    agent: AgentSettings = Field(default_factory=AgentSettings)
+
+    @model_validator(mode="after")
+    def _agent_reward_shaping(self) -> TrainConfig:
+        if self.environment is not None and (
+            self.reward.length_penalty is not None or self.reward.criterion_dropout
+        ):
+            raise ValueError(
+                "an environment's rollouts are rewarded by trainer/agent_reward.py, which "
+                "applies neither length_penalty nor criterion_dropout"
+            )
+        if self.environment is not None and self.refresh is not None:
+            raise ValueError(
+                "refresh retrains the judge of a single-turn reward; an environment's rollouts "
+                "are rewarded by trainer/agent_reward.py: leave out refresh or environment"
+            )
         return self
 
     @property
@@ -324,6 +378,12 @@ def load_config(path: Path, overrides: dict[str, Any] | None = None) -> TrainCon
     # Relative paths in the file are relative to the file, not to where the command runs.
     if "output_dir" in data and not Path(str(data["output_dir"])).is_absolute():
         data["output_dir"] = str(path.parent / str(data["output_dir"]))
+    # So is an environment's corpus file.
+    agent = data.get("agent")
+    options = agent.get("options") if isinstance(agent, dict) else None
+    corpus = options.get("corpus") if isinstance(options, dict) else None
+    if isinstance(options, dict) and corpus is not None and not Path(str(corpus)).is_absolute():
+        options["corpus"] = str(path.parent / str(corpus))
     load_configured_plugins()  # before a mode's name is checked
     try:
         return TrainConfig.model_validate(data)

@@ -115,12 +115,26 @@ def grpo_arguments(config: TrainConfig, output_dir: Path) -> dict[str, Any]:
     }
 
 
+def agent_arguments(config: TrainConfig) -> dict[str, Any]:
+    """GRPOConfig's arguments for a run in a tool environment (none without one)."""
+    if config.environment is None:
+        return {}
+    turns = config.agent.max_tool_turns
+    if turns is None:
+        budget = config.agent.options.get("tool_budget")
+        turns = int(budget) + 1 if isinstance(budget, int) else None
+    return {} if turns is None else {"max_tool_calling_iterations": turns}
+
+
 def describe_defaults(config: TrainConfig) -> list[str]:
     """One line per GRPO setting that shapes the objective, with its reason."""
     values = config.grpo.model_dump()
     lines = [f"{name}={values[name]!r} ({why})" for name, why in DEFAULT_REASONS.items()]
     if config.random_rewards:
         lines.append("random_rewards=True (control run: uniform random rewards)")
+    if config.environment is not None:
+        weights = config.agent.weights.model_dump()
+        lines.append(f"environment={config.environment!r} (reward weights {weights})")
     return lines
 
 
@@ -174,6 +188,36 @@ def train(config: TrainConfig, say: Callable[[str], None] = log.info) -> TrainRe
         release_provider(held)
 
 
+def reward_function(config: TrainConfig) -> RubricReward:
+    """The run's reward: a rollout's (trainer/agent_reward.py) in a tool environment, else the
+    rubric reward of a single-turn answer."""
+    if config.environment is None:
+        return RubricReward(config.reward)
+    import trainer.environments  # noqa: F401  (registers the built-in environments)
+    from trainer.agent_reward import AgentReward
+
+    return AgentReward(config.reward, config.agent, config.environment)
+
+
+def environment_arguments(config: TrainConfig) -> dict[str, Any]:
+    """GRPOTrainer's environment and tokenizer for a run in a tool environment: one
+    environment instance per rollout, and the policy's tokenizer with a tool-call format
+    (trainer/environments/chat_template.py) where its own template has none."""
+    if config.environment is None:
+        return {}
+    from transformers import AutoTokenizer
+
+    from rubricsvc.environments import find_environment
+    from trainer.environments.chat_template import with_tool_format
+
+    environment = find_environment(config.environment)
+    tokenizer = with_tool_format(AutoTokenizer.from_pretrained(policy_path(config)))
+    return {
+        "environment_factory": environment.factory(config.agent.options),
+        "processing_class": tokenizer,
+    }
+
+
 def _train(
     config: TrainConfig,
     say: Callable[[str], None],
@@ -190,7 +234,7 @@ def _train(
             for pid, m in zip(config.prompts, messages, strict=True)
         ]
     )
-    rubric = RubricReward(config.reward)
+    rubric = reward_function(config)
     inner = RandomControlReward(rubric, config.grpo.seed) if config.random_rewards else rubric
 
     from trainer.refresh import check_refresh, judge_refresh  # transformers: imported lazily
@@ -211,7 +255,7 @@ def _train(
     )
     callback.judge_at = reward.judge_at  # each step's metrics name the judge that scored it
     refresh = judge_refresh(config, run, reward, callback.gold.train if callback.gold else None)
-    arguments = grpo_arguments(config, run.path / "trl")
+    arguments = grpo_arguments(config, run.path / "trl") | agent_arguments(config)
     run.write_config(config.model_dump(mode="json"), arguments)
     if audit is not None:
         (run.path / "audit.json").write_text(json.dumps(asdict(audit), indent=2))
@@ -223,6 +267,7 @@ def _train(
         args=GRPOConfig(**arguments),
         train_dataset=dataset,
         callbacks=[callback, *([refresh] if refresh else [])],
+        **environment_arguments(config),
     )
     trainer.train()
     if config.save_policy:

@@ -12,6 +12,24 @@ FIGURES = [
     ("reward.png", "Reward per step", ["reward", "rubric/reward"]),
     ("length.png", "Completion length per step", ["completions/mean_length", "text/words"]),
     ("masked.png", "Masked rewards per step", ["rubric/masked_fraction"]),
+    # A run in a tool environment (trainer/agent_reward.py): what the rollouts did, and the
+    # reward's components.
+    (
+        "tools.png",
+        "Tool use per step",
+        [
+            "agent/tool_call_rate",
+            "agent/valid_call_rate",
+            "agent/search_turns",
+            "agent/documents_opened",
+            "agent/citation_precision",
+        ],
+    ),
+    (
+        "components.png",
+        "Reward components per step",
+        ["reward/rubric", "reward/citations", "reward/format", "reward/search_turns"],
+    ),
 ]
 
 

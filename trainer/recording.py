@@ -93,6 +93,7 @@ class RecordingReward:
             gold_mean = mean_reward(gold)
             if gold_mean is not None:
                 log_metric("gold/train_reward", gold_mean)
+        extras = getattr(self.rubric, "sample_extras", None)  # an agent rollout's trajectory
         for index in range(min(self.samples_per_step, len(texts))):
             result = results[index] if index < len(results) else None
             self.run.append(
@@ -112,6 +113,7 @@ class RecordingReward:
                         else {}
                     ),
                     **({"gold_reward": gold[index].reward} if gold else {}),
+                    **(extras(index) if extras is not None else {}),
                 },
             )
         return rewards
@@ -122,4 +124,9 @@ class RecordingReward:
         """The gold scorer's results for this step's completions (none on other steps)."""
         if self.gold is None or not self.gold_every or step % self.gold_every:
             return []
+        # A tool-using rollout's request (its answer, trajectory and opened documents), as
+        # the agent reward stored it; a single-turn answer's from the completion itself.
+        agent_requests = getattr(self.rubric, "last_requests", None)
+        if agent_requests is not None and len(agent_requests) == len(completions):
+            return self.gold.score(agent_requests)
         return self.gold.score(reward_requests(prompts, completions, ids))

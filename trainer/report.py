@@ -400,6 +400,46 @@ def _test_summary(run: RunRecord) -> str:
     )
 
 
+# A tool environment's per-step metrics (trainer/agent_reward.py), as the report names them.
+AGENT_METRICS = {
+    "agent/tool_call_rate": "rollouts with a tool call",
+    "agent/tool_calls": "tool calls per rollout",
+    "agent/valid_call_rate": "calls whose result reported no error",
+    "agent/search_turns": "searches with results per rollout",
+    "agent/documents_opened": "documents opened per rollout",
+    "agent/citations": "labels cited per rollout",
+    "agent/citation_precision": "cited labels naming an opened document",
+    "reward/rubric": "reward component: rubric",
+    "reward/citations": "reward component: citations",
+    "reward/format": "reward component: format",
+    "reward/search_turns": "reward component: search turns",
+}
+
+
+def agent_section(run: RunRecord) -> list[str]:
+    """The report's tool-use table for a run in a tool environment (none for other runs)."""
+    if not run.config.get("environment"):
+        return []
+    lines = [
+        f"## Tool use ({run.config['environment']})",
+        "",
+        f"Mean over the first and the last {SMOOTHING} logged steps, and over all steps:",
+        "",
+        "| metric | first | last | all steps |",
+        "| --- | --- | --- | --- |",
+    ]
+    for key, label in AGENT_METRICS.items():
+        steps, values = run.training(key)
+        if not steps:
+            continue
+        first, last = _training_ends(run, key)
+        lines.append(
+            f"| {label} (`{key}`) | {_fmt(first)} | {_fmt(last)} | "
+            f"{_fmt(sum(values) / len(values))} |"
+        )
+    return [*lines, ""]
+
+
 def run_report(run: RunRecord) -> str:
     """report.md of one run: settings, held-out table, training ends, alarms, samples."""
     reward = run.config.get("reward") or {}
@@ -446,6 +486,7 @@ def run_report(run: RunRecord) -> str:
         "",
     ]
     lines += refresh_section(run.refreshes, run.samples)
+    lines += agent_section(run)
     lines += ["## Alarms", "", _test_summary(run), ""]
     margin = run.alarm_margin()
     lines += [

@@ -252,5 +252,8 @@ class RandomControlReward:
     def __call__(
         self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
     ) -> list[float | None]:
-        self.rubric.score(prompts, completions, **kwargs)
+        if kwargs.get("environments") is not None:
+            self.rubric(prompts, completions, **kwargs)  # a rollout's reward reads its environment
+        else:
+            self.rubric.score(prompts, completions, **kwargs)
         return [self._rng.random() for _ in completions]
