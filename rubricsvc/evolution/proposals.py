@@ -58,7 +58,9 @@ def evolution_chat(
 def evolution_request(
     generator: GeneratorSpec, chat: list[dict[str, str]], max_new: int, attempt: int
 ) -> GenerationRequest:
-    schema = generator.json_schema(0, max_new) if generator.structured_output else None
+    # Schema decoding needs at least one item (the guided decoders refuse an empty array):
+    # such a generator always proposes, and pruning drops what does not separate the group.
+    schema = generator.json_schema(1, max_new) if generator.structured_output else None
     return GenerationRequest(chat, json_schema=schema, **generator.sampling(attempt))
 
 
