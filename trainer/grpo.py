@@ -190,7 +190,7 @@ def _train(
             for pid, m in zip(config.prompts, messages, strict=True)
         ]
     )
-    rubric = RubricReward(config.reward)
+    rubric = RubricReward(config.reward, evolution_run=config.name)
     inner = RandomControlReward(rubric, config.grpo.seed) if config.random_rewards else rubric
 
     # Made once the training prompts are found, so a typo in them leaves no run behind.
@@ -219,7 +219,11 @@ def _train(
         train_dataset=dataset,
         callbacks=[callback],
     )
-    trainer.train()
+    try:
+        trainer.train()
+    finally:
+        if rubric.evolution is not None:
+            rubric.evolution.close()
     if config.save_policy:
         trainer.save_model(str(run.path / "policy"))
     return TrainResult(run.path, trainer, trainer.state.global_step)

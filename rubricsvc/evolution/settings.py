@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rubricsvc.rubrics.generator import GeneratorSpec
 
@@ -22,8 +22,17 @@ class Weighting(enum.StrEnum):
     SEPARATION = "separation"
 
 
+# What an evolution generator is unless its configuration says otherwise: the evolution
+# template, a reply of a few criteria, one retry.
+GENERATOR_DEFAULTS: dict[str, Any] = {
+    "template": EVOLUTION_TEMPLATE,
+    "max_tokens": 384,
+    "retries": 1,
+}
+
+
 def _default_generator() -> GeneratorSpec:
-    return GeneratorSpec(template=EVOLUTION_TEMPLATE, max_tokens=384, retries=1)
+    return GeneratorSpec(**GENERATOR_DEFAULTS)
 
 
 class EvolutionSettings(BaseModel):
@@ -43,6 +52,13 @@ class EvolutionSettings(BaseModel):
     weighting: Weighting = Weighting.FIXED
     generator: GeneratorSpec = Field(default_factory=_default_generator)
     generator_failure_alarm: float = Field(default=0.25, ge=0.0, le=1.0)
+
+    @field_validator("generator", mode="before")
+    @classmethod
+    def _evolution_defaults(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {**GENERATOR_DEFAULTS, **value}
+        return value
 
     @model_validator(mode="after")
     def _generator_fits(self) -> EvolutionSettings:
