@@ -12,6 +12,7 @@ from rubricsvc.cli import (
     completions,
     db,
     distill,
+    evolution,
     importing,
     jobs,
     judges,
@@ -40,6 +41,7 @@ app = typer.Typer(
 )
 app.add_typer(db.db_app, name="db")
 app.add_typer(models.models_app, name="models")
+rubrics.app.add_typer(evolution.app, name="evolution")
 app.add_typer(rubrics.app, name="rubrics")
 app.add_typer(completions.completions_app, name="completions")
 app.add_typer(prompts.prompts_app, name="prompts")
