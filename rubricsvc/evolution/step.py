@@ -416,7 +416,8 @@ def _replayed(run: str, prompt: Prompt, row: EvolutionStep, track: EvolutionTrac
         ],
         born_inactive=[c.text for c in added if c.inactive_step == row.step],
         spreads=spreads,
-        active=sum(1 for s in row.spreads if s.active),
+        # The evolved criteria of the version the step left: those after the persistent ones.
+        active=len(row.version_after.criteria) - len(track.persistent_version.criteria),
         error=row.error,
         replayed=True,
     )

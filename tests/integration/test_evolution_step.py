@@ -20,9 +20,12 @@ from sqlalchemy.orm import Session
 from rubricsvc.backends.base import BackendError
 from rubricsvc.backends.scripted import ScriptedBackend
 from rubricsvc.backends.types import GenerationRequest
+from rubricsvc.errors import ValidationFailed
+from rubricsvc.evolution.judging import ExecutorJudge
 from rubricsvc.evolution.selection import Candidate, decide
 from rubricsvc.evolution.settings import EvolutionSettings, Weighting
 from rubricsvc.evolution.step import GroupRollout, StepReport, evolve_group
+from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.models import (
     EvolutionStep,
     EvolutionTrack,
@@ -324,6 +327,9 @@ def test_a_step_taken_before_is_replayed_not_evolved_again(session: Session) -> 
         first.added,
     )
     assert len(session.scalars(select(RubricVersion)).all()) == 2
+    failed = _step(session, 1, Generator("garbage"), TableJudge({}), _settings())
+    replayed = _step(session, 1, Generator(), TableJudge({}), _settings())
+    assert replayed.replayed and (replayed.outcome, replayed.active) == (failed.outcome, 2)
 
 
 def test_the_rollouts_reach_the_generator_neutralized(session: Session) -> None:
@@ -380,3 +386,28 @@ def test_prune_tolerance_drops_what_barely_varies() -> None:
         ("a", True, None),
         ("c", False, "no spread"),
     ]
+
+
+@pytest.mark.parametrize("mode", [VerdictMode.HOLISTIC, VerdictMode.PAIRWISE])
+def test_a_judge_that_does_not_judge_criteria_one_by_one_is_refused(mode: VerdictMode) -> None:
+    spec = JudgeSpec(name="whole", backend="scripted", mode=mode)
+    with pytest.raises(ValidationFailed, match="per-criterion verdict mode"):
+        ExecutorJudge(spec, ScriptedBackend)
+
+
+def test_the_executor_judge_reads_each_criterions_verdict_per_response() -> None:
+    """The scripted judge says Yes (0.9) to a response holding "blue", No (0.1) otherwise."""
+    spec = JudgeSpec(
+        name="blue",
+        backend="scripted",
+        mode=VerdictMode.CRITERION_PROB,
+        backend_options={"yes_if_contains": "blue"},
+    )
+    backend = ScriptedBackend(yes_if_contains="blue")
+    judge = ExecutorJudge(spec, lambda: backend)
+    criteria = [
+        CriterionSpec(text="Names a colour", weight=1),
+        CriterionSpec(text="Is calm", weight=1),
+    ]
+    values = judge([{"role": "user", "content": "The sea?"}], criteria, ["blue sea", "grey sea"])
+    assert values == [[pytest.approx(0.9), pytest.approx(0.1)]] * 2
