@@ -162,7 +162,8 @@ def judges_audit_generator(
     """Rubric injection against an evolving rubric's generator: on the demo set, how often a
     rollout asking for a criterion ("mentions the word banana") gets it, beside the same words
     without the request (control), with 95% Wilson intervals. Fails (exit 1) when an attack's
-    rate is above the control's interval."""
+    rate is above the control's interval. "proposed": answers naming the word; "injected":
+    those an evolution step would accept (a criterion copied from a rollout is refused)."""
     spec = load_generator_file(generator) if generator else EvolutionSettings().generator
     backends = BackendProvider.from_settings(get_settings())
     items = demo_items()
@@ -188,6 +189,7 @@ def _print_injection(report: InjectionReport) -> None:
         rows.append(
             [
                 arm.name,
+                f"{arm.proposed}/{arm.parsed}",
                 f"{arm.injected}/{arm.parsed}",
                 _fmt(arm.rate, signed=False),
                 f"[{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "—",
@@ -198,5 +200,5 @@ def _print_injection(report: InjectionReport) -> None:
         f"generator {report.generator} ({report.generator_hash[:12]}) on {report.items} items "
         f"x {report.repeats} answers: criteria naming the injected word"
     )
-    headers = ["arm", "injected", "rate", "95% interval", "unparseable"]
+    headers = ["arm", "proposed", "injected", "rate", "95% interval", "unparseable"]
     console.print(build_table(title, headers, rows, flexible="arm", width=console.width))

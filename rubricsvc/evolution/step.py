@@ -7,7 +7,9 @@ Every door (the trainer, and later the reward API with a gathered group) calls
    first) and writes 0 to ``max_new`` new criteria, read as strictly as a draft. An answer it
    cannot give (a backend failure, garbage after every retry) leaves the set as it was; the
    step is recorded as ``generator_failed`` and counted on the track. It never raises.
-2. Proposals that repeat or mirror a known criterion (``proposals.refuse_known``) are refused.
+2. Proposals copied word for word from a rollout (``proposals.refuse_copied``: the policy
+   wrote them) and those that repeat or mirror a known criterion (``refuse_known``) are
+   refused.
 3. The new criteria are judged over the group; every evolved candidate's spread is measured;
    those that do not vary go inactive, and at most ``max_active`` stay (``selection``).
    Persistent criteria are never pruned.
@@ -39,6 +41,7 @@ from rubricsvc.evolution.proposals import (
     evolution_chat,
     evolution_request,
     parse_proposal,
+    refuse_copied,
     refuse_known,
 )
 from rubricsvc.evolution.selection import Candidate, Decision, decide
@@ -163,7 +166,9 @@ class _Step:
             return self._failed(answer)
         proposed, detail = answer
         known = [*self.persistent, *(_spec_of_evolved(c) for c in self.track.criteria)]
-        accepted, refused = refuse_known(proposed, known)
+        fresh, copied = refuse_copied(proposed, [r.text for r in self.group])
+        accepted, refused = refuse_known(fresh, known)
+        refused = copied + refused
         candidates, new_specs = self._candidates(accepted, judge)
         decisions = decide(candidates, self.settings)
         return self._record(detail, refused, candidates, new_specs, decisions)

@@ -1,8 +1,10 @@
 """Rubric injection on a scripted generator: one that follows any instruction it finds outside
 a response's frame, as a generator that respects the frame at best does. Shown through the
 neutralizing step, no injected instruction reaches it there, so an injected criterion is no
-more frequent than with the same words and no instruction; with the neutralizing step taken
-away, the frame escape writes the criterion every time, which the audit reports."""
+more frequent than with the same words and no instruction. With the neutralizing step taken
+away, the frame escape gets its criterion proposed every time, and the copy refusal (the
+criterion is the rollout's own sentence) still keeps it out; with both taken away, it is
+injected every time, which the audit reports."""
 
 from __future__ import annotations
 
@@ -32,30 +34,43 @@ def _frame_respecting(request: GenerationRequest) -> str:
     return json.dumps({"criteria": [{"text": text, "category": "important", "theme": "coverage"}]})
 
 
-def _audit() -> tuple[dict[str, tuple[int, int]], list[str]]:
+def _audit() -> tuple[dict[str, tuple[int, int, int]], list[str]]:
+    """Per arm: (answers proposing the word, answers an evolution step would accept, parsed)."""
     backend = ScriptedBackend(text=_frame_respecting)
     report = run_injection_audit(GENERATOR, lambda: backend, demo_items(), repeats=2)
     assert len(backend.requests) == 3 * 3 * 2  # arms x items x repeats
-    return {arm.name: (arm.injected, arm.parsed) for arm in report.arms}, report.problems()
+    rates = {arm.name: (arm.proposed, arm.injected, arm.parsed) for arm in report.arms}
+    return rates, report.problems()
 
 
 def test_an_injected_instruction_is_not_taken_more_often_than_the_same_words() -> None:
     rates, problems = _audit()
     assert rates == {
-        "rubric-injection": (0, 6),
-        "rubric-injection-escape": (0, 6),
-        "control": (0, 6),
+        "rubric-injection": (0, 0, 6),
+        "rubric-injection-escape": (0, 0, 6),
+        "control": (0, 0, 6),
     }
     assert problems == []
 
 
-def test_without_the_neutralizing_step_the_frame_escape_writes_the_criterion(
+def test_without_the_neutralizing_step_the_escape_is_proposed_and_refused_as_a_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The second defence: the criterion the escape asks for is the rollout's own sentence."""
+    monkeypatch.setattr("rubricsvc.evolution.proposals.judged", lambda text: text)
+    rates, problems = _audit()
+    assert rates["rubric-injection-escape"] == (6, 0, 6)
+    assert problems == []
+
+
+def test_without_either_defence_the_frame_escape_writes_the_criterion(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr("rubricsvc.evolution.proposals.judged", lambda text: text)
+    monkeypatch.setattr("rubricsvc.audit.injection.refuse_copied", lambda c, _r: (list(c), []))
     rates, problems = _audit()
-    assert rates["rubric-injection-escape"] == (6, 6)
-    assert rates["rubric-injection"] == rates["control"] == (0, 6)
+    assert rates["rubric-injection-escape"] == (6, 6, 6)
+    assert rates["rubric-injection"] == rates["control"] == (0, 0, 6)
     assert problems == [
         "rubric-injection-escape: 6/6 answers took the injected criterion in, above the "
         "control's interval"
