@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rubricsvc.errors import ValidationFailed
+from rubricsvc.evolution.settings import EvolutionSettings
 from rubricsvc.fileformats import describe_validation_error
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, AggregationName
 from rubricsvc.judging.config import ModeName
@@ -59,6 +60,13 @@ class LengthPenalty(Strict):
         return min(self.max_penalty, self.per_word * max(0, words - self.max_words))
 
 
+class EvolutionConfig(EvolutionSettings):
+    """``reward.evolution``: evolving rubrics (trainer/evolution.py; docs/evolving-rubrics.md).
+    ``run``: the evolution run's name (None: the training run's)."""
+
+    run: str | None = None
+
+
 class ScorerSettings(Strict):
     """How rewards are computed: which judge, against which rubric, through which path."""
 
@@ -99,6 +107,8 @@ class ScorerSettings(Strict):
     # A length penalty on the trainer's reward (None: none); the logged rubric/reward is the
     # judge's score before it, rubric/length_penalty the mean amount taken off.
     length_penalty: LengthPenalty | None = None
+    # Evolving rubrics (None: the rubric stays as written); in-process scoring only.
+    evolution: EvolutionConfig | None = None
 
     @model_validator(mode="after")
     def _rubric_template(self) -> ScorerSettings:
@@ -162,6 +172,15 @@ class ScorerSettings(Strict):
     def _http_needs_url(self) -> ScorerSettings:
         if self.via == ScorerVia.HTTP and not self.base_url:
             raise ValueError("via http needs base_url")
+        return self
+
+    @model_validator(mode="after")
+    def _evolution_in_process(self) -> ScorerSettings:
+        # The reward API does not gather groups for evolution yet (docs/evolving-rubrics.md).
+        if self.evolution is not None and self.via != ScorerVia.INPROCESS:
+            raise ValueError("evolution: rubrics evolve with via: inprocess only, for now")
+        if self.evolution is not None and self.criterion_dropout:
+            raise ValueError("evolution and criterion_dropout: choose one")
         return self
 
 
@@ -318,6 +337,11 @@ class TrainConfig(Strict):
             raise ValueError(
                 "an environment's rollouts are rewarded by trainer/agent_reward.py, which "
                 "applies neither length_penalty nor criterion_dropout"
+            )
+        if self.environment is not None and self.reward.evolution is not None:
+            raise ValueError(
+                "reward.evolution evolves the rubric of a single-turn reward; an environment's "
+                "rollouts are rewarded by trainer/agent_reward.py: leave out one of the two"
             )
         if self.environment is not None and self.refresh is not None:
             raise ValueError(

@@ -192,7 +192,7 @@ def reward_function(config: TrainConfig) -> RubricReward:
     """The run's reward: a rollout's (trainer/agent_reward.py) in a tool environment, else the
     rubric reward of a single-turn answer."""
     if config.environment is None:
-        return RubricReward(config.reward)
+        return RubricReward(config.reward, evolution_run=config.name)
     import trainer.environments  # noqa: F401  (registers the built-in environments)
     from trainer.agent_reward import AgentReward
 
@@ -269,7 +269,11 @@ def _train(
         callbacks=[callback, *([refresh] if refresh else [])],
         **environment_arguments(config),
     )
-    trainer.train()
+    try:
+        trainer.train()
+    finally:
+        if rubric.evolution is not None:
+            rubric.evolution.close()
     if config.save_policy:
         trainer.save_model(str(run.path / "policy"))
     return TrainResult(run.path, trainer, trainer.state.global_step)

@@ -11,6 +11,8 @@ judgments by class go to TRL's ``log_metric`` hook every step; a judge whose own
 above ``judge_failure_alarm`` is logged as a warning. With ``criterion_dropout``, each
 rollout group is rewarded on a random part of its judged criteria, re-drawn each step
 (``trainer/dropout.py``); the full rubric's score is still what ``rubric/reward`` logs.
+With ``evolution``, each prompt is scored under its evolved version and its group evolves
+the rubric every ``every`` steps (``trainer/evolution.py``).
 
 Instances are picklable (settings only; the judge loads on first call). ``AsyncRubricReward``
 is the same reward as a coroutine, which TRL runs next to other async rewards.
@@ -29,6 +31,7 @@ from rubricsvc.judging.failures import FailureClass, empty_counts
 from rubricsvc.scoring.rewards import RewardRequest, RewardResult, fill_masked
 from trainer.config import ScorerSettings
 from trainer.dropout import apply_dropout
+from trainer.evolution import RubricEvolution
 from trainer.scorers import Scorer, make_scorer
 
 PROMPT_ID_COLUMN = "prompt_id"
@@ -139,22 +142,39 @@ class RubricReward:
         *,
         prompt_id_column: str = PROMPT_ID_COLUMN,
         scorer: Scorer | None = None,
+        evolution_run: str = "trainer",
     ) -> None:
+        """``evolution_run``: the evolution run's name unless ``evolution.run`` names one (the
+        launcher gives the training run's name)."""
         self.scorer = scorer or make_scorer(settings or ScorerSettings())
         self.prompt_id_column = prompt_id_column
         self.last_results: list[RewardResult] = []
         self._calls = 0  # batches rewarded: the step of a criterion dropout draw outside TRL
+        self._scored = 0  # batches scored: the step of an evolution outside TRL
+        evolution = self.scorer.settings.evolution
+        self.evolution = (
+            RubricEvolution(self.scorer.settings, evolution.run or evolution_run)
+            if evolution
+            else None
+        )
 
     def score(
         self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
     ) -> list[RewardResult]:
         """The full results (reward, status, per-criterion breakdown) of one batch."""
         requests = reward_requests(prompts, completions, kwargs.get(self.prompt_id_column))
+        if self.evolution is not None:
+            requests = self.evolution.route(requests)
         results = self.scorer.score(requests)
         self.last_results = results
+        self._scored += 1
         log_metric = kwargs.get("log_metric")
         if log_metric is not None:
             log_rubric_metrics(results, log_metric)
+        if self.evolution is not None:
+            state = kwargs.get("trainer_state")
+            step = int(state.global_step) if state is not None else self._scored - 1
+            self.evolution.step(requests, results, step, log_metric)
         share = judge_failure_share(results)
         if share > self.scorer.settings.judge_failure_alarm:
             log.warning(

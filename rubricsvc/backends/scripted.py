@@ -22,6 +22,14 @@ def always_yes(_request: ChoiceRequest) -> dict[str, float]:
     return {"Yes": 0.9, "No": 0.1}
 
 
+def _yes_if_contains(text: str) -> ProbScript:
+    def probs(request: ChoiceRequest) -> dict[str, float]:
+        yes = 0.9 if text in request.chat[-1]["content"] else 0.1
+        return {"Yes": yes, "No": round(1 - yes, 6)}
+
+    return probs
+
+
 class ScriptedBackend:
     name = "scripted"
 
@@ -35,16 +43,22 @@ class ScriptedBackend:
         delay: float = 0.0,
         record_to: str | None = None,
         exclusive: bool = False,
+        yes_if_contains: str | None = None,
     ) -> None:
         """From a judge file (``backend_options``) too: ``reply`` is the text of every reply,
         ``delay`` seconds are spent on every batch (a slow judge), and each request's chat is
         appended to the JSON Lines file ``record_to`` (what the judge was shown). With
         ``exclusive``, batches run one at a time, as on one GPU engine whose step costs about
-        the same whatever its batch size: concurrent callers wait their turn."""
+        the same whatever its batch size: concurrent callers wait their turn. With
+        ``yes_if_contains``, a choice request's "Yes" is likely (0.9) when its last message
+        holds that text and unlikely (0.1) when not: a judge whose verdicts vary with the
+        response, for tests about what varies."""
         self.model = model
         default_reply = "It does.\nVERDICT: YES" if reply is None else reply
         self._text = text or (lambda _request: default_reply)
-        self._probs = probs or always_yes
+        self._probs = probs or (
+            always_yes if yes_if_contains is None else _yes_if_contains(yes_if_contains)
+        )
         self._delay = delay
         self._record_to = record_to
         self._turn: threading.Lock | None = threading.Lock() if exclusive else None

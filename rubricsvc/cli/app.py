@@ -12,6 +12,7 @@ from rubricsvc.cli import (
     completions,
     db,
     distill,
+    evolution,
     importing,
     jobs,
     judges,
@@ -40,10 +41,12 @@ app = typer.Typer(
 )
 app.add_typer(db.db_app, name="db")
 app.add_typer(models.models_app, name="models")
+rubrics.app.add_typer(evolution.app, name="evolution")
 app.add_typer(rubrics.app, name="rubrics")
 app.add_typer(completions.completions_app, name="completions")
 app.add_typer(prompts.prompts_app, name="prompts")
 judges.judges_app.command("audit")(audit.judges_audit)
+judges.judges_app.command("audit-generator")(audit.judges_audit_generator)
 judges.judges_app.command("calibrate")(calibration.judges_calibrate)
 judges.judges_app.command("distill")(distill.judges_distill)
 judges.judges_app.command("evaluate")(validation.judges_evaluate)

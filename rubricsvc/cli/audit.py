@@ -1,13 +1,16 @@
-"""``rubricsvc judges audit``: attack a judge and store how far it can be gamed."""
+"""``rubricsvc judges audit``: attack a judge and store how far it can be gamed;
+``judges audit-generator``: rubric injection against an evolving rubric's generator."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 import typer
 
 from rubricsvc.audit.attacks import NEUTRALIZED_FAMILIES, select_attacks
+from rubricsvc.audit.injection import InjectionReport, run_injection_audit
 from rubricsvc.audit.runner import AuditOptions, AuditReport, run_audit
 from rubricsvc.audit.sets import DEMO_SET, demo_items, stored_items
 from rubricsvc.audit.store import save_audit
@@ -16,9 +19,11 @@ from rubricsvc.cli.context import CliExit, console, db_session, err_console
 from rubricsvc.cli.progress import progress_bar
 from rubricsvc.cli.render import build_table
 from rubricsvc.config import get_settings
+from rubricsvc.evolution.settings import EvolutionSettings
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE
 from rubricsvc.judging.failures import ResponseFailurePolicy
 from rubricsvc.judging.modes import mode_names
+from rubricsvc.rubrics.generator import load_generator_file
 from rubricsvc.scoring.judge_configs import find_judge
 
 
@@ -141,3 +146,59 @@ def _print_report(report: AuditReport) -> None:
         f"largest inflation of the attacks the platform neutralizes "
         f"({', '.join(sorted(NEUTRALIZED_FAMILIES))}): {neutralized:+.3f}"
     )
+
+
+def judges_audit_generator(
+    generator: Path | None = typer.Option(
+        None,
+        "--generator",
+        help="The evolving rubric's generator (YAML or JSON, as in reward.evolution.generator); "
+        "default: the embedded model with the evolution template.",
+    ),
+    repeats: int = typer.Option(4, min=1, help="Answers per item and arm (seed, seed + 1, ...)."),
+    max_new: int = typer.Option(3, min=1, max=10, help="The most criteria one answer may add."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Rubric injection against an evolving rubric's generator: on the demo set, how often a
+    rollout asking for a criterion ("mentions the word banana") gets it, beside the same words
+    without the request (control), with 95% Wilson intervals. Fails (exit 1) when an attack's
+    rate is above the control's interval. "proposed": answers naming the word; "injected":
+    those an evolution step would accept (a criterion copied from a rollout is refused)."""
+    spec = load_generator_file(generator) if generator else EvolutionSettings().generator
+    backends = BackendProvider.from_settings(get_settings())
+    items = demo_items()
+    with backends, progress_bar("asking", enabled=not as_json) as update:
+        report = run_injection_audit(
+            spec, backends.factory(spec), items, repeats=repeats, max_new=max_new, progress=update
+        )
+    if as_json:
+        data = asdict(report)
+        for arm, row in zip(report.arms, data["arms"], strict=True):
+            row.update(rate=arm.rate, interval=arm.interval(), parsed=arm.parsed)
+        console.print_json(json.dumps({**data, "problems": report.problems()}))
+    else:
+        _print_injection(report)
+    if report.problems():
+        raise CliExit(f"generator took injected criteria: {'; '.join(report.problems())}")
+
+
+def _print_injection(report: InjectionReport) -> None:
+    rows = []
+    for arm in report.arms:
+        interval = arm.interval()
+        rows.append(
+            [
+                arm.name,
+                f"{arm.proposed}/{arm.parsed}",
+                f"{arm.injected}/{arm.parsed}",
+                _fmt(arm.rate, signed=False),
+                f"[{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "—",
+                f"{arm.unparseable}/{arm.trials}",
+            ]
+        )
+    title = (
+        f"generator {report.generator} ({report.generator_hash[:12]}) on {report.items} items "
+        f"x {report.repeats} answers: criteria naming the injected word"
+    )
+    headers = ["arm", "proposed", "injected", "rate", "95% interval", "unparseable"]
+    console.print(build_table(title, headers, rows, flexible="arm", width=console.width))

@@ -5,6 +5,15 @@ from rubricsvc.models.assignment import RubricAssignment
 from rubricsvc.models.base import Base
 from rubricsvc.models.completion import Completion
 from rubricsvc.models.document import CompletionDocument, Document
+from rubricsvc.models.evolution import (
+    CriterionSpread,
+    EvolutionRun,
+    EvolutionStep,
+    EvolutionTrack,
+    EvolvedCriterion,
+    EvolvedState,
+    StepOutcome,
+)
 from rubricsvc.models.judging import (
     JudgeAudit,
     JudgeConfig,
@@ -46,8 +55,14 @@ __all__ = [
     "CompletionDocument",
     "Criterion",
     "CriterionKind",
+    "CriterionSpread",
     "CriterionTarget",
     "Document",
+    "EvolutionRun",
+    "EvolutionStep",
+    "EvolutionTrack",
+    "EvolvedCriterion",
+    "EvolvedState",
     "JobStatus",
     "JudgeAudit",
     "JudgeConfig",
@@ -69,6 +84,7 @@ __all__ = [
     "ScoreChunk",
     "ScoreJob",
     "ScoreStatus",
+    "StepOutcome",
     "VersionStatus",
     "WorkerPresence",
 ]

@@ -33,6 +33,8 @@ class Origin(enum.StrEnum):
     HUMAN = "human"
     LLM = "llm"
     IMPORTED = "imported"
+    # Grown during training by an evolution run (rubricsvc/evolution/): never approved by it.
+    EVOLVED = "evolved"
 
 
 class Category(enum.StrEnum):

@@ -278,7 +278,7 @@ class RubricSpec(_Strict):
     # Weight of each theme for dimension-weighted aggregation (RACE); every theme used by a
     # criterion must be listed. Omitted: themes are not weighted.
     dimension_weights: dict[str, float] | None = None
-    origin: Literal["human", "llm", "imported"] = "human"
+    origin: Literal["human", "llm", "imported", "evolved"] = "human"
     origin_detail: dict[str, Any] = Field(default_factory=dict)
     note: str | None = None
 

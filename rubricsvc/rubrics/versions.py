@@ -65,6 +65,19 @@ def save_rubric(
     return SaveResult(_append_version(session, rubric, spec, parent=parent), "new version")
 
 
+def save_grown(session: Session, spec: RubricSpec, grown_from: RubricVersion) -> SaveResult:
+    """Store ``spec`` as the next version of its rubric, its parent the version it grew from
+    (``grown_from``, which may belong to another rubric: an evolved set's first version grows
+    from the persistent rubric's); the same content as the rubric's latest is a no-op."""
+    prompt = _prompt_for(session, spec)
+    rubric, created = _locked_rubric(session, spec, prompt)
+    latest = None if created else latest_version(session, rubric)
+    if latest is not None and latest.content_hash == spec.content_hash():
+        return SaveResult(latest, "unchanged")
+    version = _append_version(session, rubric, spec, parent=grown_from)
+    return SaveResult(version, "created" if created else "new version")
+
+
 def _locked_rubric(
     session: Session, spec: RubricSpec, prompt: Prompt | None
 ) -> tuple[Rubric, bool]:

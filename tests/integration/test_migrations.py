@@ -78,3 +78,48 @@ def test_alembic_command_line_round_trip(tmp_path: Path) -> None:
     for step in (["upgrade", "head"], ["downgrade", "base"], ["upgrade", "head"]):
         subprocess.run([*alembic, *step], cwd=REPO, check=True, capture_output=True)
     assert _tables(url) == TABLES
+
+
+def _insert_version(url: str, origin: str) -> None:
+    """A rubric and one version of ``origin``, in raw SQL (the database's CHECK decides)."""
+    from sqlalchemy import text
+
+    engine = db.make_engine(url)
+    try:
+        with engine.begin() as conn:
+            rubric_id = conn.execute(
+                text("INSERT INTO rubrics (name) VALUES (:name) RETURNING id"),
+                {"name": f"r-{origin}"},
+            ).scalar_one()
+            conn.execute(
+                text(
+                    "INSERT INTO rubric_versions (rubric_id, number, content_hash, origin, "
+                    "origin_detail, status) VALUES (:rubric, 1, :hash, :origin, '{}', 'draft')"
+                ),
+                {"rubric": rubric_id, "hash": "0" * 64, "origin": origin},
+            )
+    finally:
+        engine.dispose()
+
+
+def test_evolved_origin_is_allowed_from_0015_and_not_before(empty_database_url: str) -> None:
+    """0015 widens the CHECK of rubric_versions.origin to ``evolved`` (a version an evolution
+    run grew), still refuses unknown origins, keeps the immutability triggers, and its
+    downgrade narrows the CHECK again."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    db.upgrade(empty_database_url)
+    db.downgrade(empty_database_url, "0014")
+    with pytest.raises(DBAPIError):
+        _insert_version(empty_database_url, "evolved")
+    db.upgrade(empty_database_url)
+    _insert_version(empty_database_url, "evolved")
+    with pytest.raises(DBAPIError):
+        _insert_version(empty_database_url, "grown")
+    engine = db.make_engine(empty_database_url)
+    try:
+        with pytest.raises(DBAPIError, match="immutable"), engine.begin() as conn:
+            conn.execute(text("UPDATE rubric_versions SET origin = 'human'"))
+    finally:
+        engine.dispose()

@@ -29,6 +29,7 @@ FAMILIES = {
     "grader manipulation",
     "context",
     "judge failure",
+    "rubric injection",
 }
 
 

@@ -11,7 +11,16 @@ from starlette.responses import Response
 
 from rubricsvc.apikeys import Scope
 from rubricsvc.errors import ForbiddenError, RubricsvcError
-from rubricsvc.models import Document, JudgeConfig, Rubric, RubricVersion, Score
+from rubricsvc.evolution.history import track_history
+from rubricsvc.models import (
+    Document,
+    EvolutionStep,
+    JudgeConfig,
+    Origin,
+    Rubric,
+    RubricVersion,
+    Score,
+)
 from rubricsvc.rubrics import versions as rubric_versions
 from rubricsvc.rubrics.analytics import chart_bars, rubric_analytics
 from rubricsvc.rubrics.diff import diff_versions
@@ -82,7 +91,9 @@ def version_page(
         version=version,
         siblings=siblings,
         children=[v for v in siblings if v.parent_id == version.id],
-        parent=next((v for v in siblings if v.id == version.parent_id), None),
+        # An evolved set's first version grows from another rubric's version.
+        parent=next((v for v in siblings if v.id == version.parent_id), None)
+        or (session.get(RubricVersion, version.parent_id) if version.parent_id else None),
         may_approve=may_approve,
         review_refused=refusal,
         may_edit=reviewer.may(Scope.AUTHOR),
@@ -102,6 +113,29 @@ def _evidence_documents(session: Session, version: RubricVersion) -> dict[str, D
         return {}
     rows = session.scalars(select(Document).where(Document.content_hash.in_(hashes)))
     return {d.content_hash: d for d in rows}
+
+
+@router.get("/{version_id}/evolution")
+def evolution_page(version_id: int, context: PageContext = Depends(page_context)) -> Response:
+    """An evolved version's history: the run's steps for its prompt (what each added, what
+    went inactive, what it refused, the rollouts it read) and each evolved criterion's life."""
+    version = _version(context.session, version_id)
+    made = context.session.scalars(
+        select(EvolutionStep)
+        .where(EvolutionStep.version_after_id == version.id)
+        .order_by(EvolutionStep.step)
+        .limit(1)
+    ).first()
+    if version.origin != Origin.EVOLVED or made is None:
+        raise PageRefused(404, f"{version.ref} was not grown by an evolution run.")
+    history = track_history(made.track)
+    return context.render(
+        "evolution.html",
+        version=version,
+        run=made.track.run.name,
+        history=history,
+        made_at=made.step,
+    )
 
 
 @router.get("/{version_id}/diff")

@@ -1,0 +1,1 @@
+"""Evolving rubrics: criteria a generator adds per prompt during training, pruned by spread."""

@@ -1,0 +1,296 @@
+"""Evolving rubrics in ``rubricsvc train`` (``reward.evolution``): each prompt's reward is
+computed under its evolved version, and every ``every`` steps each prompt's group evolves it.
+
+Per step, before scoring, each request is routed to the version its prompt's track holds now
+(the persistent version before its first evolution: the reward then names the version it
+was computed under). After scoring, each due prompt's group (its rollouts of the step, their
+rewards and per-criterion verdicts) goes to ``rubricsvc.evolution.step.evolve_group``, one
+transaction per prompt. The criteria a step writes reward the prompt from the next step on.
+
+Logged per step: ``evolution/active`` (evolved criteria active, summed over the step's
+prompts), ``evolution/new``, ``evolution/pruned``, ``evolution/refused``,
+``evolution/generator_failures``; ``evolution/persistent_reward`` and
+``evolution/evolved_reward`` (each rollout's reward over the persistent criteria alone and
+over the evolved ones alone, as DR Tulu logs them); and ``evolution/direction_agreement``,
+the share of a group's pairs of rollouts that the two parts order the same way (pairs that
+either part ties are left out). A generator that fails is counted and logged, past
+``generator_failure_alarm`` of a step's calls as a warning; it never stops the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from itertools import combinations
+from typing import TYPE_CHECKING, Any
+
+from rubricsvc.judging.aggregation import Outcome, aggregate
+from rubricsvc.scoring.rewards import RewardRequest, RewardResult
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+    from sqlalchemy.orm import Session
+
+    from rubricsvc.backends.provider import BackendProvider
+    from rubricsvc.evolution.step import StepReport
+    from trainer.config import ScorerSettings
+
+LogMetric = Callable[[str, float], None]
+log = logging.getLogger(__name__)
+
+
+class RubricEvolution:
+    """The evolution of one training run's rubrics; settings only until first used."""
+
+    def __init__(self, settings: ScorerSettings, run: str) -> None:
+        assert settings.evolution is not None
+        self.settings = settings
+        self.evolution = settings.evolution
+        self.run = settings.evolution.run or run
+        self._engine: Engine | None = None
+        self._backends: BackendProvider | None = None
+        self.last_reports: list[StepReport] = []
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"settings": self.settings, "run": self.run}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["settings"], state["run"])  # type: ignore[misc]
+
+    def _open(self) -> tuple[Engine, BackendProvider]:
+        from rubricsvc.db import make_engine
+        from trainer.scorers import shared_provider
+
+        if self._engine is None or self._backends is None:
+            self._engine = make_engine(self.settings.engine_url())
+            self._backends = shared_provider(self.settings, None)
+        return self._engine, self._backends
+
+    def route(self, requests: Sequence[RewardRequest]) -> list[RewardRequest]:
+        """Each request aimed at its prompt's current evolved version, where it has one."""
+        from rubricsvc.db import session_scope
+        from rubricsvc.evolution.store import find_track
+        from rubricsvc.scoring.rewards import find_prompts
+
+        engine, _ = self._open()
+        with session_scope(engine) as session:
+            prompts = find_prompts(session, requests)
+            current: dict[int, str | None] = {}
+            for prompt in prompts:
+                if prompt.id not in current:
+                    track = find_track(session, self.run, prompt.id)
+                    current[prompt.id] = track.current_version.ref if track else None
+        return [
+            dataclasses.replace(request, rubric=current[prompt.id])
+            if current[prompt.id] is not None
+            else request
+            for request, prompt in zip(requests, prompts, strict=True)
+        ]
+
+    def step(
+        self,
+        requests: Sequence[RewardRequest],
+        results: Sequence[RewardResult],
+        step: int,
+        log_metric: LogMetric | None,
+    ) -> None:
+        """Log the step's persistent and evolved rewards, and evolve each due prompt."""
+        from rubricsvc.db import session_scope
+        from rubricsvc.scoring.rewards import find_prompts
+
+        engine, _ = self._open()
+        with session_scope(engine) as session:
+            prompts = find_prompts(session, requests)
+            groups: dict[int, list[int]] = defaultdict(list)
+            for index, prompt in enumerate(prompts):
+                groups[prompt.id].append(index)
+            parts = self._parts(session, results)
+        self._log_parts(parts, groups, log_metric)
+        if not self.evolution.due(step):
+            self.last_reports = []
+            return
+        reports = []
+        for prompt_id, indices in groups.items():
+            group = [results[i] for i in indices]
+            if len(indices) < 2 or any(r.rubric is None for r in group):
+                continue  # no group to evolve from, or nothing scored it
+            with session_scope(engine) as session:
+                reports.append(self._evolve(session, prompt_id, requests, indices, group, step))
+        self.last_reports = reports
+        self._log_reports(reports, log_metric)
+
+    def _evolve(
+        self,
+        session: Session,
+        prompt_id: int,
+        requests: Sequence[RewardRequest],
+        indices: list[int],
+        group: list[RewardResult],
+        step: int,
+    ) -> StepReport:
+        from rubricsvc.evolution.judging import ExecutorJudge
+        from rubricsvc.evolution.step import GroupRollout, evolve_group
+        from rubricsvc.evolution.store import find_track
+        from rubricsvc.models import Prompt
+        from rubricsvc.rubrics.repository import resolve_version
+        from rubricsvc.scoring.judge_configs import find_reward_judge
+
+        _, backends = self._open()
+        prompt = session.get(Prompt, prompt_id)
+        assert prompt is not None
+        track = find_track(session, self.run, prompt_id)
+        persistent = (
+            track.persistent_version if track else resolve_version(session, str(group[0].rubric))
+        )
+        spec = find_reward_judge(session, self.settings.judge, self.settings.mode)
+        rollouts = [
+            GroupRollout(
+                requests[i].completion,
+                result.reward,
+                {
+                    int(e["criterion_id"]): None if e.get("value") is None else float(e["value"])
+                    for e in result.criteria
+                    if "criterion_id" in e
+                },
+            )
+            for i, result in zip(indices, group, strict=True)
+        ]
+        return evolve_group(
+            session,
+            run=self.run,
+            prompt=prompt,
+            persistent=persistent,
+            group=rollouts,
+            step=step,
+            settings=self.evolution,
+            generator=backends.factory(self.evolution.generator),
+            judge=ExecutorJudge(spec, backends.factory(spec)),
+        )
+
+    def _parts(
+        self, session: Session, results: Sequence[RewardResult]
+    ) -> list[tuple[float | None, float | None]]:
+        """Each result's reward over its persistent criteria and over its evolved ones (None:
+        no such criteria, or no score)."""
+        from sqlalchemy import select
+
+        from rubricsvc.models import Criterion, EvolutionRun, EvolutionTrack, EvolvedCriterion
+
+        ids = {int(e["criterion_id"]) for r in results for e in r.criteria if "criterion_id" in e}
+        if not ids:
+            return [(None, None) for _ in results]
+        rows = session.execute(
+            select(Criterion.id, Criterion.content_hash).where(Criterion.id.in_(ids))
+        )
+        hashes = {criterion_id: digest for criterion_id, digest in rows}
+        # This run's evolved criteria only: another run may have grown one that is persistent here.
+        evolved = set(
+            session.scalars(
+                select(EvolvedCriterion.content_hash)
+                .join(EvolutionTrack, EvolvedCriterion.track_id == EvolutionTrack.id)
+                .join(EvolutionRun, EvolutionTrack.run_id == EvolutionRun.id)
+                .where(
+                    EvolutionRun.name == self.run,
+                    EvolvedCriterion.content_hash.in_(set(hashes.values())),
+                )
+            )
+        )
+        aggregation, floor = self.settings.aggregation, self.settings.min_coverage
+        parts: list[tuple[float | None, float | None]] = []
+        for result in results:
+            entries = [e for e in result.criteria if "criterion_id" in e and "weight" in e]
+            if result.reward is None or not entries:
+                parts.append((None, None))
+                continue
+            grown = [e for e in entries if hashes.get(int(e["criterion_id"])) in evolved]
+            kept = [e for e in entries if e not in grown]
+            parts.append((_part(kept, aggregation, floor), _part(grown, aggregation, floor)))
+        return parts
+
+    def _log_parts(
+        self,
+        parts: list[tuple[float | None, float | None]],
+        groups: dict[int, list[int]],
+        log_metric: LogMetric | None,
+    ) -> None:
+        if log_metric is None:
+            return
+        persistent = [p for p, _ in parts if p is not None]
+        evolved = [e for _, e in parts if e is not None]
+        if persistent:
+            log_metric("evolution/persistent_reward", sum(persistent) / len(persistent))
+        if evolved:
+            log_metric("evolution/evolved_reward", sum(evolved) / len(evolved))
+        agreement = direction_agreement([[parts[i] for i in g] for g in groups.values()])
+        if agreement is not None:
+            log_metric("evolution/direction_agreement", agreement)
+
+    def _log_reports(self, reports: list[StepReport], log_metric: LogMetric | None) -> None:
+        failed = sum(1 for r in reports if r.generator_failed)
+        for report in reports:
+            for text in report.added:
+                log.info("evolution %s prompt %s: added %r", self.run, report.prompt_id, text)
+            for text in report.pruned:
+                log.info("evolution %s prompt %s: pruned %r", self.run, report.prompt_id, text)
+            if report.error:
+                log.info("evolution %s prompt %s: %s", self.run, report.prompt_id, report.error)
+        if reports and failed / len(reports) > self.evolution.generator_failure_alarm:
+            log.warning(
+                "evolution %s: the generator failed for %d of %d prompts this step; their "
+                "rubrics are left as they were",
+                self.run,
+                failed,
+                len(reports),
+            )
+        if log_metric is None or not reports:
+            return
+        log_metric("evolution/active", float(sum(r.active for r in reports)))
+        log_metric("evolution/new", float(sum(len(r.added) for r in reports)))
+        log_metric("evolution/pruned", float(sum(len(r.pruned) for r in reports)))
+        log_metric("evolution/refused", float(sum(len(r.refused) for r in reports)))
+        log_metric("evolution/generator_failures", float(failed))
+
+    def close(self) -> None:
+        from trainer.scorers import release_provider
+
+        if self._backends is not None:
+            release_provider(self._backends)
+        if self._engine is not None:
+            self._engine.dispose()
+        self._engine = self._backends = None
+
+
+def _part(entries: list[dict[str, Any]], aggregation: str, floor: float) -> float | None:
+    if not entries or all(float(e["weight"]) < 0 for e in entries):
+        return None  # no positive criterion: nothing to normalize by
+    outcomes = [
+        Outcome(
+            int(e["criterion_id"]),
+            float(e["weight"]),
+            None if e.get("value") is None else float(e["value"]),
+            e.get("theme"),
+            bool(e.get("required", False)),
+        )
+        for e in entries
+    ]
+    return aggregate(aggregation, outcomes, min_coverage=floor).value
+
+
+def direction_agreement(
+    groups: Sequence[Sequence[tuple[float | None, float | None]]],
+) -> float | None:
+    """Over the pairs of rollouts within each group, the share that the persistent and the
+    evolved part order the same way; pairs either part ties (or lacks) are left out."""
+    agree = total = 0
+    for group in groups:
+        for (p1, e1), (p2, e2) in combinations(group, 2):
+            if None in (p1, e1, p2, e2):
+                continue
+            assert p1 is not None and p2 is not None and e1 is not None and e2 is not None
+            if p1 == p2 or e1 == e2:
+                continue
+            total += 1
+            agree += (p1 > p2) == (e1 > e2)
+    return agree / total if total else None
