@@ -236,15 +236,27 @@ def judge_stored(
             scored.setdefault((entry.completion_id, rubric), []).append(entry)
         left_out = report.without_reasons.get("ambiguous", [])
         ambiguous.update(ambiguous_rubrics(session, left_out, include_drafts))
-    batch.results = [
+    batch.results = reward_results([r.rubric for r in requests], completion_ids, scored, ambiguous)
+    return batch
+
+
+def reward_results(
+    rubrics: Sequence[str | None],
+    completion_ids: Sequence[int],
+    scored: Mapping[tuple[int, str | None], Sequence[ScoredCompletion]],
+    ambiguous: Mapping[int, list[str]],
+) -> list[RewardResult]:
+    """Each item's result, in order, from its completion's scores under the rubric it named
+    (``rubrics``; None: its prompt's usable one), by (completion id, rubric) in ``scored``:
+    refused unjudged where it named none and several are usable (``ambiguous``)."""
+    return [
         (
             ambiguous_result(completion_id, ambiguous[completion_id])
-            if request.rubric is None and completion_id in ambiguous
-            else reward_result(completion_id, scored.get((completion_id, request.rubric), []))
+            if rubric is None and completion_id in ambiguous
+            else reward_result(completion_id, scored.get((completion_id, rubric), []))
         )
-        for request, completion_id in zip(requests, completion_ids, strict=True)
+        for rubric, completion_id in zip(rubrics, completion_ids, strict=True)
     ]
-    return batch
 
 
 def ambiguous_rubrics(
