@@ -254,6 +254,8 @@ class RewardPipeline:
         bound = self.bounds.max_reward_items
         if bound is not None and len(requests) > bound:
             raise TooManyItems(len(requests), bound)
+        if not self.end_tokens:
+            return list(requests)
         return without_end_tokens(requests, self.end_tokens)
 
     # 2. Resolve the judge and admit the work.

@@ -50,7 +50,9 @@ async def answered(pipeline_run: Awaitable[RewardAnswer]) -> RewardAnswer:
     except TooManyItems as err:
         raise ApiError(413, str(err), "body.items") from None
     except TooMuchWork as err:
-        raise ApiError(413, str(err), "body.items") from None
+        raise ApiError(
+            413, str(err), "body" if err.field is None else f"body.{err.field}"
+        ) from None
     except JudgeCannotBeKept as err:
         raise ApiError(422, str(err)) from None
     except JudgeUnavailable as err:
