@@ -2,16 +2,18 @@
 against the server as it was at ``BASELINE_COMMIT``, alternated; requests/s, errors, p50, p99.
 
 Run: ``python -m benchmarks.bench_api_load [--clients 50] [--seconds 20] [--runs 3]
-[--database URL]``.
+[--database URL] [--baseline COMMIT --before-workers N]``.
 
 "Before" is the code of ``BASELINE_COMMIT`` (checked out with ``git worktree add`` into a
 temporary folder and run with this environment's interpreter and packages, its checkout first
 on the path) as it was served then: ``rubricsvc serve``, one process. "After" is this checkout's
 ``rubricsvc serve --workers N``, N the machine's cores, with its defaults (the API-key cache,
-the score upsert compiled once). Each has a fresh database (PostgreSQL by default, as a
-deployed service would use; ``--database sqlite`` for the embedded default) migrated and
-filled by its own code with the same data. Each client loops over a mix of what trainers and
-dashboards send:
+the score upsert compiled once). To measure a change against the commit it starts from,
+``--baseline COMMIT`` runs that commit as "before" and ``--before-workers N`` serves it as
+"after" is served (``--workers N``; 0, the default: one process without the option). Each
+has a fresh database (PostgreSQL by default, as a deployed service would use; ``--database
+sqlite`` for the embedded default) migrated and filled by its own code with the same data.
+Each client loops over a mix of what trainers and dashboards send:
 
 - ``rewards-cached``  POST /v1/rewards, 8 pairs of the example rubrics already judged by the
   bundled model (the RL-loop case of a repeated rollout: the judgment cache answers);
@@ -329,16 +331,29 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--database", default=DEFAULT_POSTGRES, help="a PostgreSQL URL, or sqlite")
     parser.add_argument("--port", type=int, default=8931, help="before's; after's is the next")
+    parser.add_argument(
+        "--baseline", default=BASELINE_COMMIT, help="the commit 'before' runs (a hash or name)"
+    )
+    parser.add_argument(
+        "--before-workers",
+        type=int,
+        default=0,
+        help="serve 'before' with --workers N (0: one process, as the baseline commit was)",
+    )
     args = parser.parse_args()
+    before_args = ["--workers", str(args.before_workers)] if args.before_workers else []
+    before_served = (
+        f"`serve --workers {args.before_workers}`" if args.before_workers else "the one process"
+    )
 
-    with tempfile.TemporaryDirectory() as tmp, checkout(BASELINE_COMMIT, Path(tmp)) as baseline:
+    with tempfile.TemporaryDirectory() as tmp, checkout(args.baseline, Path(tmp)) as baseline:
         workdir = Path(tmp)
         drops: list[Callable[[], None]] = []
         servers: list[subprocess.Popen[bytes]] = []
         try:
             variants = []
             for name, code, serve_args, port in (
-                ("before", baseline, [], args.port),
+                ("before", baseline, before_args, args.port),
                 ("after", ROOT, ["--workers", str(args.workers)], args.port + 1),
             ):
                 url, drop = make_database(args.database, workdir, name)
@@ -378,8 +393,9 @@ def main() -> None:
         "seconds": args.seconds,
         "warm_seconds": args.warm,
         "runs": args.runs,
-        "baseline_commit": BASELINE_COMMIT,
+        "baseline_commit": args.baseline,
         "workers": args.workers,
+        "before_workers": args.before_workers,
         "mix": MIX,
         "before": summary(before, healthz["before"]),
         "after": summary(after, healthz["after"]),
@@ -390,7 +406,7 @@ def main() -> None:
                     for a, b in zip(after, before, strict=True)
                 ],
                 f"requests/s of the API's load mix, `serve --workers {args.workers}` over "
-                "the one process at the baseline commit",
+                f"{before_served} at the baseline commit",
                 at_least=3,
             ),
             "p99": headline(

@@ -1,6 +1,7 @@
 """B8 (b): the platform's own time per judgment, with a backend that answers at once.
 
-Run: ``python -m benchmarks.bench_platform_time [--rollouts 256] [--runs 3]`` (``make bench``).
+Run: ``python -m benchmarks.bench_platform_time [--rollouts 256] [--runs 3] [--baseline COMMIT]``
+(``make bench``).
 
 With an instant backend (every call answered at once with a fixed verdict) all of a run's time
 is the platform's own: selecting the work, the cache lookup, building prompts, parsing,
@@ -19,8 +20,9 @@ rubric (criterion-prob, one judgment per criterion), on a fresh SQLite database 
   routes planned the batch for the bound, then again to judge it; this checkout's bound the
   plan they judge (``compute_rewards``'s ``admit``).
 
-"Before" is the code of ``BASELINE_COMMIT`` (the start of the reward-serving work, checked
-out with ``git worktree add``), "now" this checkout; each runs in a process of its own with
+"Before" is the code of ``BASELINE_COMMIT`` (the start of the reward-serving work; another
+commit with ``--baseline``, to measure a change against the commit it starts from), checked
+out with ``git worktree add``, "now" this checkout; each runs in a process of its own with
 the same driver, the same warm-up (one run of each path) and the same items, and they
 take turns for ``--runs`` rounds, the order swapped every other round. "Now" settles its heap
 after warm-up as its server does (``rubricsvc.heap``); a third process of this checkout leaves
@@ -107,6 +109,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=256)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--baseline", default=BASELINE_COMMIT, help="the commit 'before' runs (a hash or name)"
+    )
     args = parser.parse_args()
 
     paths = ("score", "rewards", "route")
@@ -122,7 +127,7 @@ def main() -> None:
     five_x_budget: dict[str, list[float]] = {p: [] for p in paths}
     ceiling_ratio: dict[str, list[float]] = {p: [] for p in paths}
     scaling: dict[str, list[float]] = {p: [] for p in paths}
-    with tempfile.TemporaryDirectory() as tmp, checkout(BASELINE_COMMIT, Path(tmp)) as baseline:
+    with tempfile.TemporaryDirectory() as tmp, checkout(args.baseline, Path(tmp)) as baseline:
         workdir = Path(tmp)
         for round_ in range(args.runs):
             order = [("before", baseline, True), ("now", ROOT, True), ("default", ROOT, False)]
@@ -158,7 +163,7 @@ def main() -> None:
         "route": "a reward route's batch (its work bounded, then judged)",
     }
     result: dict[str, Any] = {
-        "baseline_commit": BASELINE_COMMIT,
+        "baseline_commit": args.baseline,
         "rollouts": args.rollouts,
         "criteria": CRITERIA,
         "judgments": judgments,

@@ -3,7 +3,12 @@ the same rollouts in one request; on the server as it is (concurrent requests ju
 and, with the fixed-cost judge, on the same server judging each request alone.
 
 Run: ``python -m benchmarks.bench_reward_serving [--runs 3] [--items 64] [--embedded-items 64]
-[--databases sqlite,postgres]``.
+[--databases sqlite,postgres] [--baseline COMMIT]``.
+
+``--baseline COMMIT``: each server also runs with that commit's code (checked out with ``git
+worktree add``, run with this environment's interpreter), beside this checkout's, the two
+taking turns in every run: a change measured against the commit it starts from, in one run
+(``before_over_now``: the baseline's seconds over this checkout's, run by run).
 
 Two judges behind ``rubricsvc serve`` (one process, as each process gathers its own requests):
 
@@ -40,6 +45,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +61,7 @@ from benchmarks.bench_api_load import (
     start_server,
     stop_server,
 )
+from benchmarks.checkouts import checkout
 from benchmarks.results import headline, save, spread
 
 RUBRIC_NAME = "b8/sleep"
@@ -95,9 +102,13 @@ class Target:
 
 @dataclass
 class Server(Target):
-    """One server under test: a judge, and whether it gathers concurrent requests."""
+    """One server under test: a judge, whether it gathers concurrent requests (``how``), its
+    database's kind, and whose code it runs (``code``: "now", or "before" for the baseline)."""
 
     variant: Variant = field(kw_only=True)
+    database: str = field(kw_only=True)
+    how: str = field(kw_only=True)
+    code: str = field(kw_only=True, default="now")
 
 
 def start_floor(port: int) -> subprocess.Popen[bytes]:
@@ -189,9 +200,27 @@ def http_floor(floor: Target, servers: list[Server]) -> dict[str, Any]:
         "ratio_left": {
             s.name: spread([(o + e) / o for o, e in zip(s.seconds["one"], extra, strict=True)])
             for s in servers
-            if s.judge == "fixed-cost" and s.name.endswith("-gathered")
+            if s.judge == "fixed-cost" and s.how == "gathered"
         },
     }
+
+
+def before_over_now(servers: list[Server]) -> dict[str, Any]:
+    """For each server whose baseline twin ran beside it: the twin's seconds over its own,
+    run by run (one request, and the requests sent one rollout each), and both ratios."""
+    twins = {(s.database, s.judge, s.how): s for s in servers if s.code == "before"}
+    compared = {}
+    for now in servers:
+        before = twins.get((now.database, now.judge, now.how))
+        if now.code != "now" or before is None:
+            continue
+        compared[now.name] = {
+            shape: spread(
+                [b / n for b, n in zip(before.seconds[shape], now.seconds[shape], strict=True)]
+            )
+            for shape in ("one", "many")
+        } | {"ratio_before": spread(before.ratios), "ratio_now": spread(now.ratios)}
+    return compared
 
 
 def main() -> None:
@@ -209,10 +238,18 @@ def main() -> None:
         "a tenth of a second, so one alone is mostly noise); the embedded judge's take half a "
         "minute each, one per run",
     )
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="also run each server with this commit's code ('before'), taking turns",
+    )
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         workdir = Path(tmp)
+        codes = [("now", ROOT)]
+        if args.baseline:
+            codes.insert(0, ("before", stack.enter_context(checkout(args.baseline, workdir))))
         drops: list[Callable[[], None]] = []
         processes = []
         servers: list[Server] = []
@@ -226,12 +263,17 @@ def main() -> None:
                      {"RUBRICSVC_API_REWARD_BATCH_MAX_ITEMS": "1"}),
                     ("gathered", "embedded", args.embedded_items, {}),
                 ):  # fmt: skip
-                    label = f"{kind}-{judge}-{name}"
-                    url, drop = make_database(database, workdir, label)
-                    drops.append(drop)
-                    variant = Variant(label, ROOT, url, [], port, env)
-                    servers.append(Server(label, judge, items, port, variant=variant))
-                    port += 1
+                    for code_name, code in codes:
+                        label = f"{kind}-{judge}-{name}"
+                        label = label if code_name == "now" else f"{label}-before"
+                        url, drop = make_database(database, workdir, label)
+                        drops.append(drop)
+                        variant = Variant(label, code, url, [], port, env)
+                        servers.append(
+                            Server(label, judge, items, port, variant=variant, database=kind,
+                                   how=name, code=code_name)
+                        )  # fmt: skip
+                        port += 1
             for server in servers:
                 prepare(server, workdir)
                 processes.append(start_server(server.variant))
@@ -260,6 +302,7 @@ def main() -> None:
                 drop()
 
     result: dict[str, Any] = {
+        "baseline_commit": args.baseline,
         "runs": args.runs,
         "fixed_cost_seconds_per_batch": FIXED_COST_DELAY,
         "fixed_cost_repeats": args.repeats,
@@ -274,16 +317,17 @@ def main() -> None:
             for s in servers
         },
         "http_floor": http_floor(floor, servers),
+        "before_over_now": before_over_now(servers),
         "headlines": {},
     }
     for s in servers:
-        database, judge, how = s.name.split("-", 1)[0], s.judge, s.name.rsplit("-", 1)[1]
         result["headlines"][s.name] = headline(
             s.ratios,
             f"{s.items} concurrent one-rollout reward requests over the same rollouts in one "
-            f"request, {judge} judge, {database}, "
-            + ("requests judged together" if how == "gathered" else "each request judged alone"),
-            at_most=1.15 if how == "gathered" else None,
+            f"request, {s.judge} judge, {s.database}, "
+            + ("requests judged together" if s.how == "gathered" else "each request judged alone")
+            + ("" if s.code == "now" else f", the code of {args.baseline}"),
+            at_most=1.15 if s.how == "gathered" else None,
         )
     save("reward_serving", result)
     for figure in result["headlines"].values():

@@ -13,12 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rubricsvc.errors import RubricsvcError
-from rubricsvc.scoring.rewards import (
-    RewardRequest,
-    RewardResult,
-    ambiguous_result,
-    reward_result,
-)
+from rubricsvc.scoring.rewards import RewardRequest, RewardResult, reward_results
 from trainer.config import ScorerSettings
 from trainer.scoredby import ScoredBy
 
@@ -69,14 +64,7 @@ class CeleryScorer:
                 continue
             for entry in self._run_job(rubric, wanted):
                 scored.setdefault((entry.completion_id, rubric), []).append(entry)
-        return [
-            (
-                ambiguous_result(cid, ambiguous[cid])
-                if rubric is None and cid in ambiguous
-                else reward_result(cid, scored.get((cid, rubric), []))
-            )
-            for rubric, cid in zip(rubrics, ids, strict=True)
-        ]
+        return reward_results(rubrics, ids, scored, ambiguous)
 
     def _ambiguous(self, completion_ids: list[int]) -> dict[int, list[str]]:
         from rubricsvc.db import session_scope
@@ -89,11 +77,11 @@ class CeleryScorer:
 
     def _store(self, requests: Sequence[RewardRequest]) -> list[int]:
         from rubricsvc.db import session_scope
-        from rubricsvc.scoring.rewards import find_prompts, store_completions
+        from rubricsvc.scoring.rewards import store_rewarded
 
+        # The reward pipeline's store stage; its judge stage is the score job the workers run.
         with session_scope(self._engine) as session:
-            prompts = find_prompts(session, requests)
-            return store_completions(session, requests, prompts, self.settings.source)
+            return store_rewarded(session, requests, self.settings.source)
 
     def _run_job(self, rubric: str | None, completion_ids: list[int]) -> list[Any]:
         from rubricsvc.db import session_scope

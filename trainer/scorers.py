@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 
 from rubricsvc.errors import DependencyMissing, RubricsvcError
 from rubricsvc.judging.failures import empty_counts
-from rubricsvc.scoring.rewards import RewardRequest, RewardResult
+from rubricsvc.scoring.pipeline import RewardCall, RewardPipeline, RewardRequest, RewardResult
 from trainer.config import ScorerSettings, ScorerVia
 from trainer.retrying import next_wait
 from trainer.scoredby import ScoredBy
@@ -75,9 +75,10 @@ def judge_loads() -> int:
 
 
 class InProcessScorer:
-    """Scores with ``compute_rewards``; the judge model is loaded once per process and kept
-    (``shared_provider``: shared with the process's other in-process scorers), behind the
-    judge's shared API limits (``limits``, from the launcher's settings; None: none)."""
+    """Scores with the reward pipeline (``scoring.pipeline``); the judge model is loaded once
+    per process and kept (``shared_provider``: shared with the process's other in-process
+    scorers), behind the judge's shared API limits (``limits``, from the launcher's settings;
+    None: none)."""
 
     def __init__(self, settings: ScorerSettings, limits: JudgeLimits | None = None) -> None:
         self.settings = settings
@@ -85,6 +86,7 @@ class InProcessScorer:
         self._engine: Engine | None = None
         self._backends: BackendProvider | None = None
         self.last_scored_by: ScoredBy | None = None
+        self._pipeline: RewardPipeline | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"settings": self.settings, "limits": self.limits}
@@ -93,35 +95,36 @@ class InProcessScorer:
         self.__init__(state["settings"], state.get("limits"))  # type: ignore[misc]
 
     def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
-        from rubricsvc.db import make_engine, session_scope
-        from rubricsvc.scoring.judge_configs import find_reward_judge
-        from rubricsvc.scoring.rewards import compute_rewards
+        pipeline = self._reward_pipeline()
+        settings = self.settings
+        call = RewardCall(
+            settings.judge,
+            settings.mode,
+            settings.score_options(),
+            settings.include_drafts,
+            settings.source,
+        )
+        # The API's pipeline, called without its bounds, end tokens or gathering: a step's
+        # rollouts come together, from a policy whose text this process decoded itself.
+        answer = pipeline.score(call, [_with_rubric(r, settings) for r in requests])
+        self.last_scored_by = ScoredBy(answer.batch.judge, answer.batch.judge_config_hash)
+        return answer.batch.results
 
-        if self._engine is None or self._backends is None:
+    def _reward_pipeline(self) -> RewardPipeline:
+        from rubricsvc.db import make_engine
+
+        if self._pipeline is None:
             self._engine = make_engine(self.settings.engine_url())
             self._backends = shared_provider(self.settings, self.limits)
-        backends = self._backends
-        options = self.settings.score_options()
-        with session_scope(self._engine) as session:
-            spec = find_reward_judge(session, self.settings.judge, self.settings.mode)
-            batch = compute_rewards(
-                session,
-                spec,
-                [_with_rubric(r, self.settings) for r in requests],
-                options,
-                backends.factory,
-                source=self.settings.source,
-                include_drafts=self.settings.include_drafts,
-            )
-        self.last_scored_by = ScoredBy(batch.judge, batch.judge_config_hash)
-        return batch.results
+            self._pipeline = RewardPipeline(self._engine, self._backends)
+        return self._pipeline
 
     def close(self) -> None:
         if self._backends is not None:
             release_provider(self._backends)
         if self._engine is not None:
             self._engine.dispose()
-        self._engine = self._backends = None
+        self._engine = self._backends = self._pipeline = None
 
 
 class HttpScorer:

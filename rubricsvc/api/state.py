@@ -6,10 +6,10 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
+from starlette.concurrency import run_in_threadpool
 
 from rubricsvc.api.authfailures import FailedAuthThrottle
 from rubricsvc.api.keycache import KeyCache
@@ -21,7 +21,9 @@ from rubricsvc.backends.provider import BackendProvider
 from rubricsvc.config import Settings
 from rubricsvc.db import session_scope
 from rubricsvc.models import ApiKey
-from rubricsvc.scoring.coalescing import RewardCoalescer
+from rubricsvc.scoring.coalescing import JudgedAlone, RewardCoalescer
+from rubricsvc.scoring.options import score_options
+from rubricsvc.scoring.pipeline import RewardBatch, RewardPipeline
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +45,9 @@ class AppState:
     failed_auth: FailedAuthThrottle | None = field(init=False)
     # Live keys read recently, so most requests skip the key lookup.
     key_cache: KeyCache = field(init=False)
-    # Concurrent reward requests of one judge config, judged as one batch.
-    rewards: RewardCoalescer = field(init=False)
-    # On SQLite, one lock per judge around a whole reward batch: holding it before the write
-    # transaction starts keeps SQLite's single writer from timing out behind a long judge
-    # call. PostgreSQL takes concurrent batches (the model itself still runs one at a time).
-    _reward_locks: dict[str, threading.Lock] = field(default_factory=dict)
+    # The reward routes' pipeline: the API's bounds and end tokens, concurrent requests of
+    # one judge config judged as one batch, counted in the metrics.
+    rewards: RewardPipeline = field(init=False)
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)
     _jobs: ThreadPoolExecutor | None = None
 
@@ -64,13 +63,36 @@ class AppState:
         failures = failed_auth_limiter(self.settings.api)
         self.failed_auth = FailedAuthThrottle(failures) if failures is not None else None
         self.key_cache = KeyCache(self.settings.api.key_cache_seconds)
+        self.rewards = self._reward_pipeline()
+
+    def _reward_pipeline(self) -> RewardPipeline:
         api = self.settings.api
         window = api.reward_batch_window_ms / 1000
-        self.rewards = RewardCoalescer(
+        coalescer = RewardCoalescer(
             window,
             api.reward_batch_max_items,
             max(window, api.reward_batch_max_wait_ms / 1000),
         )
+        return RewardPipeline(
+            self.engine,
+            self.judges,
+            bounds=api,  # read at each request: RUBRICSVC_API_MAX_REWARD_*
+            end_tokens=api.end_tokens,
+            options=score_options(
+                self.settings.scoring, chunk_judgments=api.reward_chunk_judgments
+            ),
+            # A request judged alone runs on the threads the routes' blocking work runs on.
+            gatherer=coalescer if coalescer.enabled else JudgedAlone(run_in_threadpool),
+            judged=self._count_rewards,
+        )
+
+    def _count_rewards(self, batch: RewardBatch) -> None:
+        """Counted once per batch judged, however many requests it served."""
+        self.metrics.count_judgments(batch.judge, batch.computed, batch.cached, batch.failed)
+        self.metrics.count_failures(batch.judge, batch.failures)
+        nulls = sum(1 for r in batch.rewards if r is None)
+        self.metrics.rewards.labels(batch.judge, "ok").inc(len(batch.rewards) - nulls)
+        self.metrics.rewards.labels(batch.judge, "null").inc(nulls)
 
     def authenticate(self, secret: str) -> ApiKey | None:
         """The live key with this secret (detached from any session), or None."""
@@ -86,12 +108,6 @@ class AppState:
             if key is not None:
                 session.expunge(key)
         return key
-
-    def reward_lock(self, judge: str) -> AbstractContextManager[object]:
-        if self.engine.dialect.name != "sqlite":
-            return nullcontext()
-        with self._locks_guard:
-            return self._reward_locks.setdefault(judge, threading.Lock())
 
     def local_jobs(self) -> ThreadPoolExecutor | None:
         """Threads that run score jobs in this process when there is no broker (or None)."""

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.modes import get_mode
@@ -44,8 +45,43 @@ RunBatch = Callable[[list[RewardRequest], bool], RewardBatch]
 CheckRequests = Callable[[list[RewardRequest]], object]
 
 
+# Runs ``run(requests, gathered)`` on a worker thread, awaited on the event loop.
+ToThread = Callable[[RunBatch, list[RewardRequest], bool], Awaitable[RewardBatch]]
+
+
 class Ungatherable(Exception):
     """Raised by a ``RunBatch`` given several callers' requests that must be judged apart."""
+
+
+class Gatherer(Protocol):
+    """How the reward pipeline's gather stage puts callers' requests into the batches that
+    are judged: each caller awaits ``submit`` with its requests and gets its own batch back.
+    ``kind`` names what may be judged together (the judge config, its options, the source);
+    ``run`` judges a list of requests as one batch, on the thread it is called on; ``check``
+    raises what a request alone would raise before judging.
+
+    Two gatherers today: ``JudgedAlone`` (each caller's requests one batch) and
+    ``RewardCoalescer`` (concurrent callers of one kind, within a window). Gathering a whole
+    group of one prompt's rollouts (evolving rubrics) is a third: it holds a prompt's
+    rollouts until its group is complete, then hands them to ``run`` as one batch."""
+
+    async def submit(
+        self, kind: Hashable, requests: list[RewardRequest], run: RunBatch, check: CheckRequests
+    ) -> RewardBatch: ...
+
+
+class JudgedAlone:
+    """No gathering: each caller's requests are one batch, judged on a worker thread by
+    ``to_thread`` (``to_thread(function, *args)``; the API passes the one its routes' blocking
+    work runs on, so a request judged alone waits for the same threads as before)."""
+
+    def __init__(self, to_thread: ToThread = asyncio.to_thread) -> None:
+        self.to_thread = to_thread
+
+    async def submit(
+        self, kind: Hashable, requests: list[RewardRequest], run: RunBatch, check: CheckRequests
+    ) -> RewardBatch:
+        return await self.to_thread(run, requests, False)
 
 
 def compares(spec: JudgeSpec) -> bool:

@@ -163,9 +163,44 @@ def compute_rewards(
     """Score each pair against its prompt's rubric; raises NotFoundError for an unknown prompt.
     ``backends``: the process's ``BackendProvider.factory`` (a jury's members have their own).
     ``admit``: given the batch's whole work once it is planned, before any judge is called; it
-    raises to refuse the batch (the caller's transaction then keeps nothing of it)."""
+    raises to refuse the batch (the caller's transaction then keeps nothing of it). The reward
+    pipeline's store, judge and aggregate stages in one call (``scoring.pipeline``)."""
+    completion_ids = store_rewarded(session, requests, source)
+    batch = judge_stored(
+        session,
+        spec,
+        requests,
+        completion_ids,
+        options,
+        backends,
+        include_drafts=include_drafts,
+        admit=admit,
+    )
+    add_prompt_means(session, batch)
+    return batch
+
+
+def store_rewarded(session: Session, requests: Sequence[RewardRequest], source: str) -> list[int]:
+    """The id of each request's completion, stored (or reused) under its prompt
+    (``store_completions``); raises NotFoundError for an unknown prompt."""
     prompts = find_prompts(session, requests)
-    completion_ids = store_completions(session, requests, prompts, source)
+    return store_completions(session, requests, prompts, source)
+
+
+def judge_stored(
+    session: Session,
+    spec: JudgeSpec,
+    requests: Sequence[RewardRequest],
+    completion_ids: Sequence[int],
+    options: ScoreOptions,
+    backends: BackendFactories,
+    *,
+    include_drafts: bool = False,
+    admit: Callable[[Workload], None] | None = None,
+) -> RewardBatch:
+    """Each request's result, its stored completion (``completion_ids``, in order) judged
+    against its rubric: every rubric's run planned, the whole work given to ``admit``, then
+    judged (see ``compute_rewards``)."""
     batch = RewardBatch(
         judge=spec.name,
         judge_config_hash=spec.config_hash(),
@@ -201,16 +236,27 @@ def compute_rewards(
             scored.setdefault((entry.completion_id, rubric), []).append(entry)
         left_out = report.without_reasons.get("ambiguous", [])
         ambiguous.update(ambiguous_rubrics(session, left_out, include_drafts))
-    batch.results = [
+    batch.results = reward_results([r.rubric for r in requests], completion_ids, scored, ambiguous)
+    return batch
+
+
+def reward_results(
+    rubrics: Sequence[str | None],
+    completion_ids: Sequence[int],
+    scored: Mapping[tuple[int, str | None], Sequence[ScoredCompletion]],
+    ambiguous: Mapping[int, list[str]],
+) -> list[RewardResult]:
+    """Each item's result, in order, from its completion's scores under the rubric it named
+    (``rubrics``; None: its prompt's usable one), by (completion id, rubric) in ``scored``:
+    refused unjudged where it named none and several are usable (``ambiguous``)."""
+    return [
         (
             ambiguous_result(completion_id, ambiguous[completion_id])
-            if request.rubric is None and completion_id in ambiguous
-            else reward_result(completion_id, scored.get((completion_id, request.rubric), []))
+            if rubric is None and completion_id in ambiguous
+            else reward_result(completion_id, scored.get((completion_id, rubric), []))
         )
-        for request, completion_id in zip(requests, completion_ids, strict=True)
+        for rubric, completion_id in zip(rubrics, completion_ids, strict=True)
     ]
-    _add_prompt_means(session, batch)
-    return batch
 
 
 def ambiguous_rubrics(
@@ -229,7 +275,7 @@ def ambiguous_rubrics(
     }
 
 
-def _add_prompt_means(session: Session, batch: RewardBatch) -> None:
+def add_prompt_means(session: Session, batch: RewardBatch) -> None:
     """Each masked result's prompt mean (``RewardResult.prompt_mean``), the batch's own
     scores included, and where its prompt has none the judge's mean (``judge_mean``): a
     query only when something is masked."""

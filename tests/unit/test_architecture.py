@@ -270,3 +270,34 @@ def test_only_plugins_import_the_plugin_surface() -> None:
         if found.module == "rubricsvc.ext" or found.module.startswith("rubricsvc.ext.")
     )
     assert users == []
+
+
+# The modules that serve the reward routes: parse, call the reward pipeline, serialize.
+REWARD_EDGE = ("rubricsvc/api/routes/rewards.py", "rubricsvc/api/direct.py")
+PIPELINE = ("rubricsvc", "scoring", "pipeline")
+
+
+def test_the_reward_route_goes_one_way_through_the_pipeline() -> None:
+    """A reward request's path reads top-down: the routes (and ``api.direct``, which serves
+    them) reach ``rubricsvc.scoring`` only through ``scoring.pipeline``; inside ``scoring``,
+    no module imports the pipeline (it is the top of the reward path, calling its stages'
+    modules below it), and nothing in ``scoring`` imports the API."""
+    imports = _imports()
+    reached = {
+        (found.path, _resolve(found.module))
+        for found in imports
+        if found.path in REWARD_EDGE and _resolve(found.module)[:2] == ("rubricsvc", "scoring")
+    }
+    assert ("rubricsvc/api/routes/rewards.py", PIPELINE) in reached  # the route calls it
+    beside = sorted(
+        f"{path} -> {'.'.join(module)}" for path, module in reached if module != PIPELINE
+    )
+    assert beside == [], "reward routes past the pipeline:\n" + "\n".join(beside)
+    upwards = sorted(
+        f"{found.path}:{found.line} -> {found.module}"
+        for found in imports
+        if found.path.startswith("rubricsvc/scoring/")
+        and (_resolve(found.module) == PIPELINE or found.module.startswith("rubricsvc.api"))
+        and _module_of(found.path) != PIPELINE
+    )
+    assert upwards == [], "back up the reward path:\n" + "\n".join(upwards)
