@@ -152,6 +152,17 @@ class ApiSettings(BaseSettings):
     reward_batch_max_wait_ms: float = Field(default=50.0, ge=0, le=10_000)
     # Items in one such batch, at most (more start the next). 1: each request judged alone.
     reward_batch_max_items: int = Field(default=256, gt=0)
+    # Reward groups (``scoring.groups``): the rollouts of one prompt, sent one per request,
+    # held in the database until this many have come (a request or the URL may name another
+    # size: ``group_size``), then judged together. Unset: only a request that names a size is
+    # gathered. A group still short of its size this long after its first rollout came is
+    # judged as it is, under the current set, and its answers say ``timed_out``.
+    reward_group_size: int | None = Field(default=None, ge=2, le=1024)
+    reward_group_timeout_s: float = Field(default=120.0, gt=0)
+    # Evolving rubrics for reward requests that name an evolution run (``evolution``): the
+    # settings of ``reward.evolution`` (docs/evolving-rubrics.md) as JSON, ``every`` 1 (each
+    # complete group is a step). Unset: such requests are refused.
+    evolution: dict[str, Any] | None = None
     # Judgments of a reward batch sent to the judge in one call, at most. A reward batch is one
     # transaction with no checkpoint: smaller calls only leave a GPU engine idle while each
     # part is stored. The cap bounds what a call holds in memory (the transformers backend

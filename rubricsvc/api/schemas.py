@@ -8,10 +8,13 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from rubricsvc.documents import DocumentRecord
+from rubricsvc.evolution.store import RUN_NAME
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, AggregationName
 from rubricsvc.judging.config import ModeName
 from rubricsvc.rubrics.schemas import Message, TrajectoryMessage
 from rubricsvc.scoring.rewards import RewardResult
+
+EVOLUTION_RUN = RUN_NAME.pattern
 
 MAX_PAGE = 500
 MAX_OFFSET = 10**9  # bounded so that offset + limit fits any database integer
@@ -193,6 +196,14 @@ class RewardItem(_Body):
         "title, label): what citation criteria check its cited claims against.",
     )
 
+    group: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="The group it belongs to (verl's uid): the server gathers a group's "
+        "rollouts before judging them (see group_size). Default: its prompt's.",
+    )
+
     @model_validator(mode="after")
     def _prompt_given(self) -> RewardItem:
         if self.prompt_id is None and self.prompt is None:
@@ -208,6 +219,20 @@ class RewardsIn(_Body):
     min_coverage: float = Field(default=DEFAULT_MIN_COVERAGE, ge=0, le=1)
     include_drafts: bool | None = None
     source: str = Field(default="rewards", min_length=1, max_length=200)
+    group_size: int | None = Field(
+        default=None,
+        ge=2,
+        le=1024,
+        description="Gather each group (an item's group, else its prompt) until it has this "
+        "many rollouts, over requests, then judge it as one batch. Default: the server's "
+        "RUBRICSVC_API_REWARD_GROUP_SIZE where an item names a group or evolution is given.",
+    )
+    evolution: str | None = Field(
+        default=None,
+        pattern=EVOLUTION_RUN,
+        description="An evolution run: each group is judged under its prompt's current "
+        "evolved set, and each complete group evolves it by one step.",
+    )
 
 
 class RewardsOut(BaseModel):

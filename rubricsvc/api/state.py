@@ -20,8 +20,11 @@ from rubricsvc.backends import BackendChoice, JudgeBackend
 from rubricsvc.backends.provider import BackendProvider
 from rubricsvc.config import Settings
 from rubricsvc.db import session_scope
+from rubricsvc.evolution.served import ServedEvolution
+from rubricsvc.evolution.settings import EvolutionSettings
 from rubricsvc.models import ApiKey
 from rubricsvc.scoring.coalescing import JudgedAlone, RewardCoalescer
+from rubricsvc.scoring.groups import GroupGatherer
 from rubricsvc.scoring.options import score_options
 from rubricsvc.scoring.pipeline import RewardBatch, RewardPipeline
 
@@ -84,7 +87,17 @@ class AppState:
             # A request judged alone runs on the threads the routes' blocking work runs on.
             gatherer=coalescer if coalescer.enabled else JudgedAlone(run_in_threadpool),
             judged=self._count_rewards,
+            # A prompt's rollouts sent one per request, gathered in the database.
+            groups=GroupGatherer(self.engine, run_in_threadpool),
+            evolution=self._evolution(),
         )
+
+    def _evolution(self) -> ServedEvolution | None:
+        """The server's evolving rubrics (RUBRICSVC_API_EVOLUTION), or None."""
+        given = self.settings.api.evolution
+        if given is None:
+            return None
+        return ServedEvolution(EvolutionSettings.model_validate(given), self.judges)
 
     def _count_rewards(self, batch: RewardBatch) -> None:
         """Counted once per batch judged, however many requests it served."""

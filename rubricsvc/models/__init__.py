@@ -38,6 +38,7 @@ from rubricsvc.models.rubric import (
 from rubricsvc.models.scoring import (
     ChunkStatus,
     JobStatus,
+    RewardGroupMember,
     Score,
     ScoreChunk,
     ScoreJob,
@@ -77,6 +78,7 @@ __all__ = [
     "Origin",
     "Prompt",
     "ReviewSession",
+    "RewardGroupMember",
     "Rubric",
     "RubricAssignment",
     "RubricVersion",

@@ -136,3 +136,27 @@ class WorkerPresence(Base):
     judges: Mapped[list[str]] = mapped_column(JSONType)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
+
+
+class RewardGroupMember(Base):
+    """One rollout waiting in a reward group (``scoring.groups``): a framework that sends one
+    rollout per request cannot send its prompt's group together, so the server holds each
+    until the group is complete (or its time is up), then judges the group as one batch.
+
+    Rows, not a process's memory: every ``serve`` worker sees the same groups, and a group
+    outlives a server restart. ``batch`` is set when one process claims the group to judge
+    it; ``answer`` holds this member's part of the judged batch, read by whoever waits.
+    """
+
+    __tablename__ = "reward_group_members"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    # sha256 of what makes rollouts one group: the call (judge, options, source, run) and the
+    # group id (an explicit id, else the prompt's).
+    group_key: Mapped[str] = mapped_column(String(HASH_LENGTH), index=True)
+    group_size: Mapped[int] = mapped_column(Integer)
+    request: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    batch: Mapped[str | None] = mapped_column(String(36), index=True)
+    claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    answer: Mapped[dict[str, Any] | None] = mapped_column(JSONType)

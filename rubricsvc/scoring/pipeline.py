@@ -14,14 +14,19 @@ Every caller that computes rewards runs these stages, in this order (each a meth
    reading only.
 3. ``gather``: the requests put into the batch they are judged in by the pipeline's
    ``Gatherer`` (``scoring.coalescing``): alone, or with other callers' concurrent requests of
-   the same kind within the coalescing window. Gathering a whole group of one prompt's
-   rollouts is a gatherer too.
+   the same kind within the coalescing window. A call with a ``GroupPolicy`` is gathered by
+   the ``GroupGatherer`` instead (``scoring.groups``): its prompt's whole group of rollouts,
+   sent one per request, held in the database until complete (or timed out).
 4. ``store``: each completion stored once per (prompt, text, trajectory, documents) and
    source, or reused (``rewards.store_rewarded``).
 5. ``judge``: every rubric's run planned, the batch's work bounded (stage 2's ``bound``),
    then judged (``rewards.judge_stored``).
+   A gathered group of an evolution run is routed first to each prompt's current evolved
+   version (``GroupEvolution.route``).
 6. ``aggregate`` and ``answer``: each masked reward's stand-ins (its prompt's and the
-   judge's means); then what the caller asked back: ``JudgeUnavailable`` where no item got
+   judge's means); a complete group of an evolution run then evolves its prompt's set by
+   one step in the same transaction (``GroupEvolution.evolve``); then what the caller asked
+   back: ``JudgeUnavailable`` where no item got
    a reward because the judge was unavailable, a number for every item where a trainer needs
    one (``fill_masked``).
 
@@ -52,6 +57,7 @@ from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.prompts import prompt_hash
 from rubricsvc.scoring.admission import TooMuchWork, bound_work
 from rubricsvc.scoring.coalescing import Gatherer, JudgedAlone, Ungatherable, compares
+from rubricsvc.scoring.groups import GroupGatherer, GroupPolicy
 from rubricsvc.scoring.judge_configs import find_reward_judge
 from rubricsvc.scoring.rewards import (
     MaskedReward,
@@ -72,6 +78,9 @@ from rubricsvc.scoring.workload import reward_work
 __all__ = [
     "BadMaskedValue",
     "Bounds",
+    "GroupEvolution",
+    "GroupPolicy",
+    "GroupsNotGathered",
     "JudgeCannotBeKept",
     "JudgeUnavailable",
     "MaskedReward",
@@ -120,6 +129,32 @@ class BadMaskedValue(RewardRefusal):
     """A masked reward's value that is neither ``mean`` nor a finite number."""
 
 
+class GroupsNotGathered(RewardRefusal):
+    """A call that asks for groups (or an evolution run) the pipeline cannot serve."""
+
+
+class GroupEvolution(Protocol):
+    """What evolving rubrics does in the pipeline (``rubricsvc.evolution.served``): scoring
+    knows no evolution, the door that has one passes it. Both run in the batch's transaction."""
+
+    def route(
+        self, session: Session, run: str, requests: list[RewardRequest]
+    ) -> list[RewardRequest]:
+        """Each request aimed at its prompt's current version in ``run``."""
+        ...
+
+    def evolve(
+        self,
+        session: Session,
+        run: str,
+        spec: JudgeSpec,
+        requests: list[RewardRequest],
+        batch: RewardBatch,
+    ) -> None:
+        """The judged group's prompt(s) evolved by one step."""
+        ...
+
+
 class RewardBounds(Protocol):
     """What one call may ask for (None: no bound), read at each call: items, judgments as
     the judge's mode plans them, the evidence cost of citation checks. The API passes its
@@ -155,6 +190,7 @@ class RewardCall:
     options: ScoreOptions
     include_drafts: bool
     source: str
+    group: GroupPolicy | None = None  # gather each prompt's group first (``scoring.groups``)
 
 
 @dataclass
@@ -183,7 +219,8 @@ class RewardPipeline:
     pass: ``judges`` (the process's models, kept), ``bounds``, ``end_tokens``, ``options`` (the
     score options a call starts from: ``call``), the ``gatherer`` (None: each call's requests
     are one batch) and ``judged``, told of every batch judged (once, however many calls it
-    served)."""
+    served). ``groups`` gathers calls with a group policy, ``evolution`` evolves their
+    complete groups (None: such calls are refused)."""
 
     engine: Engine
     judges: BackendProvider
@@ -192,6 +229,8 @@ class RewardPipeline:
     options: ScoreOptions = field(default_factory=ScoreOptions)
     gatherer: Gatherer = field(default_factory=JudgedAlone)
     judged: Callable[[RewardBatch], None] | None = None
+    groups: GroupGatherer | None = None
+    evolution: GroupEvolution | None = None
     # On SQLite, one lock per judge around a whole batch's transaction: holding it before the
     # write transaction starts keeps SQLite's single writer from timing out behind a long
     # judge call. PostgreSQL takes concurrent batches (a model still runs one at a time).
@@ -207,11 +246,12 @@ class RewardPipeline:
         min_coverage: float,
         include_drafts: bool,
         source: str,
+        group: GroupPolicy | None = None,
     ) -> RewardCall:
         """A call under this pipeline's score options, with the aggregation and coverage floor
-        the caller asked for."""
+        the caller asked for, gathered by ``group`` where given."""
         options = replace(self.options, aggregation=aggregation, min_coverage=min_coverage)
-        return RewardCall(judge, mode, options, include_drafts, source)
+        return RewardCall(judge, mode, options, include_drafts, source, group)
 
     # The callers' entries: every stage in order.
 
@@ -305,8 +345,18 @@ class RewardPipeline:
         """This caller's part of the batch its requests were judged in. Equal calls may be
         judged together; what is gathered, and for how long, is the gatherer's."""
         kind: Hashable = call
-        run = partial(self.judge_batch, call)
         check = partial(self.admit, call)
+        if call.group is not None:
+            if self.groups is None:
+                raise GroupsNotGathered("this server does not gather reward groups")
+            if call.group.evolution is not None and self.evolution is None:
+                raise GroupsNotGathered(
+                    "this server has no evolution settings (RUBRICSVC_API_EVOLUTION): it "
+                    "cannot evolve rubrics"
+                )
+            judge_group = partial(self.judge_group, call)
+            return await self.groups.submit(kind, call.group, requests, judge_group, check)
+        run = partial(self.judge_batch, call)
         return await self.gatherer.submit(kind, requests, run, check)
 
     # 4-6. Store, judge and aggregate: one transaction per batch.
@@ -324,6 +374,30 @@ class RewardPipeline:
             completion_ids = self.store(session, call, requests)
             batch = self.judge(session, spec, call, requests, completion_ids)
             self.aggregate(session, batch)
+        if self.judged is not None:
+            self.judged(batch)
+        return batch
+
+    def judge_group(
+        self, call: RewardCall, requests: list[RewardRequest], complete: bool
+    ) -> RewardBatch:
+        """A gathered group as one batch (a judge that compares completions compares the
+        group's): routed to its evolution run's current set, stored, judged, aggregated and,
+        when ``complete``, evolved, in one transaction. A group that timed out is judged under
+        the current set and evolves nothing."""
+        assert call.group is not None
+        run = call.group.evolution
+        spec = self.resolve_judge(call)
+        with self._writer(call.judge), session_scope(self.engine) as session:
+            if run is not None:
+                assert self.evolution is not None
+                requests = self.evolution.route(session, run, requests)
+            completion_ids = self.store(session, call, requests)
+            batch = self.judge(session, spec, call, requests, completion_ids)
+            self.aggregate(session, batch)
+            if run is not None and complete:
+                assert self.evolution is not None
+                self.evolution.evolve(session, run, spec, requests, batch)
         if self.judged is not None:
             self.judged(batch)
         return batch

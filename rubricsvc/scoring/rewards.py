@@ -57,6 +57,9 @@ class RewardRequest:
     trajectory: Messages | None = None
     # The evidence it used (``rubricsvc.documents`` records): what citation criteria read.
     documents: list[dict[str, Any]] | None = None
+    # The group it belongs to where the server gathers groups (``scoring.groups``): an
+    # explicit id (verl's ``uid``); None: its prompt's.
+    group: str | None = None
 
     def messages(self) -> Messages:
         if isinstance(self.prompt, str):
@@ -85,6 +88,9 @@ class RewardResult:
     # of a prompt, sent alone): the mean of every score under this judge and aggregation
     # (``judge_mean``), if any. The nearest stand-in for its group's mean; 0 only without it.
     judge_mean: float | None = None
+    # Where the server gathered the rollout's group (``scoring.groups``): ``complete``, or
+    # ``timed_out`` (the group never filled; judged as it was, under the current set).
+    group_status: str | None = None
 
 
 @dataclass(kw_only=True)

@@ -9,6 +9,11 @@ the score is masked (judge failures below the coverage floor) or the prompt has 
 rubric: never a silent zero. OpenRLHF needs a number for every sample: there a masked score
 is sent as the configured value (by default the batch's mean) and counted in ``extra_logs``,
 never refused.
+
+A request may ask the server to gather groups (``group_size``, ``evolution``; the OpenRLHF
+route takes them in its URL's query string, which ``--reward.remote_url`` can carry): each
+prompt's rollouts, sent one per request, are held until the group is complete and judged
+together (``scoring.groups``), under the evolution run's current set where one is named.
 """
 
 from __future__ import annotations
@@ -23,7 +28,13 @@ from rubricsvc.api.boundary import CheckedRoute
 from rubricsvc.api.deps import app_state, require, require_with_query_key
 from rubricsvc.api.drafts import drafts_allowed
 from rubricsvc.api.errors import DEFAULT_RETRY_AFTER, ApiError
-from rubricsvc.api.schemas import OpenRLHFIn, OpenRLHFOut, RewardsIn, RewardsOut
+from rubricsvc.api.schemas import (
+    EVOLUTION_RUN,
+    OpenRLHFIn,
+    OpenRLHFOut,
+    RewardsIn,
+    RewardsOut,
+)
 from rubricsvc.api.state import AppState
 from rubricsvc.apikeys import Scope
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, AggregationName
@@ -31,6 +42,8 @@ from rubricsvc.judging.failures import empty_counts
 from rubricsvc.models import ApiKey
 from rubricsvc.scoring.pipeline import (
     BadMaskedValue,
+    GroupPolicy,
+    GroupsNotGathered,
     JudgeCannotBeKept,
     JudgeUnavailable,
     RewardAnswer,
@@ -53,7 +66,7 @@ async def answered(pipeline_run: Awaitable[RewardAnswer]) -> RewardAnswer:
         raise ApiError(
             413, str(err), "body" if err.field is None else f"body.{err.field}"
         ) from None
-    except JudgeCannotBeKept as err:
+    except (JudgeCannotBeKept, GroupsNotGathered) as err:
         raise ApiError(422, str(err)) from None
     except JudgeUnavailable as err:
         # A client should come back later rather than train on nothing.
@@ -63,6 +76,26 @@ async def answered(pipeline_run: Awaitable[RewardAnswer]) -> RewardAnswer:
             code="judge_unavailable",
             headers={"Retry-After": str(ceil(err.retry_after or DEFAULT_RETRY_AFTER))},
         ) from None
+
+
+def group_policy(
+    state: AppState, size: int | None, evolution: str | None, gathers: bool, where: str
+) -> GroupPolicy | None:
+    """How a call's rollouts are gathered: by ``size`` (else the server's group size where the
+    call ``gathers`` or names an evolution run), or not at all."""
+    api = state.settings.api
+    if size is None and (gathers or evolution is not None):
+        size = api.reward_group_size
+    if size is None:
+        if evolution is not None:
+            raise ApiError(
+                422,
+                "an evolution run evolves each prompt's group: give group_size (or set "
+                "RUBRICSVC_API_REWARD_GROUP_SIZE)",
+                f"{where}.group_size",
+            )
+        return None
+    return GroupPolicy(size, api.reward_group_timeout_s, evolution)
 
 
 def reward_requests(body: RewardsIn) -> list[RewardRequest]:
@@ -87,6 +120,7 @@ def reward_requests(body: RewardsIn) -> list[RewardRequest]:
                 if item.documents is None
                 else [d.model_dump(exclude_none=True, mode="json") for d in item.documents]
             ),
+            group=item.group,
         )
         for item in body.items
     ]
@@ -105,6 +139,13 @@ async def serve_rewards(state: AppState, body: RewardsIn, key: ApiKey | None) ->
         min_coverage=body.min_coverage,
         include_drafts=drafts,
         source=body.source,
+        group=group_policy(
+            state,
+            body.group_size,
+            body.evolution,
+            any(item.group is not None for item in body.items),
+            "body",
+        ),
     )
     answer = await answered(pipeline.serve(call, reward_requests(body), refuse_unavailable=True))
     return RewardsOut.model_validate(answer.batch, from_attributes=True)
@@ -131,6 +172,8 @@ async def serve_openrlhf(
     aggregation: str,
     min_coverage: float,
     masked: str | None,
+    group_size: int | None = None,
+    evolution: str | None = None,
 ) -> OpenRLHFOut:
     """The answer to an OpenRLHF request (the route's query parameters as keywords): the
     route's, and ``api.direct``'s. A masked score never stops the run: it is sent as the
@@ -159,6 +202,8 @@ async def serve_openrlhf(
         min_coverage=min_coverage,
         include_drafts=state.settings.scoring.use_drafts,  # the client cannot ask
         source="openrlhf",
+        # One rollout per request: the server's group size applies to every request.
+        group=group_policy(state, group_size, evolution, True, "query"),
     )
     answer = await answered(pipeline.serve(call, requests, fill_masked=policy))
     results = answer.batch.results
@@ -173,6 +218,15 @@ async def serve_openrlhf(
                 f"rubric_failures_{name}": [float(r.failures[name]) for r in results]
                 for name in empty_counts()
             },
+            **(
+                {}
+                if call.group is None
+                else {
+                    "rubric_group_timed_out": [
+                        float(r.group_status == "timed_out") for r in results
+                    ]
+                }
+            ),
         },
     )
 
@@ -196,6 +250,20 @@ async def openrlhf_reward(
         "finite number. OpenRLHF needs a number for every sample. Default: the setting "
         "RUBRICSVC_SCORING_MASKED_REWARD ('mean').",
     ),
+    group_size: int | None = Query(
+        None,
+        ge=2,
+        le=1024,
+        description="Gather each prompt's rollouts (by label, else prompt) until this many "
+        "have come, then judge them as one group. Default: RUBRICSVC_API_REWARD_GROUP_SIZE "
+        "(unset: each request judged as it comes).",
+    ),
+    evolution: str | None = Query(
+        None,
+        pattern=EVOLUTION_RUN,
+        description="An evolution run: each group judged under its prompt's current evolved "
+        "set, each complete group evolves it by one step.",
+    ),
 ) -> OpenRLHFOut:
     """OpenRLHF's remote reward model contract: ``{"query", "prompts", "labels"}`` in,
     ``{"rewards", "scores", "extra_logs"}`` out. Each query is the prompt followed by the
@@ -203,5 +271,12 @@ async def openrlhf_reward(
     text is looked up by its hash as one user message."""
     # Served by ``api.direct`` when well-formed, as ``/v1/rewards`` is.
     return await serve_openrlhf(
-        state, body, judge=judge, aggregation=aggregation, min_coverage=min_coverage, masked=masked
+        state,
+        body,
+        judge=judge,
+        aggregation=aggregation,
+        min_coverage=min_coverage,
+        masked=masked,
+        group_size=group_size,
+        evolution=evolution,
     )

@@ -1,0 +1,257 @@
+"""Reward groups: one prompt's rollouts, sent one per request, judged together.
+
+Evolving rubrics (and a judge that compares a group's completions) need a prompt's whole
+group at once, but RL frameworks such as OpenRLHF and verl's reward loop send one rollout
+per request. ``GroupGatherer`` is the reward pipeline's gather stage for such calls: each
+rollout is a row of ``reward_group_members`` (the database, not a process's memory, so
+``serve --workers N`` processes share the groups and a group outlives a restart), and the
+group is judged as one batch by whichever waiting caller first finds it complete:
+
+- A group is the rollouts of one call (judge, options, source, evolution run) with one
+  group id: the request's explicit one (verl's ``uid``) or its prompt's (OpenRLHF's label,
+  a prompt id, else the prompt's hash). The oldest ``size`` unclaimed members are a group.
+- A caller claims a group by marking its rows with a batch token (only rows still unmarked:
+  two processes never judge one member twice), judges it (``run(requests, complete)``) and
+  writes each member's part of the batch on its row; every caller polls its own rows until
+  they are answered.
+- A group that never fills is judged as it is once its oldest member has waited
+  ``timeout`` seconds (``complete`` False: the current set, no evolution), and each of its
+  answers says ``timed_out``.
+
+A request that judging alone would refuse (an unknown prompt, too much work) is refused
+before it joins a group (``check``), so one bad rollout never holds up or fails its group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import uuid
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Engine, select, update
+
+from rubricsvc.db import session_scope
+from rubricsvc.errors import RubricsvcError
+from rubricsvc.models import RewardGroupMember
+from rubricsvc.models.base import utcnow
+from rubricsvc.prompts import prompt_hash
+from rubricsvc.scoring.coalescing import CheckRequests, split_batch
+from rubricsvc.scoring.rewards import RewardBatch, RewardRequest, RewardResult
+from rubricsvc.scoring.scorer import JudgingTally
+
+COMPLETE, TIMED_OUT = "complete", "timed_out"
+
+# Judges a claimed group as one batch: (its requests, whether the group is complete).
+RunGroup = Callable[[list[RewardRequest], bool], RewardBatch]
+ToThread = Callable[..., Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class GroupPolicy:
+    """How a call's rollouts are gathered: ``size`` per group, judged as they are after
+    ``timeout`` seconds, and the evolution run (None: none) that evolves on each complete
+    group."""
+
+    size: int
+    timeout: float
+    evolution: str | None = None
+
+
+class GroupFailed(RubricsvcError):
+    """The batch a gathered group was judged in failed as a whole (its judge's error)."""
+
+
+class GroupGatherer:
+    """Gathers a call's rollouts into groups in the database (see the module docstring).
+    ``to_thread`` runs the blocking work (the API passes the threads its routes use);
+    ``poll`` is how often a waiting caller looks at its rows."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        to_thread: ToThread = asyncio.to_thread,
+        poll: float = 0.05,
+    ) -> None:
+        self.engine = engine
+        self.to_thread = to_thread
+        self.poll = poll
+
+    async def submit(
+        self,
+        kind: Hashable,
+        policy: GroupPolicy,
+        requests: list[RewardRequest],
+        run: RunGroup,
+        check: CheckRequests,
+    ) -> RewardBatch:
+        """This caller's part of the batches its requests' groups were judged in."""
+        await self.to_thread(check, requests)
+        keys = [group_key(kind, request) for request in requests]
+        ids: list[int] = await self.to_thread(self._join, policy, requests, keys)
+        while True:
+            answers: dict[int, dict[str, Any]] = await self.to_thread(self._answers, ids)
+            if len(answers) == len(ids):
+                return _assembled([answers[i] for i in ids])
+            waiting = {key for key, i in zip(keys, ids, strict=True) if i not in answers}
+            for key in sorted(waiting):
+                await self.to_thread(self._judge_ready, key, policy, run)
+            await asyncio.sleep(self.poll)
+
+    def _join(
+        self, policy: GroupPolicy, requests: list[RewardRequest], keys: list[str]
+    ) -> list[int]:
+        now = utcnow()
+        rows = [
+            RewardGroupMember(
+                group_key=key,
+                group_size=policy.size,
+                request=dataclasses.asdict(request),
+                created_at=now,
+            )
+            for key, request in zip(keys, requests, strict=True)
+        ]
+        with session_scope(self.engine) as session:
+            session.add_all(rows)
+            session.flush()
+            return [row.id for row in rows]
+
+    def _answers(self, ids: list[int]) -> dict[int, dict[str, Any]]:
+        with session_scope(self.engine) as session:
+            rows = session.execute(
+                select(RewardGroupMember.id, RewardGroupMember.answer).where(
+                    RewardGroupMember.id.in_(ids), RewardGroupMember.answer.is_not(None)
+                )
+            )
+            return {row_id: answer for row_id, answer in rows}
+
+    def _judge_ready(self, key: str, policy: GroupPolicy, run: RunGroup) -> None:
+        """Judge ``key``'s oldest unclaimed group if it is complete or its time is up."""
+        claimed = self._claim(key, policy)
+        if claimed is None:
+            return
+        token, members, complete = claimed
+        requests = [RewardRequest(**member) for _, member in members]
+        try:
+            batch = run(requests, complete)
+        except Exception as err:  # every member's caller gets the error, none waits forever
+            failed = {"error": f"{type(err).__name__}: {err}"}
+            self._answer(token, [(row_id, failed) for row_id, _ in members])
+            return
+        status = COMPLETE if complete else TIMED_OUT
+        for result in batch.results:
+            result.group_status = status
+        parts = split_batch(batch, [1] * len(members))
+        self._answer(
+            token, [(row_id, _part(p)) for (row_id, _), p in zip(members, parts, strict=True)]
+        )
+
+    def _claim(
+        self, key: str, policy: GroupPolicy
+    ) -> tuple[str, list[tuple[int, dict[str, Any]]], bool] | None:
+        with session_scope(self.engine) as session:
+            rows = session.execute(
+                select(
+                    RewardGroupMember.id, RewardGroupMember.request, RewardGroupMember.created_at
+                )
+                .where(RewardGroupMember.group_key == key, RewardGroupMember.batch.is_(None))
+                .order_by(RewardGroupMember.id)
+                .limit(policy.size)
+            ).all()
+            if not rows:
+                return None
+            complete = len(rows) >= policy.size
+            oldest = min(_aware(created) for _, _, created in rows)
+            if not complete and utcnow() - oldest < timedelta(seconds=policy.timeout):
+                return None
+            token = str(uuid.uuid4())
+            ids = [row_id for row_id, _, _ in rows]
+            # Only rows nobody claimed meanwhile: another process that got there first wins.
+            marked = session.execute(
+                update(RewardGroupMember)
+                .where(RewardGroupMember.id.in_(ids), RewardGroupMember.batch.is_(None))
+                .values(batch=token, claimed_at=utcnow())
+                .execution_options(synchronize_session=False)
+            )
+            if marked.rowcount != len(ids):  # type: ignore[attr-defined]
+                session.rollback()
+                return None
+            return token, [(row_id, request) for row_id, request, _ in rows], complete
+
+    def _answer(self, token: str, answers: Sequence[tuple[int, dict[str, Any]]]) -> None:
+        with session_scope(self.engine) as session:
+            for row_id, answer in answers:
+                session.execute(
+                    update(RewardGroupMember)
+                    .where(RewardGroupMember.id == row_id, RewardGroupMember.batch == token)
+                    .values(answer=answer)
+                    .execution_options(synchronize_session=False)
+                )
+
+
+def group_key(kind: Hashable, request: RewardRequest) -> str:
+    """What makes rollouts one group, as one hash that every process computes alike: the
+    call (its ``repr``: judge, options, source, group policy) and the group id."""
+    if request.group is not None:
+        group = f"group:{request.group}"
+    elif request.prompt_id is not None:
+        group = f"prompt:{request.prompt_id}"
+    else:
+        group = f"hash:{prompt_hash(request.messages())}"
+    return hashlib.sha256(f"{kind!r}\n{group}".encode()).hexdigest()
+
+
+def _aware(moment: Any) -> Any:
+    # SQLite hands back naive datetimes; they were written in UTC.
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=utcnow().tzinfo)
+
+
+def _part(batch: RewardBatch) -> dict[str, Any]:
+    """One member's part of a judged batch, as its row stores it."""
+    tally = {
+        name: getattr(batch, name)
+        for name in (
+            "judgments",
+            "computed",
+            "cached",
+            "failed",
+            "backend_requests",
+            "failures",
+            "alarms",
+            "unavailable",
+            "retry_after",
+        )
+    }
+    return {
+        "judge": batch.judge,
+        "judge_config_hash": batch.judge_config_hash,
+        "aggregation": batch.aggregation,
+        "result": dataclasses.asdict(batch.results[0]),
+        "tally": tally,
+    }
+
+
+def _assembled(answers: list[dict[str, Any]]) -> RewardBatch:
+    """A caller's batch from its members' answers, in its order."""
+    for answer in answers:
+        if "error" in answer:
+            raise GroupFailed(f"the group this rollout was gathered in failed: {answer['error']}")
+    first = answers[0]
+    batch = RewardBatch(
+        judge=first["judge"],
+        judge_config_hash=first["judge_config_hash"],
+        aggregation=first["aggregation"],
+        results=[RewardResult(**answer["result"]) for answer in answers],
+    )
+    for answer, result in zip(answers, batch.results, strict=True):
+        tally = JudgingTally(**answer["tally"])
+        alarms = [a for a in tally.alarms if a not in batch.alarms]
+        tally.alarms = alarms
+        batch.add(tally)
+        if result.completion_id is not None:
+            batch.by_completion[result.completion_id] = tally
+    return batch
