@@ -76,10 +76,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     COLLECTED[:] = items
     # pytest-xdist (`make test`) hands whole modules to its processes in this order: a heavy
     # module handed out last would keep one process busy while the others idle. Modules with
-    # a test marked slow go first, the longest first (by the minutes their tests declare with
-    # `slow(seconds=N)`: a module of one test of minutes would otherwise wait its turn behind
-    # modules of many short ones), then those with one marked model, then the rest. The sort
-    # is stable, so each module's tests stay together and in their order.
+    # a test marked slow go first, the longest first (by the seconds their tests declare with
+    # `slow(seconds=N)`, N a test's time alone on an idle 2-core machine: a module of one test
+    # of minutes would otherwise wait its turn behind modules of many short ones), then those
+    # with one marked model, then the rest. The sort is stable, so each module's tests stay
+    # together and in their order.
     tier: dict[str, int] = {}
     declared: dict[str, float] = {}
     for item in items:
