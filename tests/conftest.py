@@ -7,6 +7,7 @@ With ``CI=true`` an unreachable server fails the run; elsewhere those tests skip
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import uuid
@@ -21,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from rubricsvc import db, heap
 from rubricsvc.models import Base
+from tests.model_loads import shared_pretrained_loads
 from tests.requirements import (  # noqa: F401 - IN_CI is imported from here too
     COLLECTED,
     CURRENT_TEST,
@@ -73,17 +75,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                     item.add_marker(marker)
     COLLECTED[:] = items
     # pytest-xdist (`make test`) hands whole modules to its processes in this order: a heavy
-    # module handed out last would keep one process busy while the other idles. Modules with
-    # a test marked slow go first, then those with one marked model, then the rest. The sort
-    # is stable, so each module's tests stay together and in their order.
+    # module handed out last would keep one process busy while the others idle. Modules with
+    # a test marked slow go first, the longest first (by the seconds their tests declare with
+    # `slow(seconds=N)`, N a test's time alone on an idle 2-core machine: a module of one test
+    # of minutes would otherwise wait its turn behind modules of many short ones), then those
+    # with one marked model, then the rest. The sort is stable, so each module's tests stay
+    # together and in their order.
     tier: dict[str, int] = {}
+    declared: dict[str, float] = {}
     for item in items:
         module = item.nodeid.split("::", 1)[0]
-        rank = (
-            0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("model") else 2
-        )
+        slow = item.get_closest_marker("slow")
+        rank = 0 if slow else 1 if item.get_closest_marker("model") else 2
         tier[module] = min(tier.get(module, 2), rank)
-    items.sort(key=lambda item: tier[item.nodeid.split("::", 1)[0]])
+        declared[module] = declared.get(module, 0.0) + float(
+            slow.kwargs.get("seconds", 0) if slow else 0
+        )
+
+    def module_rank(item: pytest.Item) -> tuple[int, float]:
+        module = item.nodeid.split("::", 1)[0]
+        return tier[module], -declared[module]
+
+    items.sort(key=module_rank)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -116,21 +129,26 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
 def _model_loads_need_the_model_mark() -> Iterator[None]:
     """Loading a model in this process (a CLI command, the API, a trainer) is using it: the
     test must be marked ``model`` (``uses``). The backends import their libraries lazily, so
-    this costs nothing where no model is loaded."""
+    this costs nothing where no model is loaded. A transformers backend's files are read once
+    per process (tests/model_loads.py)."""
     from rubricsvc.backends.transformers import TransformersBackend
     from rubricsvc.backends.vllm import VLLMBackend
 
     originals = {cls: cls.__init__ for cls in (TransformersBackend, VLLMBackend)}
 
-    def checked(original: Any) -> Any:
+    def checked(original: Any, loads: Any) -> Any:
         def init(self: Any, *args: Any, **kwargs: Any) -> None:
             uses("model")
-            original(self, *args, **kwargs)
+            with loads():
+                original(self, *args, **kwargs)
 
         return init
 
-    for cls, original in originals.items():
-        cls.__init__ = checked(original)  # type: ignore[method-assign]
+    # The in-process judge's files are read once per process (tests/model_loads.py).
+    TransformersBackend.__init__ = checked(  # type: ignore[method-assign]
+        originals[TransformersBackend], shared_pretrained_loads
+    )
+    VLLMBackend.__init__ = checked(originals[VLLMBackend], contextlib.nullcontext)  # type: ignore[method-assign]
     yield
     for cls, original in originals.items():
         cls.__init__ = original  # type: ignore[method-assign]

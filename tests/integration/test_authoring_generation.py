@@ -235,7 +235,7 @@ TEN_PROMPTS = [
 
 
 @pytest.mark.model
-@pytest.mark.slow
+@pytest.mark.slow(seconds=95)
 def test_the_bundled_model_drafts_ten_valid_rubrics(sqlite_url: str, tmp_path: Path) -> None:
     require_module("torch", "transformers")
     prepared_model_dir()

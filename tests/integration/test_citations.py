@@ -282,7 +282,7 @@ def _drb_records() -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
 
 
 @pytest.mark.model
-@pytest.mark.slow
+@pytest.mark.slow(seconds=65)
 def test_deepresearch_bench_reports_list_each_cited_claim_with_its_support(
     sqlite_url: str, tmp_path: Path
 ) -> None:

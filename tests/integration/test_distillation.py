@@ -59,7 +59,7 @@ def _judge_names(database_url: str) -> set[str]:
 
 
 @pytest.mark.model
-@pytest.mark.slow
+@pytest.mark.slow(seconds=70)
 def test_a_distilled_student_is_traced_served_and_gated(sqlite_url: str, tmp_path: Path) -> None:
     base = prepared_model_dir()
     _import(tmp_path, sqlite_url)

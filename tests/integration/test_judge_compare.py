@@ -221,7 +221,7 @@ def _shortest_demo_conversations(path: Path) -> Path:
 
 
 @pytest.mark.model
-@pytest.mark.slow
+@pytest.mark.slow(seconds=70)
 def test_healthbench_labels_compare_embedded_calibrated_and_imported_judges(
     sqlite_url: str, tmp_path: Path
 ) -> None:

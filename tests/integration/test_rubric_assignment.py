@@ -44,7 +44,7 @@ def _count(url: str, model: type) -> int:
 
 
 @pytest.mark.model
-@pytest.mark.slow
+@pytest.mark.slow(seconds=130)
 def test_forty_pair_completions_scored_against_their_rubrics_in_one_run(
     sqlite_url: str, tmp_path: Path
 ) -> None:

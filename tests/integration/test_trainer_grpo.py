@@ -48,6 +48,7 @@ def _load_weights(folder: Path) -> dict[str, Any]:
     return weights
 
 
+@pytest.mark.slow(seconds=75)
 def test_rubricsvc_train_runs_grpo_and_the_policy_changes(sqlite_url: str, tmp_path: Path) -> None:
     require_module("trl", "trainer")
     model_dir = prepared_model_dir()

@@ -24,8 +24,14 @@ class _Item:
         self.fixturenames = fixtures
         self.markers: list[str] = []
 
-    def get_closest_marker(self, name: str) -> str | None:
-        return name if name in self.markers else None
+        self.slow_seconds: float | None = None  # slow(seconds=N)
+
+    def get_closest_marker(self, name: str) -> pytest.Mark | None:
+        if name not in self.markers:
+            return None
+        if name == "slow" and self.slow_seconds is not None:
+            return pytest.mark.slow(seconds=self.slow_seconds).mark
+        return getattr(pytest.mark, name).mark
 
     def add_marker(self, name: str) -> None:
         self.markers.append(name)
@@ -45,6 +51,26 @@ def test_collection_marks_a_fixtures_users_and_puts_heavy_modules_first() -> Non
         COLLECTED[:] = saved
     assert sorted(cluster.markers) == ["broker", "postgres", "slow"] and light.markers == []
     assert items == [cluster, light]
+
+
+def test_slow_modules_that_declare_more_seconds_are_handed_out_first() -> None:
+    from tests.conftest import pytest_collection_modifyitems
+
+    short, long, longer, light = (
+        _Item(f"tests/{name}.py::t", ["tmp_path"]) for name in ("a", "b", "c", "d")
+    )
+    for item, seconds in ((short, None), (long, 60), (longer, 120)):
+        item.markers.append("slow")
+        item.slow_seconds = seconds
+    model = _Item("tests/e.py::t", ["tmp_path"])
+    model.markers.append("model")
+    saved = list(COLLECTED)
+    try:
+        items = [light, model, short, long, longer]
+        pytest_collection_modifyitems(items)  # type: ignore[arg-type]
+    finally:
+        COLLECTED[:] = saved
+    assert items == [longer, long, short, model, light]
 
 
 def test_fixture_markers_name_declared_markers(pytestconfig: pytest.Config) -> None:
