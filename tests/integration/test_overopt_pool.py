@@ -138,6 +138,15 @@ def test_the_pool_proposes_max_new_untried_criteria_and_the_step_keeps_the_separ
         "Answers the question that was asked rather than a different one",
         "Repeats the same sentence or point",
     ]
+    # A process started again forgets what its backend proposed: a fresh one offers the
+    # three tried and inactive (not current) criteria again, and the step refuses them all.
+    restarted = _step(session, 2, PoolGenerator(pool=POOL, tasks=TASKS), judge)
+    assert [(r.text, r.reason) for r in restarted.refused] == [
+        ("Mentions limiting caffeine later in the day", "duplicate"),
+        ("Gives advice about something other than sleep", "duplicate"),
+        ("Answers the question that was asked rather than a different one", "duplicate"),
+    ]
+    assert restarted.added == [] and restarted.pruned == []
     track = session.scalars(select(EvolutionTrack)).one()
     version = session.get(RubricVersion, track.current_version_id)
     assert version is not None and version.origin == Origin.EVOLVED
