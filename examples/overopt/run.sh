@@ -58,7 +58,7 @@ jobs=${JOBS:-2}
 [ -x "$repo/.venv/bin/rubricsvc" ] && export PATH="$repo/.venv/bin:$PATH"
 export RUBRICSVC_DATABASE_URL="sqlite:///$work/overopt.sqlite"
 # The evolving-pool arm's generator backend (overopt-pool) is a plugin; it only registers a name.
-export RUBRICSVC_PLUGINS=trainer.overopt_pool
+export RUBRICSVC_PLUGINS=${RUBRICSVC_PLUGINS:+$RUBRICSVC_PLUGINS,}trainer.overopt_pool
 cd "$repo"  # the jury's template path is relative to the repository
 rubricsvc db upgrade
 rubricsvc rubrics add examples/overopt/rubrics.yaml > /dev/null
