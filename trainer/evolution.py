@@ -7,8 +7,9 @@ was computed under). After scoring, each due prompt's group (its rollouts of the
 rewards and per-criterion verdicts) goes to ``rubricsvc.evolution.step.evolve_group``, one
 transaction per prompt. The criteria a step writes reward the prompt from the next step on.
 
-Logged per step: ``evolution/active`` (evolved criteria active, summed over the step's
-prompts), ``evolution/new``, ``evolution/pruned``, ``evolution/refused``,
+Logged per step: ``evolution/prompts`` (the prompts that evolved: generator calls),
+``evolution/active`` (evolved criteria active, summed over the step's prompts),
+``evolution/new``, ``evolution/pruned``, ``evolution/refused``,
 ``evolution/generator_failures``; ``evolution/persistent_reward`` and
 ``evolution/evolved_reward`` (each rollout's reward over the persistent criteria alone and
 over the evolved ones alone, as DR Tulu logs them); and ``evolution/direction_agreement``,
@@ -246,6 +247,7 @@ class RubricEvolution:
             )
         if log_metric is None or not reports:
             return
+        log_metric("evolution/prompts", float(len(reports)))  # the generator calls
         log_metric("evolution/active", float(sum(r.active for r in reports)))
         log_metric("evolution/new", float(sum(len(r.added) for r in reports)))
         log_metric("evolution/pruned", float(sum(len(r.pruned) for r in reports)))

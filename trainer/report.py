@@ -23,6 +23,7 @@ import yaml
 
 from rubricsvc.errors import NotFoundError
 from trainer.agreement import agreement_text, group_agreement
+from trainer.evolution_report import evolution_section
 from trainer.monitors import GoldPoint, divergence_tests, per_test_level, slope
 from trainer.refresh_report import refresh_section
 from trainer.rundir import ALARMS, GOLD, METRICS, REFRESHES, SAMPLES, RunDirectory
@@ -309,6 +310,13 @@ def defences(config: dict[str, Any]) -> str:
         said.append(f"KL beta {config['grpo']['beta']}")
     if config.get("random_rewards"):
         said.append("random rewards (control)")
+    evolution = reward.get("evolution") or {}
+    if evolution:
+        generator = (evolution.get("generator") or {}).get("backend", "transformers")
+        said.append(
+            f"evolving rubrics (generator {generator}, every {evolution.get('every', 1)}, "
+            f"max_active {evolution.get('max_active', 5)})"
+        )
     refresh = config.get("refresh") or {}
     if refresh:
         labeller = refresh.get("labeller")
@@ -486,6 +494,7 @@ def run_report(run: RunRecord) -> str:
         "",
     ]
     lines += refresh_section(run.refreshes, run.samples)
+    lines += evolution_section([(run.name, run.metrics)])
     lines += agent_section(run)
     lines += ["## Alarms", "", _test_summary(run), ""]
     margin = run.alarm_margin()
@@ -550,7 +559,8 @@ def compare_runs(paths: Sequence[Path], output: Path) -> tuple[Path, Path, str]:
         f"{text}\n\n![proxy and gold]({CURVES})\n\nRuns: "
         + ", ".join(f"{r.name} ({r.path})" for r in runs)
         + "\n"
-        + _refreshes_compared(runs),
+        + _refreshes_compared(runs)
+        + "".join("\n" + line for line in evolution_section([(r.name, r.metrics) for r in runs])),
         encoding="utf-8",
     )
     return curves, document, text

@@ -15,8 +15,15 @@
 # prompts of tasks.yaml, everything else as in round 1:
 #   refresh   the judge retrained every 10 steps on the run's own completions, labelled by
 #             the gold checks, swapped in only when its gate passes (docs/trainer.md)
-# The evolving-rubric arms join when their code has landed. The refresh arm's time is not
-# measured yet: each refresh distills and gates a student on a few hundred labels.
+#   evolving       evolving rubrics (docs/evolving-rubrics.md), the embedded model writing
+#                  the criteria
+#   evolving-pool  evolving rubrics, a scripted generator standing in for a strong model: it
+#                  proposes criteria from examples/overopt/evolving_pool.yaml, max_new at a
+#                  time, and the evolution step keeps those whose verdicts separate the group
+#                  (trainer/overopt_pool.py)
+# Neither the refresh arm's time nor the evolving arms' is measured yet: each refresh distills
+# and gates a student on a few hundred labels, and each evolution step asks the generator
+# and judges its criteria over the group.
 #
 # Usage: bash examples/overopt/run.sh [WORKDIR]   (default: .overopt-run; round 2: .overopt-run-2)
 #   ROUND=2      round 2's runs (default: 1, round 1's as recorded)
@@ -37,7 +44,7 @@ case $round in
   2)
     work=${1:-.overopt-run-2}
     seeds=${SEEDS:-0 1 2 3}
-    runs=${RUNS:-baseline dropout refresh control}
+    runs=${RUNS:-baseline dropout evolving evolving-pool refresh control}
     # baseline.yaml keeps round 1's 4 held-out prompts, so that it still reproduces round 1.
     held_out=overopt-stress,overopt-seasons,overopt-cooking,overopt-summary,overopt-cold
     held_out=$held_out,overopt-backup,overopt-rainbow,overopt-meeting,overopt-jetlag
@@ -50,6 +57,8 @@ work=$(cd "$work" && pwd)
 jobs=${JOBS:-2}
 [ -x "$repo/.venv/bin/rubricsvc" ] && export PATH="$repo/.venv/bin:$PATH"
 export RUBRICSVC_DATABASE_URL="sqlite:///$work/overopt.sqlite"
+# The evolving-pool arm's generator backend (overopt-pool) is a plugin; it only registers a name.
+export RUBRICSVC_PLUGINS=${RUBRICSVC_PLUGINS:+$RUBRICSVC_PLUGINS,}trainer.overopt_pool
 cd "$repo"  # the jury's template path is relative to the repository
 rubricsvc db upgrade
 rubricsvc rubrics add examples/overopt/rubrics.yaml > /dev/null
@@ -80,6 +89,15 @@ measure_judges() {
 }
 measure_judges
 
+evolution_settings() {  # [EXTRA]...: the evolving arms' shared settings (see settings)
+  echo "--set reward.evolution.every=1 --set reward.evolution.max_new=3" \
+    "--set reward.evolution.max_active=5 --set reward.evolution.prune_tolerance=0.0" \
+    "--set reward.evolution.generator.category_weights.essential=1" \
+    "--set reward.evolution.generator.category_weights.important=1" \
+    "--set reward.evolution.generator.category_weights.optional=1" \
+    "--set reward.evolution.generator.category_weights.pitfall=-1" "$@"
+}
+
 settings() {
   case $1 in
     baseline) ;;
@@ -103,7 +121,27 @@ settings() {
       "--set refresh.training.learning_rate=1.0e-4 --set refresh.training.batch_size=1" \
       "--set refresh.training.gradient_accumulation_steps=8" \
       "--set refresh.training.trainable_layers=8 --set refresh.training.seed=0" ;;
-    *) echo "unknown run $1 (baseline, dropout, jury, refresh, control)" >&2; return 1 ;;
+    # Evolving rubrics (docs/evolving-rubrics.md), DR Tulu's settings where they fit:
+    # every 1: DR Tulu evolves every step; a step here holds 2 of the 12 prompts (8 samples,
+    #   groups of 4), so each prompt evolves at each of its ~6-7 visits in 40 steps.
+    # max_new 3: DR Tulu asks for 1-5; 3 lets the pool arm try a prompt's 9 pool criteria
+    #   (3 of its own, 6 shared) in its first three visits, with visits left to prune.
+    # max_active 5: DR Tulu's. prune_tolerance 0.0: DR Tulu drops criteria whose scores do
+    #   not vary at all. The embedded judge's criterion-prob verdicts are probabilities that
+    #   barely move within a group (a 2-step check of the pool arm: values 0.36-0.63, spreads
+    #   0.016-0.033 for all 12 pool criteria it tried), so no spread is 0 and no threshold
+    #   above 0 has a measured reason yet: max_active does the pruning (highest spread kept).
+    # Category weights 1 (pitfall -1): DR Tulu's evolved criteria weigh +1 or -1; the
+    #   embedded generator names a category and the pool maps +1 to important, -1 to pitfall,
+    #   so both arms' criteria weigh +-1, and five of them weigh less than a proxy rubric's
+    #   positive criteria (6 for most tasks). The arms differ only in who writes the criteria.
+    evolving) evolution_settings ;;
+    # (one_run word-splits these settings: no value may hold a space)
+    evolving-pool) evolution_settings "--set reward.evolution.generator.backend=overopt-pool" \
+      "--set reward.evolution.generator.backend_options.pool=examples/overopt/evolving_pool.yaml" \
+      "--set reward.evolution.generator.backend_options.tasks=examples/overopt/tasks.yaml" ;;
+    *) echo "unknown run $1 (baseline, dropout, jury, refresh, evolving, evolving-pool," \
+      "control)" >&2; return 1 ;;
   esac
 }
 

@@ -87,6 +87,7 @@ def test_the_reward_evolves_each_prompts_rubric_and_logs_both_parts(sqlite_url: 
     assert "evolution/evolved_reward" not in metrics  # no evolved criterion scored yet
     assert (metrics["evolution/new"], metrics["evolution/active"]) == (2, 2)
     assert (metrics["evolution/pruned"], metrics["evolution/generator_failures"]) == (0, 0)
+    assert metrics["evolution/prompts"] == 1  # one prompt, one generator call
     evolved = "evolved/ev-run/prompt-1@1"
 
     # Step 1: every reward names the evolved version; not a step to evolve (every 2).
@@ -137,6 +138,7 @@ def test_a_failing_generator_is_counted_and_training_goes_on(
             rewards, metrics = _step(reward, step)
             assert rewards == pytest.approx([1.0, 0.75, 0.25, 0.0])  # the persistent rubric
             assert metrics["evolution/generator_failures"] == 1
+            assert metrics["evolution/prompts"] == 1  # the share alarmed on: 1 of 1
             assert metrics["evolution/active"] == 0
     reward.evolution.close()  # type: ignore[union-attr]
     assert "the generator failed for 1 of 1 prompts" in caplog.text

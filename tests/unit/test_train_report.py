@@ -310,3 +310,43 @@ def test_grpo_trains_in_bfloat16_and_checkpoints_gradients_only_on_a_gpu(
     assert device() == (False, True, True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)
     assert device() == (False, False, True)
+
+
+def test_compare_sums_an_evolving_runs_evolution_metrics(tmp_path: Path) -> None:
+    """Two steps evolved 2 prompts each: 3 + 1 added, 0 + 2 pruned, 1 refused, 1 failure of
+    4 calls; 5 criteria active at the end; the parts' means (0.4 + 0.6) / 2 and 0.5."""
+    path = fake_run(tmp_path, "evo-s0", "evo", 0, [(0, 0.2, 0.5), (10, 0.3, 0.5)])
+    run = RunDirectory(path)
+    for step, (new, pruned, refused, failed, active, persistent) in enumerate(
+        [(3, 0, 0, 1, 3, 0.4), (1, 2, 1, 0, 5, 0.6)], start=11
+    ):
+        run.append(
+            METRICS,
+            {
+                "step": step,
+                "evolution/prompts": 2,
+                "evolution/new": new,
+                "evolution/pruned": pruned,
+                "evolution/refused": refused,
+                "evolution/generator_failures": failed,
+                "evolution/active": active,
+                "evolution/persistent_reward": persistent,
+                "evolution/evolved_reward": 0.5,
+            },
+        )
+    _, document, _ = compare_runs([path], tmp_path / "compare")
+    text = document.read_text(encoding="utf-8")
+    assert "## Evolving rubrics" in text
+    assert "| evo-s0 | 2 | 5 | 4 | 2 | 1 | 1 of 4 | 0.500 | 0.500 | - |" in text
+    # A run that did not evolve has no such section.
+    plain = fake_run(tmp_path, "base-s0", "base", 0, [(0, 0.2, 0.5)])
+    _, document, _ = compare_runs([plain], tmp_path / "plain")
+    assert "Evolving rubrics" not in document.read_text(encoding="utf-8")
+
+
+def test_an_evolving_run_names_its_generator_among_its_defences() -> None:
+    from trainer.report import defences
+
+    evolving = {"reward": {"evolution": {"generator": {"backend": "overopt-pool"}, "every": 1}}}
+    assert defences(evolving) == "evolving rubrics (generator overopt-pool, every 1, max_active 5)"
+    assert defences({"reward": {"evolution": {}}}) == "none"  # no evolution configured
