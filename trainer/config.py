@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.evolution.settings import EvolutionSettings
+from rubricsvc.evolution.store import RUN_NAME
 from rubricsvc.fileformats import describe_validation_error
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, AggregationName
 from rubricsvc.judging.config import ModeName
@@ -109,6 +110,13 @@ class ScorerSettings(Strict):
     length_penalty: LengthPenalty | None = None
     # Evolving rubrics (None: the rubric stays as written); in-process scoring only.
     evolution: EvolutionConfig | None = None
+    # via http: the server gathers each group of rollouts until it has this many (verl: the
+    # rollouts of one ``uid``; a request's items of one prompt otherwise) and judges it as one
+    # batch (``group_size`` of /v1/rewards; None: the server's setting, if any).
+    group_size: int | None = Field(default=None, ge=2, le=1024)
+    # via http: the server's evolution run each group is judged and evolved under
+    # (``evolution`` of /v1/rewards, docs/evolving-rubrics.md; None: none).
+    evolution_run: str | None = Field(default=None, pattern=RUN_NAME.pattern)
 
     @model_validator(mode="after")
     def _rubric_template(self) -> ScorerSettings:
@@ -181,6 +189,14 @@ class ScorerSettings(Strict):
             raise ValueError("evolution: rubrics evolve with via: inprocess only, for now")
         if self.evolution is not None and self.criterion_dropout:
             raise ValueError("evolution and criterion_dropout: choose one")
+        return self
+
+    @model_validator(mode="after")
+    def _groups_over_http(self) -> ScorerSettings:
+        # Only the reward server gathers one-rollout requests into groups.
+        for name in ("group_size", "evolution_run"):
+            if getattr(self, name) is not None and self.via != ScorerVia.HTTP:
+                raise ValueError(f"{name}: the server gathers groups, with via: http only")
         return self
 
 

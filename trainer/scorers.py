@@ -156,6 +156,8 @@ def rewards_body(settings: ScorerSettings, requests: Sequence[RewardRequest]) ->
         "include_drafts": settings.include_drafts,
         "source": settings.source,
         "items": [asdict(_with_rubric(r, settings)) for r in requests],
+        **({} if settings.group_size is None else {"group_size": settings.group_size}),
+        **({} if settings.evolution_run is None else {"evolution": settings.evolution_run}),
     }
 
 

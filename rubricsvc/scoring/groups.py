@@ -17,6 +17,13 @@ group is judged as one batch by whichever waiting caller first finds it complete
 - A group that never fills is judged as it is once its oldest member has waited
   ``timeout`` seconds (``complete`` False: the current set, no evolution), and each of its
   answers says ``timed_out``.
+- Each member's answer is written in the judged batch's own transaction (``run`` calls its
+  ``record`` inside it), so a group is judged and evolved exactly when its answers are
+  stored. A claim still unanswered after ``stale_after`` seconds belongs to a process that
+  died (or hung) while judging: a waiting caller of that group clears it and claims the group
+  again. Whatever the dead claimer had done was rolled back with its transaction, so the
+  group is judged (and evolves its prompt) once, by the reclaimer; a claimer that was only
+  slow finds its token gone when it records, and its transaction is rolled back instead.
 
 A request that judging alone would refuse (an unknown prompt, too much work) is refused
 before it joins a group (``check``), so one bad rollout never holds up or fails its group.
@@ -29,11 +36,12 @@ import dataclasses
 import hashlib
 import uuid
 from collections.abc import Awaitable, Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Engine, select, update
+from sqlalchemy.orm import Session
 
 from rubricsvc.db import session_scope
 from rubricsvc.errors import RubricsvcError
@@ -45,9 +53,14 @@ from rubricsvc.scoring.rewards import RewardBatch, RewardRequest, RewardResult
 from rubricsvc.scoring.scorer import JudgingTally
 
 COMPLETE, TIMED_OUT = "complete", "timed_out"
+# A claim unanswered for this many group time-outs (by default) is a dead process's.
+STALE_TIMEOUTS = 4
 
-# Judges a claimed group as one batch: (its requests, whether the group is complete).
-RunGroup = Callable[[list[RewardRequest], bool], RewardBatch]
+# Records a judged group's answers, in the batch's transaction (its session, the batch).
+RecordGroup = Callable[[Session, RewardBatch], None]
+# Judges a claimed group as one batch: (its requests, whether the group is complete, what
+# records its answers before the batch's transaction commits).
+RunGroup = Callable[[list[RewardRequest], bool, RecordGroup], RewardBatch]
 ToThread = Callable[..., Awaitable[Any]]
 
 
@@ -55,15 +68,28 @@ ToThread = Callable[..., Awaitable[Any]]
 class GroupPolicy:
     """How a call's rollouts are gathered: ``size`` per group, judged as they are after
     ``timeout`` seconds, and the evolution run (None: none) that evolves on each complete
-    group."""
+    group. A claim unanswered after ``stale_after`` seconds (None: four time-outs) is taken
+    over; no part of the group's identity (``group_key`` reads the ``repr``)."""
 
     size: int
     timeout: float
     evolution: str | None = None
+    stale_after: float | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def stale_claim(self) -> timedelta:
+        return timedelta(
+            seconds=STALE_TIMEOUTS * self.timeout if self.stale_after is None else self.stale_after
+        )
 
 
 class GroupFailed(RubricsvcError):
     """The batch a gathered group was judged in failed as a whole (its judge's error)."""
+
+
+class ClaimTakenOver(RubricsvcError):
+    """A claim went stale and another caller took the group over: this judging of it is
+    rolled back, the other's stands."""
 
 
 class GroupGatherer:
@@ -136,24 +162,32 @@ class GroupGatherer:
             return
         token, members, complete = claimed
         requests = [RewardRequest(**member) for _, member in members]
+        status = COMPLETE if complete else TIMED_OUT
+
+        def record(session: Session, batch: RewardBatch) -> None:
+            for result in batch.results:
+                result.group_status = status
+            parts = split_batch(batch, [1] * len(members))
+            answers = [(row_id, _part(p)) for (row_id, _), p in zip(members, parts, strict=True)]
+            self._answer(session, token, answers)
+
         try:
-            batch = run(requests, complete)
+            run(requests, complete, record)
+        except ClaimTakenOver:
+            return  # the caller that took the group over answers it
         except Exception as err:  # every member's caller gets the error, none waits forever
             failed = {"error": f"{type(err).__name__}: {err}"}
-            self._answer(token, [(row_id, failed) for row_id, _ in members])
-            return
-        status = COMPLETE if complete else TIMED_OUT
-        for result in batch.results:
-            result.group_status = status
-        parts = split_batch(batch, [1] * len(members))
-        self._answer(
-            token, [(row_id, _part(p)) for (row_id, _), p in zip(members, parts, strict=True)]
-        )
+            try:
+                with session_scope(self.engine) as session:
+                    self._answer(session, token, [(row_id, failed) for row_id, _ in members])
+            except ClaimTakenOver:
+                pass  # the caller that took the group over answers it
 
     def _claim(
         self, key: str, policy: GroupPolicy
     ) -> tuple[str, list[tuple[int, dict[str, Any]]], bool] | None:
         with session_scope(self.engine) as session:
+            self._release_stale(session, key, policy)
             rows = session.execute(
                 select(
                     RewardGroupMember.id, RewardGroupMember.request, RewardGroupMember.created_at
@@ -182,15 +216,35 @@ class GroupGatherer:
                 return None
             return token, [(row_id, request) for row_id, request, _ in rows], complete
 
-    def _answer(self, token: str, answers: Sequence[tuple[int, dict[str, Any]]]) -> None:
-        with session_scope(self.engine) as session:
-            for row_id, answer in answers:
-                session.execute(
-                    update(RewardGroupMember)
-                    .where(RewardGroupMember.id == row_id, RewardGroupMember.batch == token)
-                    .values(answer=answer)
-                    .execution_options(synchronize_session=False)
-                )
+    def _release_stale(self, session: Session, key: str, policy: GroupPolicy) -> None:
+        """Unclaim ``key``'s members whose claim has gone unanswered past the bound: their
+        claimer died or hung, and they would otherwise wait forever."""
+        session.execute(
+            update(RewardGroupMember)
+            .where(
+                RewardGroupMember.group_key == key,
+                RewardGroupMember.batch.is_not(None),
+                RewardGroupMember.answer.is_(None),
+                RewardGroupMember.claimed_at < utcnow() - policy.stale_claim,
+            )
+            .values(batch=None, claimed_at=None)
+            .execution_options(synchronize_session=False)
+        )
+
+    def _answer(
+        self, session: Session, token: str, answers: Sequence[tuple[int, dict[str, Any]]]
+    ) -> None:
+        """Write each member's answer, only under this caller's claim: ``ClaimTakenOver``
+        where a member's claim was taken over meanwhile."""
+        for row_id, answer in answers:
+            written = session.execute(
+                update(RewardGroupMember)
+                .where(RewardGroupMember.id == row_id, RewardGroupMember.batch == token)
+                .values(answer=answer)
+                .execution_options(synchronize_session=False)
+            )
+            if written.rowcount != 1:  # type: ignore[attr-defined]
+                raise ClaimTakenOver(f"reward group member {row_id} was claimed again")
 
 
 def group_key(kind: Hashable, request: RewardRequest) -> str:

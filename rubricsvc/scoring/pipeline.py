@@ -57,7 +57,7 @@ from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.prompts import prompt_hash
 from rubricsvc.scoring.admission import TooMuchWork, bound_work
 from rubricsvc.scoring.coalescing import Gatherer, JudgedAlone, Ungatherable, compares
-from rubricsvc.scoring.groups import GroupGatherer, GroupPolicy
+from rubricsvc.scoring.groups import GroupGatherer, GroupPolicy, RecordGroup
 from rubricsvc.scoring.judge_configs import find_reward_judge
 from rubricsvc.scoring.rewards import (
     MaskedReward,
@@ -379,12 +379,16 @@ class RewardPipeline:
         return batch
 
     def judge_group(
-        self, call: RewardCall, requests: list[RewardRequest], complete: bool
+        self,
+        call: RewardCall,
+        requests: list[RewardRequest],
+        complete: bool,
+        record: RecordGroup,
     ) -> RewardBatch:
         """A gathered group as one batch (a judge that compares completions compares the
-        group's): routed to its evolution run's current set, stored, judged, aggregated and,
-        when ``complete``, evolved, in one transaction. A group that timed out is judged under
-        the current set and evolves nothing."""
+        group's): routed to its evolution run's current set, stored, judged, aggregated,
+        when ``complete`` evolved, and its answers recorded (``record``), in one transaction.
+        A group that timed out is judged under the current set and evolves nothing."""
         assert call.group is not None
         run = call.group.evolution
         spec = self.resolve_judge(call)
@@ -398,6 +402,7 @@ class RewardPipeline:
             if run is not None and complete:
                 assert self.evolution is not None
                 self.evolution.evolve(session, run, spec, requests, batch)
+            record(session, batch)
         if self.judged is not None:
             self.judged(batch)
         return batch

@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy import select
 
 from rubricsvc.apikeys import create_key
-from rubricsvc.db import make_engine, session_scope
+from rubricsvc.db import make_engine, session_scope, upgrade
 from rubricsvc.models import (
     EvolutionStep,
     EvolvedCriterion,
@@ -142,15 +142,32 @@ def _rewards(answers: list[dict[str, Any]]) -> dict[str, float]:
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("how", ["one server", "restarted between steps", "two workers"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "one server",
+        "restarted between steps",
+        "two workers",
+        pytest.param("one server on PostgreSQL", marks=pytest.mark.postgres),
+    ],
+)
 def test_openrlhfs_one_rollout_requests_are_gathered_judged_and_evolved_as_the_trainer_does(
-    how: str, migrated_sqlite_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    how: str,
+    migrated_sqlite_template: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
     expected = _in_process(_database(migrated_sqlite_template, tmp_path, "in-process"))
     # Step 1 is judged under the evolved set, so its rewards differ from step 0's.
     assert expected[0] != expected[1]
 
-    served = _database(migrated_sqlite_template, tmp_path, "served")
+    if how.endswith("PostgreSQL"):
+        served = request.getfixturevalue("make_postgres_database")()
+        upgrade(served)
+        approve_rubrics(served, BLUE, judges=[BLUE_JUDGE])
+    else:
+        served = _database(migrated_sqlite_template, tmp_path, "served")
     engine = make_engine(served)
     with session_scope(engine) as session:
         key = create_key(session, "openrlhf", ["score"]).secret

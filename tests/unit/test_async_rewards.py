@@ -196,6 +196,46 @@ def test_verl_async_compute_score_ignores_verls_own_keywords(
         asyncio.run(verl.compute_score_async("rubrics", "ab", "p", judje="embedded", **kwargs))
 
 
+def test_verl_sends_its_uid_as_the_group_and_the_group_settings_in_the_body(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bodies: list[dict[str, Any]] = []
+
+    def recorded(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return ok(request)
+
+    transport, _ = scripted(recorded)
+    real = AsyncRewardClient
+
+    def with_transport(
+        settings: ScorerSettings, max_concurrency: int, local: Any = None
+    ) -> AsyncRewardClient:
+        return real(settings, max_concurrency, transport=transport, local=local)
+
+    monkeypatch.setattr(verl, "AsyncRewardClient", with_transport)
+    monkeypatch.setattr(verl, "_clients", {})
+    kwargs: dict[str, Any] = {"via": "http", "base_url": "http://scorer"}
+    info = {"uid": "3f2a-uid", "prompt_id": "p"}
+    asyncio.run(
+        verl.compute_score_async(
+            "rubrics", "ab", None, info, group_size=8, evolution_run="my-run", **kwargs
+        )
+    )
+    asyncio.run(verl.compute_score_async("rubrics", "ab", "p", None, **kwargs))
+    gathered, plain = bodies
+    assert gathered["items"][0]["group"] == "3f2a-uid"
+    assert (gathered["group_size"], gathered["evolution"]) == (8, "my-run")
+    # Without them the body is as before: the server's own setting decides.
+    assert plain["items"][0]["group"] is None
+    assert "group_size" not in plain and "evolution" not in plain
+    # Only the server gathers: in-process settings refuse them.
+    with pytest.raises(ValueError, match="group_size: the server gathers groups"):
+        ScorerSettings.model_validate({"group_size": 8})
+    with pytest.raises(ValueError, match="evolution_run"):
+        ScorerSettings.model_validate({**kwargs, "evolution_run": "not a name!"})
+
+
 def test_the_plain_client_retries_and_waits_alike(monkeypatch: pytest.MonkeyPatch) -> None:
     """post_json (TRL's and OpenRLHF's path) follows the same rule as the awaited client."""
     from trainer.scorers import HttpScorer

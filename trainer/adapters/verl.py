@@ -35,6 +35,12 @@ when the judge has no score at all (``masked_fallback: 1.0`` says either). A num
 sends that number. A failure the response provoked (it overflows the judge, or breaks it
 where the judge answers without it) gets its worst value, never a mask.
 
+Over ``via: http`` each response's request names its group by ``extra_info["uid"]`` (verl's
+id of a prompt's rollouts), and ``group_size`` (``rollout.n``) and ``evolution_run`` in
+``reward_kwargs`` go with it: the server gathers the uid's rollouts, judges them as one group
+and evolves the prompt's rubric under the run (docs/evolving-rubrics.md). Without a size, the
+server's ``RUBRICSVC_API_REWARD_GROUP_SIZE`` applies (unset: each response judged alone).
+
 verl runs this file in its own processes: the first call imports the plugins
 ``RUBRICSVC_PLUGINS`` names (and the installed entry points), as the CLI and the workers do,
 so a judge may use a plugin's backend or mode (``via: inprocess`` judges here; over ``http``
@@ -88,13 +94,16 @@ def _client(settings: ScorerSettings, max_concurrency: int) -> AsyncRewardClient
 def reward_request(
     solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None
 ) -> RewardRequest:
+    """The response's request: its prompt (see the module docstring) and its group, verl's
+    ``uid`` (the server gathers a uid's rollouts where it gathers groups)."""
     info = extra_info or {}
+    group = str(info["uid"]) if info.get("uid") is not None else None
     if info.get("prompt_id"):
-        return RewardRequest(solution_str, prompt_id=str(info["prompt_id"]))
+        return RewardRequest(solution_str, prompt_id=str(info["prompt_id"]), group=group)
     if isinstance(ground_truth, str) and ground_truth:
-        return RewardRequest(solution_str, prompt_id=ground_truth)
+        return RewardRequest(solution_str, prompt_id=ground_truth, group=group)
     if info.get("prompt"):
-        return RewardRequest(solution_str, prompt=info["prompt"])
+        return RewardRequest(solution_str, prompt=info["prompt"], group=group)
     raise ValidationFailed(
         "no prompt to find a rubric for: set extra_info.prompt_id, ground_truth or extra_info.prompt"
     )

@@ -95,7 +95,9 @@ def group_policy(
                 f"{where}.group_size",
             )
         return None
-    return GroupPolicy(size, api.reward_group_timeout_s, evolution)
+    return GroupPolicy(
+        size, api.reward_group_timeout_s, evolution, stale_after=api.reward_group_stale_claim_s
+    )
 
 
 def reward_requests(body: RewardsIn) -> list[RewardRequest]:

@@ -1,0 +1,212 @@
+"""Reward groups gathered by the API (``scoring.groups``): a claim whose claimer died is taken
+over and judged once, a group that never fills is judged under the current set after its
+time-out and evolves nothing, and ``/v1/rewards`` gathers by its items' ``group``.
+
+The rubric is check criteria (no model), the judge scripted: the route is what is tested."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from rubricsvc.db import make_engine, session_scope
+from rubricsvc.models import EvolutionStep, Origin, RewardGroupMember, RubricVersion
+from rubricsvc.models.base import utcnow
+from tests.api_harness import api_client, bearer
+from tests.helpers import approve_rubrics
+from tests.integration.test_trainer_evolution import BLUE, BLUE_JUDGE, PROPOSAL
+
+EVOLUTION: dict[str, Any] = {
+    "every": 1,
+    "max_active": 2,
+    "max_new": 3,
+    "generator": {"backend": "scripted", "backend_options": {"reply": PROPOSAL}},
+}
+PROMPT = "Write one sentence about the sea."
+
+
+def _items(texts: list[str], group: str | None) -> list[dict[str, Any]]:
+    return [{"prompt_id": "ev-sea", "completion": t, "group": group} for t in texts]
+
+
+def _body(texts: list[str], group: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {"judge": "blue-judge", "items": _items(texts, group), **extra}
+
+
+@pytest.fixture
+def url(database_url: str) -> str:
+    approve_rubrics(database_url, judges=[BLUE_JUDGE])
+    return database_url
+
+
+def test_a_claim_left_by_a_dead_process_is_taken_over_and_its_group_judged(url: str) -> None:
+    engine = make_engine(url)
+    with api_client(url, [BLUE], reward_group_stale_claim_s=30) as (client, keys):
+        auth = bearer(keys["score"])
+        first = client.post(
+            "/v1/rewards", json=_body(["Blue sea.", "Grey sea."], "g", group_size=2), headers=auth
+        )
+        assert first.status_code == 200, first.text
+        with session_scope(engine) as session:
+            template = session.scalars(select(RewardGroupMember)).first()
+            assert template is not None
+            key, request = template.group_key, dict(template.request)
+            # A process claimed a group of "g" an hour ago and died before answering it;
+            # another's claim is a second old: still its claimer's.
+            long_ago = utcnow() - timedelta(hours=1)
+            dead = [
+                RewardGroupMember(
+                    group_key=key,
+                    group_size=2,
+                    request={**request, "completion": text},
+                    created_at=long_ago,
+                    batch="dead-claimer",
+                    claimed_at=long_ago,
+                )
+                for text in ("A blue wave.", "A grey wave.")
+            ]
+            live = RewardGroupMember(
+                group_key=key,
+                group_size=2,
+                request={**request, "completion": "A calm sea."},
+                created_at=utcnow(),
+                batch="live-claimer",
+                claimed_at=utcnow() - timedelta(seconds=1),
+            )
+            session.add_all([*dead, live])
+            session.flush()
+            dead_ids, live_id = [row.id for row in dead], live.id
+        # A caller of the same group takes the dead claim over, judges that group, then its own.
+        second = client.post(
+            "/v1/rewards",
+            json=_body(["Blue water.", "Grey water."], "g", group_size=2),
+            headers=auth,
+        )
+        assert second.status_code == 200, second.text
+        assert [r["group_status"] for r in second.json()["results"]] == ["complete"] * 2
+    try:
+        with session_scope(engine) as session:
+            rows = session.scalars(
+                select(RewardGroupMember).where(RewardGroupMember.id.in_(dead_ids))
+            ).all()
+            batches = {row.batch for row in rows}
+            assert len(batches) == 1 and batches != {"dead-claimer"}  # claimed again, together
+            answers = {row.request["completion"]: row.answer for row in rows}
+            assert all(
+                a is not None and a["result"]["group_status"] == "complete"
+                for a in answers.values()
+            )
+            # Judged as any rollout is: the blue one scores above the grey one, nothing masked.
+            blue, grey = (answers[t]["result"]["reward"] for t in ("A blue wave.", "A grey wave."))  # type: ignore[index]
+            assert blue is not None and grey is not None and blue > grey
+            # The live claim is left to its claimer.
+            still = session.get(RewardGroupMember, live_id)
+            assert still is not None and still.batch == "live-claimer" and still.answer is None
+            # Three groups judged, each in one batch, and the live claim.
+            assert len(set(session.scalars(select(RewardGroupMember.batch)).all())) == 4
+    finally:
+        engine.dispose()
+
+
+RUN = "groups-run"
+
+
+@pytest.fixture
+def sqlite_groups_url(sqlite_url: str) -> str:
+    approve_rubrics(sqlite_url, judges=[BLUE_JUDGE])
+    return sqlite_url
+
+
+def test_a_group_that_never_fills_is_judged_after_its_time_out_and_evolves_nothing(
+    sqlite_groups_url: str,
+) -> None:
+    url = sqlite_groups_url
+    texts = ["The sea is blue.", "The sea is grey."]
+    with api_client(url, [BLUE], reward_group_timeout_s=0.3, evolution=EVOLUTION) as (
+        client,
+        keys,
+    ):
+        auth = bearer(keys["score"])
+        alone = client.post("/v1/rewards", json=_body(texts), headers=auth)
+        assert alone.status_code == 200, alone.text
+        # Two rollouts of a group of three: the third never comes.
+        gathered = client.post(
+            "/v1/rewards", json=_body(texts, group_size=3, evolution=RUN), headers=auth
+        )
+        assert gathered.status_code == 200, gathered.text
+        results = gathered.json()["results"]
+        assert [r["group_status"] for r in results] == ["timed_out"] * 2
+        # Judged as they are, under the current (persistent) set.
+        assert gathered.json()["rewards"] == pytest.approx(alone.json()["rewards"])
+        assert {r["rubric"] for r in results} == {"ev/blue@1"}
+        openrlhf = client.post(
+            f"/v1/openrlhf/reward?api_key={keys['score']}&judge=blue-judge&group_size=3"
+            f"&evolution={RUN}",
+            json={
+                "query": [PROMPT + t for t in texts],
+                "prompts": [PROMPT] * 2,
+                "labels": ["ev-sea"] * 2,
+            },
+        )
+        assert openrlhf.status_code == 200, openrlhf.text
+        assert openrlhf.json()["extra_logs"]["rubric_group_timed_out"] == [1.0, 1.0]
+        assert openrlhf.json()["rewards"] == pytest.approx(alone.json()["rewards"])
+    engine = make_engine(url)
+    try:
+        with session_scope(engine) as session:
+            assert session.scalars(select(EvolutionStep)).all() == []
+            evolved = select(RubricVersion).where(RubricVersion.origin == Origin.EVOLVED)
+            assert session.scalars(evolved).all() == []
+    finally:
+        engine.dispose()
+
+
+def test_rewards_gathers_a_whole_group_and_evolves_it_and_refuses_a_sizeless_run(
+    sqlite_groups_url: str,
+) -> None:
+    url = sqlite_groups_url
+    texts = ["The sea is blue.", "The blue sea is calm.", "The sea is grey.", "Grey water."]
+    with api_client(url, [BLUE], evolution=EVOLUTION) as (client, keys):
+        auth = bearer(keys["score"])
+        # Evolution with no group size, and none on the server: nothing to evolve from.
+        sizeless = client.post("/v1/rewards", json=_body(texts, evolution=RUN), headers=auth)
+        assert sizeless.status_code == 422, sizeless.text
+        assert "group_size" in sizeless.text
+        # A whole group in one request: complete at once, judged, and its prompt evolved.
+        grouped = client.post(
+            "/v1/rewards", json=_body(texts, "g1", group_size=4, evolution=RUN), headers=auth
+        )
+        assert grouped.status_code == 200, grouped.text
+        results = grouped.json()["results"]
+        assert [r["group_status"] for r in results] == ["complete"] * 4
+        assert {r["rubric"] for r in results} == {"ev/blue@1"}  # judged before it evolved
+    engine = make_engine(url)
+    try:
+        with session_scope(engine) as session:
+            steps = session.scalars(select(EvolutionStep)).all()
+            assert [s.step for s in steps] == [0]
+            assert sorted(r["text"] for r in steps[0].rollouts) == sorted(texts)
+            # The four rollouts were claimed together: one batch.
+            batches = session.scalars(select(RewardGroupMember.batch)).all()
+            assert len(batches) == 4 and len(set(batches)) == 1
+    finally:
+        engine.dispose()
+
+
+def test_a_server_without_evolution_settings_refuses_a_run(sqlite_groups_url: str) -> None:
+    texts = ["The sea is blue.", "The sea is grey."]
+    with api_client(sqlite_groups_url, [BLUE], reward_group_size=2) as (client, keys):
+        runless = client.post(
+            "/v1/rewards", json=_body(texts, evolution=RUN), headers=bearer(keys["score"])
+        )
+    assert runless.status_code == 422, runless.text
+    assert "RUBRICSVC_API_EVOLUTION" in runless.text
+    engine = make_engine(sqlite_groups_url)
+    try:
+        with session_scope(engine) as session:  # refused before any rollout joined a group
+            assert session.scalars(select(RewardGroupMember)).all() == []
+    finally:
+        engine.dispose()
