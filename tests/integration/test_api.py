@@ -381,7 +381,14 @@ def test_an_openrlhf_request_is_served_in_front_of_fastapi_as_the_route_would(
     directly = client.post(path, json=body)
     assert directly.status_code == 200, directly.text
     assert served == [
-        {"judge": "embedded", "aggregation": "rar", "min_coverage": 0.5, "masked": None}
+        {
+            "judge": "embedded",
+            "aggregation": "rar",
+            "min_coverage": 0.5,
+            "masked": None,
+            "group_size": None,  # a reward group's size and evolution run: none asked
+            "evolution": None,
+        }
     ]
     with monkeypatch.context() as leave:  # the fast path leaves every request to the route
         leave.setattr(direct.DirectRoute, "read", lambda *_: None)
