@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rubricsvc.bm25 import import_bm25s
 from rubricsvc.errors import DependencyMissing, ValidationFailed
 
 SEARCH = "search"
@@ -236,7 +237,7 @@ def _snippet(text: str, chars: int) -> str:
 
 def _bm25s() -> Any:
     try:
-        import bm25s
+        bm25s = import_bm25s()
     except ImportError:
         raise DependencyMissing(
             "the deep-research environment searches with bm25s: pip install 'rubricsvc[trainer]'"

@@ -20,6 +20,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from rubricsvc.bm25 import import_bm25s
 from rubricsvc.errors import DependencyMissing
 
 # What a judge reads of one document for one claim, at most.
@@ -193,7 +194,7 @@ def document_passages(
 
 def _bm25s() -> Any:
     try:
-        import bm25s
+        bm25s = import_bm25s()
     except ImportError:
         raise DependencyMissing(
             "citation criteria on long documents rank passages with bm25s: "
