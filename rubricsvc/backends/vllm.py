@@ -11,10 +11,12 @@ automatic prefix caching, which needs no grouping from us.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import math
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +121,8 @@ class VLLMBackend:
         options.update(engine_options)
         self._threads = _TorchThreads.for_in_process_cpu_engine()
         try:
-            self.llm = vllm.LLM(**options)
+            with _modules_hidden_from_vllms_kernel_scan():
+                self.llm = vllm.LLM(**options)
         except Exception:
             if self._threads is not None:
                 self._threads.restore()
@@ -268,3 +271,36 @@ class VLLMBackend:
         gc.collect()
         if self._threads is not None:
             self._threads.restore()
+
+
+@contextlib.contextmanager
+def _modules_hidden_from_vllms_kernel_scan() -> Iterator[None]:
+    """Starting an engine, vLLM's CPU platform rebinds its kernels by walking every object of
+    every module in ``sys.modules`` and reading ``vars(value).get("kernel")``. llvmlite's
+    library wrappers (loaded with numba: by vLLM's own n-gram proposer, by a library that uses
+    numba) answer ``vars()`` with something that is not a dict, and the engine fails to start
+    (``'_lib_fn_wrapper' object has no attribute 'get'``): a process that had loaded numba
+    could not load a vLLM judge. Such modules hold no vLLM kernel; they are left out of
+    ``sys.modules`` while the engine starts and put back after."""
+    hidden: dict[str, Any] = {}
+    for name, module in list(sys.modules.items()):
+        namespace = getattr(module, "__dict__", None)
+        if name in ("sys", "builtins") or not isinstance(namespace, dict):
+            continue
+        if any(map(_unscannable, list(namespace.values()))):
+            hidden[name] = module
+    for name in hidden:
+        del sys.modules[name]
+    try:
+        yield
+    finally:
+        for name, module in hidden.items():
+            sys.modules.setdefault(name, module)
+
+
+def _unscannable(value: Any) -> bool:
+    try:
+        # A class's namespace is a mappingproxy: it has ``get``, as the scan needs.
+        return hasattr(value, "__dict__") and not hasattr(vars(value), "get")
+    except Exception:
+        return True
