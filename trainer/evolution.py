@@ -20,9 +20,7 @@ either part ties are left out). A generator that fails is counted and logged, pa
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from itertools import combinations
 from typing import TYPE_CHECKING, Any
@@ -72,23 +70,11 @@ class RubricEvolution:
     def route(self, requests: Sequence[RewardRequest]) -> list[RewardRequest]:
         """Each request aimed at its prompt's current evolved version, where it has one."""
         from rubricsvc.db import session_scope
-        from rubricsvc.evolution.store import find_track
-        from rubricsvc.scoring.rewards import find_prompts
+        from rubricsvc.evolution.rollouts import routed_to_current
 
         engine, _ = self._open()
         with session_scope(engine) as session:
-            prompts = find_prompts(session, requests)
-            current: dict[int, str | None] = {}
-            for prompt in prompts:
-                if prompt.id not in current:
-                    track = find_track(session, self.run, prompt.id)
-                    current[prompt.id] = track.current_version.ref if track else None
-        return [
-            dataclasses.replace(request, rubric=current[prompt.id])
-            if current[prompt.id] is not None
-            else request
-            for request, prompt in zip(requests, prompts, strict=True)
-        ]
+            return routed_to_current(session, self.run, requests)
 
     def step(
         self,
@@ -99,14 +85,12 @@ class RubricEvolution:
     ) -> None:
         """Log the step's persistent and evolved rewards, and evolve each due prompt."""
         from rubricsvc.db import session_scope
+        from rubricsvc.evolution.rollouts import evolvable, prompt_groups
         from rubricsvc.scoring.rewards import find_prompts
 
         engine, _ = self._open()
         with session_scope(engine) as session:
-            prompts = find_prompts(session, requests)
-            groups: dict[int, list[int]] = defaultdict(list)
-            for index, prompt in enumerate(prompts):
-                groups[prompt.id].append(index)
+            groups = prompt_groups(find_prompts(session, requests))
             parts = self._parts(session, results)
         self._log_parts(parts, groups, log_metric)
         if not self.evolution.due(step):
@@ -115,7 +99,7 @@ class RubricEvolution:
         reports = []
         for prompt_id, indices in groups.items():
             group = [results[i] for i in indices]
-            if len(indices) < 2 or any(r.rubric is None for r in group):
+            if not evolvable(group):
                 continue  # no group to evolve from, or nothing scored it
             with session_scope(engine) as session:
                 reports.append(self._evolve(session, prompt_id, requests, indices, group, step))
@@ -132,38 +116,22 @@ class RubricEvolution:
         step: int,
     ) -> StepReport:
         from rubricsvc.evolution.judging import ExecutorJudge
-        from rubricsvc.evolution.step import GroupRollout, evolve_group
+        from rubricsvc.evolution.rollouts import group_rollouts, persistent_version
+        from rubricsvc.evolution.step import evolve_group
         from rubricsvc.evolution.store import find_track
         from rubricsvc.models import Prompt
-        from rubricsvc.rubrics.repository import resolve_version
         from rubricsvc.scoring.judge_configs import find_reward_judge
 
         _, backends = self._open()
         prompt = session.get(Prompt, prompt_id)
         assert prompt is not None
-        track = find_track(session, self.run, prompt_id)
-        persistent = (
-            track.persistent_version if track else resolve_version(session, str(group[0].rubric))
-        )
         spec = find_reward_judge(session, self.settings.judge, self.settings.mode)
-        rollouts = [
-            GroupRollout(
-                requests[i].completion,
-                result.reward,
-                {
-                    int(e["criterion_id"]): None if e.get("value") is None else float(e["value"])
-                    for e in result.criteria
-                    if "criterion_id" in e
-                },
-            )
-            for i, result in zip(indices, group, strict=True)
-        ]
         return evolve_group(
             session,
             run=self.run,
             prompt=prompt,
-            persistent=persistent,
-            group=rollouts,
+            persistent=persistent_version(session, find_track(session, self.run, prompt_id), group),
+            group=group_rollouts([requests[i] for i in indices], group),
             step=step,
             settings=self.evolution,
             generator=backends.factory(self.evolution.generator),

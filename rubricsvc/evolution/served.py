@@ -11,23 +11,25 @@ two server processes that complete groups of one prompt at once take turns.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import replace
-
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from rubricsvc.backends.provider import BackendProvider
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.evolution.judging import ExecutorJudge
+from rubricsvc.evolution.rollouts import (
+    evolvable,
+    group_rollouts,
+    persistent_version,
+    prompt_groups,
+    routed_to_current,
+)
 from rubricsvc.evolution.settings import EvolutionSettings
-from rubricsvc.evolution.step import GroupRollout, StepReport, evolve_group
+from rubricsvc.evolution.step import StepReport, evolve_group
 from rubricsvc.evolution.store import ensure_run, find_track, locked_track
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import EvolutionStep
-from rubricsvc.rubrics.repository import resolve_version
-from rubricsvc.scoring.rewards import RewardBatch, RewardRequest, RewardResult, find_prompts
+from rubricsvc.scoring.rewards import RewardBatch, RewardRequest, find_prompts
 
 
 class ServedEvolution:
@@ -47,14 +49,7 @@ class ServedEvolution:
     def route(
         self, session: Session, run: str, requests: list[RewardRequest]
     ) -> list[RewardRequest]:
-        prompts = find_prompts(session, requests)
-        routed = []
-        for request, prompt in zip(requests, prompts, strict=True):
-            track = find_track(session, run, prompt.id)
-            routed.append(
-                request if track is None else replace(request, rubric=track.current_version.ref)
-            )
-        return routed
+        return routed_to_current(session, run, requests)
 
     def evolve(
         self,
@@ -65,22 +60,14 @@ class ServedEvolution:
         batch: RewardBatch,
     ) -> None:
         prompts = find_prompts(session, requests)
-        groups: dict[int, list[int]] = defaultdict(list)
-        for index, prompt in enumerate(prompts):
-            groups[prompt.id].append(index)
         reports = []
-        for indices in groups.values():
+        for indices in prompt_groups(prompts).values():
             results = [batch.results[i] for i in indices]
-            if len(indices) < 2 or any(r.rubric is None for r in results):
+            if not evolvable(results):
                 continue  # no group to evolve from, or nothing scored it
             prompt = prompts[indices[0]]
             run_row = ensure_run(session, run, self.settings)
-            track = find_track(session, run, prompt.id)
-            persistent = (
-                track.persistent_version
-                if track
-                else resolve_version(session, str(results[0].rubric))
-            )
+            persistent = persistent_version(session, find_track(session, run, prompt.id), results)
             track = locked_track(session, run_row, prompt, persistent)
             taken = session.scalar(
                 select(func.max(EvolutionStep.step)).where(EvolutionStep.track_id == track.id)
@@ -99,22 +86,3 @@ class ServedEvolution:
                 )
             )
         self.last_reports = reports
-
-
-def group_rollouts(
-    requests: Sequence[RewardRequest], results: Sequence[RewardResult]
-) -> list[GroupRollout]:
-    """A judged group as the evolution step reads it: each rollout's text, reward and
-    verdicts (criterion id -> value; None: failed)."""
-    return [
-        GroupRollout(
-            request.completion,
-            result.reward,
-            {
-                int(e["criterion_id"]): None if e.get("value") is None else float(e["value"])
-                for e in result.criteria
-                if "criterion_id" in e
-            },
-        )
-        for request, result in zip(requests, results, strict=True)
-    ]
