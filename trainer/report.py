@@ -23,6 +23,7 @@ import yaml
 
 from rubricsvc.errors import NotFoundError
 from trainer.agreement import agreement_text, group_agreement
+from trainer.arms import arms_section
 from trainer.evolution_report import evolution_section
 from trainer.monitors import GoldPoint, divergence_tests, per_test_level, slope
 from trainer.refresh_report import refresh_section
@@ -545,8 +546,11 @@ def _refreshes_compared(runs: Sequence[RunRecord]) -> str:
     return "".join("\n" + section for section in sections)
 
 
-def compare_runs(paths: Sequence[Path], output: Path) -> tuple[Path, Path, str]:
-    """curves.png (a row per group) and compare.md (the table) in ``output``."""
+def compare_runs(
+    paths: Sequence[Path], output: Path, baseline: str | None = "baseline"
+) -> tuple[Path, Path, str]:
+    """curves.png (a row per group) and compare.md (the table; where a group has two seeds or
+    more, the arms over seeds and each against the ``baseline`` group) in ``output``."""
     runs = [read_run(path) for path in paths]
     output.mkdir(parents=True, exist_ok=True)
     curves = draw_curves(runs, output / CURVES)
@@ -559,6 +563,7 @@ def compare_runs(paths: Sequence[Path], output: Path) -> tuple[Path, Path, str]:
         f"{text}\n\n![proxy and gold]({CURVES})\n\nRuns: "
         + ", ".join(f"{r.name} ({r.path})" for r in runs)
         + "\n"
+        + "".join("\n" + line for line in arms_section(group_runs(runs), baseline))
         + _refreshes_compared(runs)
         + "".join("\n" + line for line in evolution_section([(r.name, r.metrics) for r in runs])),
         encoding="utf-8",

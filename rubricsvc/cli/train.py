@@ -102,10 +102,15 @@ def compare_command(
     output: Path = typer.Option(
         Path("compare"), "--output", "-o", help="Where curves.png and compare.md are written."
     ),
+    baseline: str = typer.Option(
+        "baseline", "--baseline", help="The group every other group is compared with."
+    ),
 ) -> None:
     """Draw several runs' proxy and gold on one picture (a row per group) with a table of
-    the held-out scores at the start, at the proxy's peak and at the end."""
+    the held-out scores at the start, at the proxy's peak and at the end; where groups have
+    two seeds or more, each group's outcomes over its seeds (bootstrap intervals) and its
+    difference from the baseline group."""
     _, _, report = _trainer_modules()
-    curves, document, text = report.compare_runs(run_dirs, output)
+    curves, document, text = report.compare_runs(run_dirs, output, baseline)
     console.print(text, markup=False, highlight=False)
     console.print(f"wrote {curves} and {document}")
