@@ -325,16 +325,21 @@ def test_two_api_hosts_share_rate_limits_sessions_and_revocations(
             assert revoked.returncode == 0, revoked.stderr
             revoked_at = time.monotonic()
             assert one.get("/v1/prompts", headers=doomed_bearer).status_code == 401
-            answers: list[int] = []
+            answers: list[tuple[float, int]] = []  # (sent at, status) of each request
 
             def refused() -> bool:
-                answers.append(two.get("/v1/prompts", headers=doomed_bearer).status_code)
-                return answers[-1] == 401
+                sent = time.monotonic()
+                answers.append((sent, two.get("/v1/prompts", headers=doomed_bearer).status_code))
+                return answers[-1][1] == 401
 
-            wait_for(refused, ttl + 2, "host 2 to refuse the revoked key", 0.25)
+            # Host 2 cached the key before ``kept_at``, so its entry ran out before
+            # ``kept_at + ttl``: any request sent after that must be refused, however long the
+            # requests take on a busy machine (the wait only bounds the test).
+            wait_for(refused, ttl + 60, "host 2 to refuse the revoked key", 0.25)
             refused_at = time.monotonic()
-            assert refused_at - kept_at <= ttl + 1
-            assert set(answers[:-1]) <= {200}  # admitted from its cache until then, no error
+            admitted = [sent for sent, status in answers if status == 200]
+            assert [status for _, status in answers[len(admitted) :]] == [401]  # no error
+            assert all(sent - kept_at <= ttl for sent in admitted), (kept_at, answers)
             print(
                 f"\nrevoked key: the CLI on host 1 took {revoked_at - kept_at:.1f} s, host 2 "
                 f"admitted it {len(answers) - 1} more time(s) and refused it "
