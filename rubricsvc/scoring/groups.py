@@ -16,7 +16,14 @@ group is judged as one batch by whichever waiting caller first finds it complete
   they are answered.
 - A group that never fills is judged as it is once its oldest member has waited
   ``timeout`` seconds (``complete`` False: the current set, no evolution), and each of its
-  answers says ``timed_out``.
+  answers says ``timed_out``. A group is the rollouts that came within ``timeout`` of its
+  first: rollouts left by a client that stopped (a trainer restarted mid-step) are never
+  judged in one group with those sent after it came back, which a policy has moved since.
+- Rows do not pile up: every ``timeout`` seconds (at most) a process joining rollouts deletes
+  answered rows claimed more than the stale-claim bound ago (their callers have read them, or
+  are gone), and rows never claimed for as long (nobody is left to wait for them: a waiting
+  caller claims its group at its time-out). A caller whose rows were deleted meanwhile gets
+  ``GroupFailed`` rather than waiting forever.
 - Each member's answer is written in the judged batch's own transaction (``run`` calls its
   ``record`` inside it), so a group is judged and evolved exactly when its answers are
   stored. A claim still unanswered after ``stale_after`` seconds belongs to a process that
@@ -34,13 +41,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, and_, delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from rubricsvc.db import session_scope
@@ -106,6 +114,7 @@ class GroupGatherer:
         self.engine = engine
         self.to_thread = to_thread
         self.poll = poll
+        self._swept_at: float | None = None  # when this process last deleted spent rows
 
     async def submit(
         self,
@@ -120,10 +129,16 @@ class GroupGatherer:
         keys = [group_key(kind, request) for request in requests]
         ids: list[int] = await self.to_thread(self._join, policy, requests, keys)
         while True:
-            answers: dict[int, dict[str, Any]] = await self.to_thread(self._answers, ids)
-            if len(answers) == len(ids):
-                return _assembled([answers[i] for i in ids])
-            waiting = {key for key, i in zip(keys, ids, strict=True) if i not in answers}
+            answers: dict[int, dict[str, Any] | None] = await self.to_thread(self._answers, ids)
+            if len(answers) < len(ids):
+                raise GroupFailed(
+                    "this rollout's group was given up: it waited past the stale-claim bound "
+                    "(RUBRICSVC_API_REWARD_GROUP_STALE_CLAIM_S) unjudged"
+                )
+            ready = [answer for i in ids if (answer := answers[i]) is not None]
+            if len(ready) == len(ids):
+                return _assembled(ready)
+            waiting = {key for key, i in zip(keys, ids, strict=True) if answers[i] is None}
             for key in sorted(waiting):
                 await self.to_thread(self._judge_ready, key, policy, run)
             await asyncio.sleep(self.poll)
@@ -142,15 +157,38 @@ class GroupGatherer:
             for key, request in zip(keys, requests, strict=True)
         ]
         with session_scope(self.engine) as session:
+            self._sweep(session, policy)
             session.add_all(rows)
             session.flush()
             return [row.id for row in rows]
 
-    def _answers(self, ids: list[int]) -> dict[int, dict[str, Any]]:
+    def _sweep(self, session: Session, policy: GroupPolicy) -> None:
+        """Delete spent rows (see the module docstring), at most once per group time-out in
+        this process: one statement over the table, not one per request."""
+        now = time.monotonic()
+        if self._swept_at is not None and now - self._swept_at < policy.timeout:
+            return
+        self._swept_at = now
+        bound = utcnow() - policy.stale_claim
+        session.execute(
+            delete(RewardGroupMember)
+            .where(
+                or_(
+                    and_(
+                        RewardGroupMember.answer.is_not(None), RewardGroupMember.claimed_at < bound
+                    ),
+                    and_(RewardGroupMember.batch.is_(None), RewardGroupMember.created_at < bound),
+                )
+            )
+            .execution_options(synchronize_session=False)
+        )
+
+    def _answers(self, ids: list[int]) -> dict[int, dict[str, Any] | None]:
+        """Each of ``ids`` still stored, with its answer (None: not yet answered)."""
         with session_scope(self.engine) as session:
             rows = session.execute(
                 select(RewardGroupMember.id, RewardGroupMember.answer).where(
-                    RewardGroupMember.id.in_(ids), RewardGroupMember.answer.is_not(None)
+                    RewardGroupMember.id.in_(ids)
                 )
             )
             return {row_id: answer for row_id, answer in rows}
@@ -198,9 +236,12 @@ class GroupGatherer:
             ).all()
             if not rows:
                 return None
-            complete = len(rows) >= policy.size
+            # The group: what came within the time-out of its first rollout.
             oldest = min(_aware(created) for _, _, created in rows)
-            if not complete and utcnow() - oldest < timedelta(seconds=policy.timeout):
+            window = timedelta(seconds=policy.timeout)
+            rows = [row for row in rows if _aware(row[2]) - oldest <= window]
+            complete = len(rows) >= policy.size
+            if not complete and utcnow() - oldest < window:
                 return None
             token = str(uuid.uuid4())
             ids = [row_id for row_id, _, _ in rows]

@@ -6,15 +6,19 @@ The rubric is check criteria (no model), the judge scripted: the route is what i
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from rubricsvc.db import make_engine, session_scope
 from rubricsvc.models import EvolutionStep, Origin, RewardGroupMember, RubricVersion
 from rubricsvc.models.base import utcnow
+from rubricsvc.scoring.groups import GroupFailed, GroupGatherer, GroupPolicy
+from rubricsvc.scoring.rewards import RewardBatch, RewardRequest
 from tests.api_harness import api_client, bearer
 from tests.helpers import approve_rubrics
 from tests.integration.test_trainer_evolution import BLUE, BLUE_JUDGE, PROPOSAL
@@ -208,5 +212,104 @@ def test_a_server_without_evolution_settings_refuses_a_run(sqlite_groups_url: st
     try:
         with session_scope(engine) as session:  # refused before any rollout joined a group
             assert session.scalars(select(RewardGroupMember)).all() == []
+    finally:
+        engine.dispose()
+
+
+def test_rollouts_a_stopped_client_left_are_judged_apart_and_spent_rows_are_deleted(
+    url: str,
+) -> None:
+    """A trainer that stopped mid-step left one rollout of a group of two; after it came back
+    (here 5 s later, past the 0.5 s time-out) two new rollouts of the prompt are a group of
+    their own, never padded with the old one, which is judged alone as timed out. Rows answered
+    or never claimed for longer than the stale-claim bound (30 s) are deleted by the next
+    rollout that joins."""
+    engine = make_engine(url)
+    group = {"group_size": 2}
+    try:
+        with api_client(url, [BLUE], reward_group_timeout_s=0.5, reward_group_stale_claim_s=30) as (
+            client,
+            keys,
+        ):
+            auth = bearer(keys["score"])
+            first = client.post(
+                "/v1/rewards", json=_body(["Blue sea.", "Grey sea."], "g", **group), headers=auth
+            )
+            assert first.status_code == 200, first.text
+            with session_scope(engine) as session:
+                template = session.scalars(select(RewardGroupMember)).first()
+                assert template is not None
+                key, request = template.group_key, dict(template.request)
+
+                def member(text: str, age: timedelta, **state: Any) -> RewardGroupMember:
+                    return RewardGroupMember(
+                        group_key=key,
+                        group_size=2,
+                        request={**request, "completion": text},
+                        created_at=utcnow() - age,
+                        **state,
+                    )
+
+                hour = timedelta(hours=1)
+                left = member("A blue wave.", timedelta(seconds=5))
+                spent = [
+                    member("Long answered.", hour, batch="b", claimed_at=utcnow() - hour,
+                           answer={"result": {}}),
+                    member("Long unclaimed.", hour),
+                ]  # fmt: skip
+                session.add_all([left, *spent])
+                session.flush()
+            time.sleep(0.6)  # past one time-out: this process sweeps again
+            back = client.post(
+                "/v1/rewards",
+                json=_body(["Blue water.", "Grey water."], "g", **group),
+                headers=auth,
+            )
+            assert back.status_code == 200, back.text
+            results = back.json()["results"]
+            assert [r["group_status"] for r in results] == ["complete"] * 2
+        with session_scope(engine) as session:
+            # By text: SQLite may give a deleted row's id to a new one.
+            rows = {r.request["completion"]: r for r in session.scalars(select(RewardGroupMember))}
+            assert not {"Long answered.", "Long unclaimed."} & set(rows)  # deleted
+            assert {"Blue sea.", "Grey sea."} <= set(rows)  # answered a moment ago: kept
+            old = rows["A blue wave."]
+            assert old.answer is not None and old.answer["result"]["group_status"] == "timed_out"
+            new = [rows["Blue water."], rows["Grey water."]]
+            assert len({r.batch for r in new}) == 1 and old.batch != new[0].batch
+            assert all(r.answer is not None for r in new)
+    finally:
+        engine.dispose()
+
+
+def test_a_caller_whose_rows_were_deleted_is_told_rather_than_left_waiting(
+    sqlite_url: str,
+) -> None:
+    engine = make_engine(sqlite_url)
+    gatherer = GroupGatherer(engine, poll=0.01)
+    policy = GroupPolicy(size=2, timeout=60)
+
+    def never_judged(*_: Any) -> RewardBatch:
+        raise AssertionError("a group of one, within its time-out, is not judged")
+
+    async def wait_then_lose_the_row() -> None:
+        waiting = asyncio.ensure_future(
+            gatherer.submit(
+                "call",
+                policy,
+                [RewardRequest(completion="Alone.", prompt="A prompt.")],
+                never_judged,
+                lambda _requests: None,
+            )
+        )
+        while not waiting.done():
+            with session_scope(engine) as session:  # what a sweep does to a spent row
+                session.execute(delete(RewardGroupMember))
+            await asyncio.sleep(0.05)
+        with pytest.raises(GroupFailed, match="given up"):
+            waiting.result()
+
+    try:
+        asyncio.run(wait_then_lose_the_row())
     finally:
         engine.dispose()
