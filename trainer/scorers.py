@@ -245,6 +245,7 @@ def _result_from_json(item: dict[str, Any]) -> RewardResult:
         confidence=None if item.get("confidence") is None else float(item["confidence"]),
         prompt_mean=None if item.get("prompt_mean") is None else float(item["prompt_mean"]),
         judge_mean=None if item.get("judge_mean") is None else float(item["judge_mean"]),
+        group_status=item.get("group_status"),
     )
 
 

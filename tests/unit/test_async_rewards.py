@@ -203,7 +203,13 @@ def test_verl_sends_its_uid_as_the_group_and_the_group_settings_in_the_body(
 
     def recorded(request: httpx.Request) -> httpx.Response:
         bodies.append(json.loads(request.content))
-        return ok(request)
+        answer = ok(request)
+        if json.loads(request.content).get("group_size"):  # the server's answer for a group
+            results = answer.json()["results"]
+            return httpx.Response(
+                200, json={"results": [{**r, "group_status": "timed_out"} for r in results]}
+            )
+        return answer
 
     transport, _ = scripted(recorded)
     real = AsyncRewardClient
@@ -217,12 +223,15 @@ def test_verl_sends_its_uid_as_the_group_and_the_group_settings_in_the_body(
     monkeypatch.setattr(verl, "_clients", {})
     kwargs: dict[str, Any] = {"via": "http", "base_url": "http://scorer"}
     info = {"uid": "3f2a-uid", "prompt_id": "p"}
-    asyncio.run(
+    timed_out = asyncio.run(
         verl.compute_score_async(
             "rubrics", "ab", None, info, group_size=8, evolution_run="my-run", **kwargs
         )
     )
-    asyncio.run(verl.compute_score_async("rubrics", "ab", "p", None, **kwargs))
+    alone = asyncio.run(verl.compute_score_async("rubrics", "ab", "p", None, **kwargs))
+    # The server's group status reaches verl's logs: 1.0 where the group timed out.
+    assert (timed_out["group_timed_out"], alone["group_timed_out"]) == (1.0, 0.0)
+    assert timed_out["score"] == alone["score"] == 0.02
     gathered, plain = bodies
     assert gathered["items"][0]["group"] == "3f2a-uid"
     assert (gathered["group_size"], gathered["evolution"]) == (8, "my-run")

@@ -157,5 +157,8 @@ def verl_result(result: RewardResult, masked_score: MaskedReward) -> dict[str, A
         "masked": 1.0 if masked else 0.0,
         "masked_fallback": 1.0 if fallback else 0.0,
         "coverage": result.coverage,
+        # 1.0 where the server judged the response's group short of its size, after its
+        # time-out (under the current set, nothing evolved); 0.0 otherwise.
+        "group_timed_out": 1.0 if result.group_status == "timed_out" else 0.0,
         **{f"failures_{name}": float(n) for name, n in result.failures.items()},
     }
