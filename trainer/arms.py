@@ -21,14 +21,34 @@ from __future__ import annotations
 
 import random
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from trainer.agreement import group_agreement
 
-if TYPE_CHECKING:
-    from trainer.report import RunRecord
+
+class HeldOutPoint(Protocol):
+    @property
+    def gold(self) -> float | None: ...
+
+
+class RunRecord(Protocol):
+    """What the analysis reads of a run (``trainer.report.RunRecord`` has it)."""
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def held_out(self) -> Sequence[HeldOutPoint]: ...
+
+    @property
+    def samples(self) -> list[dict[str, Any]]: ...
+
+    def training(self, key: str) -> tuple[list[int], list[float]]: ...
+
+    def test_alarms(self, alpha: float | None = None) -> list[int]: ...
+
 
 TRAIN_GOLD = "gold/train_reward"
 ENDS = 5  # steps averaged at each end of the training-gold curve
@@ -172,7 +192,7 @@ def _seeds(outcome: ArmOutcome, signed: bool = True) -> str:
 
 
 def arms_section(
-    groups: dict[str, list[RunRecord]], baseline: str | None = "baseline"
+    groups: Mapping[str, Sequence[RunRecord]], baseline: str | None = "baseline"
 ) -> list[str]:
     """The plan's tables as Markdown lines: each arm's outcomes over its seeds, each arm's
     difference from ``baseline`` (when that arm is among the runs), and alarms per arm.

@@ -11,7 +11,8 @@ Every caller that computes rewards runs these stages, in this order (each a meth
    approved refused, ``judge_configs.find_reward_judge``) once the process can keep its model
    (``JudgeCannotBeKept``); the batch's work, as the judge's mode plans it, within the
    bounds (``admission.TooMuchWork``). ``admit`` does both for one caller's requests alone,
-   reading only.
+   reading only; for a call that gathers groups, also ``bound_group``: a group of its size
+   like these rollouts, projected, within the judgment bound (``field`` ``group_size``).
 3. ``gather``: the requests put into the batch they are judged in by the pipeline's
    ``Gatherer`` (``scoring.coalescing``): alone, or with other callers' concurrent requests of
    the same kind within the coalescing window. A call with a ``GroupPolicy`` is gathered by
@@ -44,6 +45,7 @@ from collections.abc import Callable, Hashable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from functools import partial
+from math import ceil
 from typing import Protocol
 
 from sqlalchemy import Engine
@@ -337,7 +339,30 @@ class RewardPipeline:
                 include_drafts=call.include_drafts,
             )
         self.bound(work, len(requests))
+        if call.group is not None:
+            self.bound_group(work, len(requests), call.group.size)
         return spec
+
+    def bound_group(self, work: Workload, rollouts: int, size: int) -> None:
+        """``TooMuchWork`` where a group of ``size`` rollouts like these ``rollouts`` would plan
+        more judgments than a reward request may: refused before the rollouts wait for their
+        group, not when it is judged. The projection is this caller's judgments per rollout
+        times the size; the judged group is bounded again, in judgments and evidence, as any
+        batch is."""
+        bound = self.bounds.max_reward_judgments
+        if bound is None or size <= rollouts:
+            return
+        projected = ceil(work.total * size / rollouts)
+        if projected > bound:
+            raise TooMuchWork(
+                f"{projected} judgments planned for a group of {size} rollouts like the "
+                f"{rollouts} sent ({work.total} judgments): at most {bound} per reward request, "
+                "and a group is judged as one; lower group_size",
+                figure="judgments",
+                total=projected,
+                bound=bound,
+                field="group_size",
+            )
 
     # 3. Gather.
 

@@ -313,3 +313,43 @@ def test_a_caller_whose_rows_were_deleted_is_told_rather_than_left_waiting(
         asyncio.run(wait_then_lose_the_row())
     finally:
         engine.dispose()
+
+
+def test_a_group_too_large_to_judge_as_one_is_refused_before_anything_waits(
+    sqlite_groups_url: str,
+) -> None:
+    """Each rollout of the blue rubric plans 2 judgments (its two check criteria): a group of
+    8 would plan 16, past a bound of 10, and is refused at once (413, naming group_size),
+    nothing stored; a group of 4 (8) is judged."""
+    url = sqlite_groups_url
+    texts = ["The sea is blue.", "The sea is grey."]
+    with api_client(url, [BLUE], max_reward_judgments=10, reward_group_timeout_s=0.3) as (
+        client,
+        keys,
+    ):
+        auth = bearer(keys["score"])
+        too_large = client.post("/v1/rewards", json=_body(texts, "g", group_size=8), headers=auth)
+        assert too_large.status_code == 413, too_large.text
+        error = too_large.json()["error"]
+        assert error["field"] == "body.group_size"
+        assert error["message"].startswith(
+            "16 judgments planned for a group of 8 rollouts like the 2 sent (4 judgments): "
+            "at most 10 per reward request"
+        )
+        engine = make_engine(url)
+        try:
+            with session_scope(engine) as session:
+                assert session.scalars(select(RewardGroupMember)).all() == []
+        finally:
+            engine.dispose()
+        # OpenRLHF's one rollout per request, the size in its URL: the same projection.
+        openrlhf = client.post(
+            f"/v1/openrlhf/reward?api_key={keys['score']}&judge=blue-judge&group_size=8",
+            json={"query": [PROMPT + texts[0]], "prompts": [PROMPT], "labels": ["ev-sea"]},
+        )
+        assert openrlhf.status_code == 413, openrlhf.text
+        assert openrlhf.json()["error"]["field"] == "query.group_size"
+        assert openrlhf.json()["error"]["message"].startswith("16 judgments planned")
+        fits = client.post("/v1/rewards", json=_body(texts, "g", group_size=4), headers=auth)
+        assert fits.status_code == 200, fits.text
+        assert [r["group_status"] for r in fits.json()["results"]] == ["timed_out"] * 2

@@ -56,15 +56,19 @@ from rubricsvc.scoring.pipeline import (
 router = APIRouter(tags=["rewards"], route_class=CheckedRoute)
 
 
-async def answered(pipeline_run: Awaitable[RewardAnswer]) -> RewardAnswer:
-    """The reward pipeline's answer, its refusals made HTTP errors: the edge's one table."""
+async def answered(
+    pipeline_run: Awaitable[RewardAnswer], group_size_in: str = "body"
+) -> RewardAnswer:
+    """The reward pipeline's answer, its refusals made HTTP errors: the edge's one table.
+    ``group_size_in``: where the call's group size came from (``body`` or ``query``)."""
     try:
         return await pipeline_run
     except TooManyItems as err:
         raise ApiError(413, str(err), "body.items") from None
     except TooMuchWork as err:
+        where = group_size_in if err.field == "group_size" else "body"
         raise ApiError(
-            413, str(err), "body" if err.field is None else f"body.{err.field}"
+            413, str(err), "body" if err.field is None else f"{where}.{err.field}"
         ) from None
     except (JudgeCannotBeKept, GroupsNotGathered) as err:
         raise ApiError(422, str(err)) from None
@@ -207,7 +211,7 @@ async def serve_openrlhf(
         # One rollout per request: the server's group size applies to every request.
         group=group_policy(state, group_size, evolution, True, "query"),
     )
-    answer = await answered(pipeline.serve(call, requests, fill_masked=policy))
+    answer = await answered(pipeline.serve(call, requests, fill_masked=policy), "query")
     results = answer.batch.results
     assert answer.filled is not None  # asked for
     return OpenRLHFOut(
