@@ -195,6 +195,11 @@ def decide(
         )
     if reasons:
         return JudgeGateStatus.REJECTED, reasons
+    assert agreement is not None and gain_ci is not None  # else refused above
+    # "Beats the base model" only where min_gain is 0 or more: a negative one lets a student
+    # a little worse than the base model through, and the reason says what was checked.
     return JudgeGateStatus.APPROVED, [
-        f"agreement {agreement:.3f} reaches {settings.min_agreement} and beats the base model"
+        f"agreement {agreement:.3f} reaches min_agreement {settings.min_agreement}; the gain "
+        f"over the base model (95% interval [{gain_ci[0]:.3f}, {gain_ci[1]:.3f}]) is above "
+        f"min_gain {settings.min_gain}"
     ]

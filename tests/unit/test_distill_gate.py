@@ -40,6 +40,18 @@ def test_the_gate_needs_the_agreement_and_a_gain_beyond_chance() -> None:
     assert status == JudgeGateStatus.REJECTED and len(reasons) == 2
 
 
+def test_an_approval_says_what_was_checked_even_with_a_negative_min_gain() -> None:
+    # A min_gain below 0 lets through a student slightly worse than the base: its approval
+    # must not claim that it beats the base model.
+    settings = DistillSettings(min_agreement=0.6, min_gain=-0.1)
+    status, reasons = decide(0.65, [-0.05, 0.03], settings)
+    assert status == JudgeGateStatus.APPROVED
+    assert reasons == [
+        "agreement 0.650 reaches min_agreement 0.6; the gain over the base model (95% "
+        "interval [-0.050, 0.030]) is above min_gain -0.1"
+    ]
+
+
 def test_the_split_is_by_prompt_and_never_leaves_a_side_empty() -> None:
     assert parse_split("prompt:0.8") == 0.8
     for bad, words in (
