@@ -21,9 +21,9 @@ group is judged as one batch by whichever waiting caller first finds it complete
   judged in one group with those sent after it came back, which a policy has moved since.
 - Rows do not pile up: every ``timeout`` seconds (at most) a process joining rollouts deletes
   answered rows claimed more than the stale-claim bound ago (their callers have read them, or
-  are gone), and rows never claimed for as long (nobody is left to wait for them: a waiting
-  caller claims its group at its time-out). A caller whose rows were deleted meanwhile gets
-  ``GroupFailed`` rather than waiting forever.
+  are gone), and rows still unclaimed a stale-claim bound past their time-out (nobody is left
+  to wait for them: a waiting caller claims its group at its time-out). A caller whose rows
+  were deleted meanwhile gets ``GroupFailed`` rather than waiting forever.
 - Each member's answer is written in the judged batch's own transaction (``run`` calls its
   ``record`` inside it), so a group is judged and evolved exactly when its answers are
   stored. A claim still unanswered after ``stale_after`` seconds belongs to a process that
@@ -169,15 +169,23 @@ class GroupGatherer:
         if self._swept_at is not None and now - self._swept_at < policy.timeout:
             return
         self._swept_at = now
-        bound = utcnow() - policy.stale_claim
+        answered_before = utcnow() - policy.stale_claim
+        # A waiting caller claims its group at the time-out at the latest: a row still
+        # unclaimed a stale-claim bound after that has no caller left (whatever the two
+        # settings are), so no live caller's row is ever deleted.
+        unclaimed_before = answered_before - timedelta(seconds=policy.timeout)
         session.execute(
             delete(RewardGroupMember)
             .where(
                 or_(
                     and_(
-                        RewardGroupMember.answer.is_not(None), RewardGroupMember.claimed_at < bound
+                        RewardGroupMember.answer.is_not(None),
+                        RewardGroupMember.claimed_at < answered_before,
                     ),
-                    and_(RewardGroupMember.batch.is_(None), RewardGroupMember.created_at < bound),
+                    and_(
+                        RewardGroupMember.batch.is_(None),
+                        RewardGroupMember.created_at < unclaimed_before,
+                    ),
                 )
             )
             .execution_options(synchronize_session=False)
