@@ -215,12 +215,17 @@ def test_a_reward_past_the_evidence_bound_is_413_and_the_largest_admitted_is_qui
         time.sleep(0.1)  # its body is in: the server is working on it
         started = time.monotonic()
         small = _reward(client, one_item)
-        small_seconds = time.monotonic() - started
+        small_answered = time.monotonic()
+        small_seconds = small_answered - started
         sender.join(timeout=60)
         assert started < timed["answered"]  # sent while the largest was being judged
         assert small.status_code == 200, small.text[:500]
         assert small.json()["results"][0]["reward"] is not None
-        assert small_seconds < 1.0, f"a one-item reward took {small_seconds:.2f} s meanwhile"
+        # It waits for the largest (one batch of a judge at a time) and for nothing else: its
+        # answer comes within a second of the largest's, however busy the machine (its own
+        # work is a 3,000-character document's two checks).
+        after = small_answered - timed["answered"]
+        assert after < 1.0, f"a one-item reward came {after:.2f} s after the largest's answer"
         response = timed["response"]
         assert response.status_code == 200, response.text[:500]
         result = response.json()["results"][0]
