@@ -34,6 +34,7 @@ from rubricsvc.errors import (
     database_failure,
     first_line,
 )
+from rubricsvc.scoring.groups import GroupFailed, GroupGivenUp
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,10 @@ _STATUS: list[tuple[type[RubricsvcError], int, str]] = [
     (ConflictError, 409, "conflict"),
     (ForbiddenError, 403, "forbidden"),
     (DependencyMissing, 503, "unavailable"),
+    # A reward group given up unjudged may be judged if sent again; any other failure of a
+    # group's judging (its backend's aside, answered as a BackendError) is the server's own.
+    (GroupGivenUp, 503, "group_given_up"),
+    (GroupFailed, 500, "group_failed"),
 ]
 _CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
           405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
@@ -198,8 +203,13 @@ def install_error_handlers(app: FastAPI) -> None:
         return await _api_error(request, database_error(request, exc))
 
     @app.exception_handler(RubricsvcError)
-    async def _library(_request: Request, exc: RubricsvcError) -> JSONResponse:
+    async def _library(request: Request, exc: RubricsvcError) -> JSONResponse:
         for kind, status, code in _STATUS:
             if isinstance(exc, kind):
-                return error_response(status, code, str(exc))
+                response = error_response(status, code, str(exc))
+                if isinstance(exc, GroupGivenUp):  # sent again, it joins a fresh group
+                    response.headers["Retry-After"] = "1"
+                elif status == 500:
+                    log.error("%s %s: %s", request.method, request.url.path, exc)
+                return response
         return error_response(400, "bad_request", str(exc))

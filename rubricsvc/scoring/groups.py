@@ -51,6 +51,7 @@ from typing import Any
 from sqlalchemy import Engine, and_, delete, or_, select, update
 from sqlalchemy.orm import Session
 
+from rubricsvc.backends.base import BackendError
 from rubricsvc.db import session_scope
 from rubricsvc.errors import RubricsvcError
 from rubricsvc.models import RewardGroupMember
@@ -92,7 +93,14 @@ class GroupPolicy:
 
 
 class GroupFailed(RubricsvcError):
-    """The batch a gathered group was judged in failed as a whole (its judge's error)."""
+    """The batch a gathered group was judged in failed as a whole, with an error other than
+    its judge backend's (a backend's failure reaches every member as a ``BackendError``, so
+    that a caller answers it as it would an ungrouped one: retry, or not)."""
+
+
+class GroupGivenUp(GroupFailed):
+    """A rollout's row was deleted before its group was judged: it waited past the
+    stale-claim bound. Sending the rollout again may succeed."""
 
 
 class ClaimTakenOver(RubricsvcError):
@@ -131,7 +139,7 @@ class GroupGatherer:
         while True:
             answers: dict[int, dict[str, Any] | None] = await self.to_thread(self._answers, ids)
             if len(answers) < len(ids):
-                raise GroupFailed(
+                raise GroupGivenUp(
                     "this rollout's group was given up: it waited past the stale-claim bound "
                     "(RUBRICSVC_API_REWARD_GROUP_STALE_CLAIM_S) unjudged"
                 )
@@ -222,7 +230,13 @@ class GroupGatherer:
         except ClaimTakenOver:
             return  # the caller that took the group over answers it
         except Exception as err:  # every member's caller gets the error, none waits forever
-            failed = {"error": f"{type(err).__name__}: {err}"}
+            failed: dict[str, Any] = {"error": f"{type(err).__name__}: {err}"}
+            if isinstance(err, BackendError):  # kept, so that each caller can retry or not
+                failed["backend"] = {
+                    "retryable": err.retryable,
+                    "status": err.status,
+                    "retry_after": err.retry_after,
+                }
             try:
                 with session_scope(self.engine) as session:
                     self._answer(session, token, [(row_id, failed) for row_id, _ in members])
@@ -342,7 +356,10 @@ def _assembled(answers: list[dict[str, Any]]) -> RewardBatch:
     """A caller's batch from its members' answers, in its order."""
     for answer in answers:
         if "error" in answer:
-            raise GroupFailed(f"the group this rollout was gathered in failed: {answer['error']}")
+            message = f"the group this rollout was gathered in failed: {answer['error']}"
+            if "backend" in answer:
+                raise BackendError(message, **answer["backend"])
+            raise GroupFailed(message)
     first = answers[0]
     batch = RewardBatch(
         judge=first["judge"],

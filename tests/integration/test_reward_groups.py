@@ -14,10 +14,13 @@ from typing import Any
 import pytest
 from sqlalchemy import delete, select
 
+from rubricsvc.api.errors import install_error_handlers
+from rubricsvc.backends.base import BackendError
 from rubricsvc.db import make_engine, session_scope
+from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.models import EvolutionStep, Origin, RewardGroupMember, RubricVersion
 from rubricsvc.models.base import utcnow
-from rubricsvc.scoring.groups import GroupFailed, GroupGatherer, GroupPolicy
+from rubricsvc.scoring.groups import GroupFailed, GroupGatherer, GroupGivenUp, GroupPolicy
 from rubricsvc.scoring.rewards import RewardBatch, RewardRequest
 from tests.api_harness import api_client, bearer
 from tests.helpers import approve_rubrics
@@ -302,11 +305,13 @@ def test_a_caller_whose_rows_were_deleted_is_told_rather_than_left_waiting(
                 lambda _requests: None,
             )
         )
+        deadline = time.monotonic() + 30  # a caller left waiting fails the test, not hangs it
         while not waiting.done():
+            assert time.monotonic() < deadline, "the caller whose row was deleted still waits"
             with session_scope(engine) as session:  # what a sweep does to a spent row
                 session.execute(delete(RewardGroupMember))
             await asyncio.sleep(0.05)
-        with pytest.raises(GroupFailed, match="given up"):
+        with pytest.raises(GroupGivenUp, match="given up"):
             waiting.result()
 
     try:
@@ -353,3 +358,101 @@ def test_a_group_too_large_to_judge_as_one_is_refused_before_anything_waits(
         fits = client.post("/v1/rewards", json=_body(texts, "g", group_size=4), headers=auth)
         assert fits.status_code == 200, fits.text
         assert [r["group_status"] for r in fits.json()["results"]] == ["timed_out"] * 2
+
+
+@pytest.mark.parametrize(
+    ("failure", "raised"),
+    [
+        (BackendError("judge down", retryable=True, status=503, retry_after=7), BackendError),
+        (RuntimeError("a bug"), GroupFailed),
+    ],
+)
+def test_every_member_of_a_failed_group_gets_its_error_as_an_ungrouped_caller_would(
+    sqlite_url: str, failure: Exception, raised: type[Exception]
+) -> None:
+    engine = make_engine(sqlite_url)
+    gatherer = GroupGatherer(engine, poll=0.01)
+    policy = GroupPolicy(size=2, timeout=60)
+
+    def failing(*_: Any) -> RewardBatch:
+        raise failure
+
+    async def both() -> list[BaseException | RewardBatch]:
+        calls = [
+            gatherer.submit(
+                "call",
+                policy,
+                [RewardRequest(completion=text, prompt="A prompt.")],
+                failing,
+                lambda _requests: None,
+            )
+            for text in ("One.", "Two.")
+        ]
+        return await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 30)
+
+    try:
+        errors = asyncio.run(both())
+    finally:
+        engine.dispose()
+    assert [type(e) for e in errors] == [raised, raised], errors
+    for error in errors:
+        assert str(failure) in str(error)
+        if isinstance(error, BackendError):  # what a caller needs to retry, or not
+            assert (error.retryable, error.status, error.retry_after) == (True, 503, 7)
+
+
+def test_the_api_answers_a_given_up_group_503_and_a_failed_one_500() -> None:
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    app = FastAPI()
+    install_error_handlers(app)
+
+    @app.get("/given-up")
+    def given_up() -> None:
+        raise GroupGivenUp("this rollout's group was given up")
+
+    @app.get("/failed")
+    def failed() -> None:
+        raise GroupFailed("the group this rollout was gathered in failed: RuntimeError: a bug")
+
+    with TestClient(app) as client:
+        answer = client.get("/given-up")
+        assert answer.status_code == 503 and answer.headers["Retry-After"] == "1"
+        assert answer.json()["error"]["code"] == "group_given_up"
+        answer = client.get("/failed")
+        assert answer.status_code == 500 and answer.json()["error"]["code"] == "group_failed"
+
+
+FAILING_JUDGE = JudgeSpec(
+    name="always-fails",
+    backend="faulty",
+    mode=VerdictMode.CRITERION_PROB,
+    backend_options={"inner": "scripted", "failure_rate": 1.0, "seed": 0},
+    retries=0,
+    retry_backoff=0,
+)
+STORM = {
+    "name": "gr/storm",
+    "prompt": {"external_id": "gr-storm", "text": "Describe a storm."},
+    "criteria": [{"text": "Mentions the wind", "weight": 1}],
+}
+
+
+def test_a_gathered_group_whose_judge_is_down_is_answered_503_with_retry_after(
+    sqlite_url: str,
+) -> None:
+    approve_rubrics(sqlite_url, judges=[FAILING_JUDGE])
+    items = [
+        {"prompt_id": "gr-storm", "completion": text, "group": "g"}
+        for text in ("Wind howled.", "Rain fell.")
+    ]
+    with api_client(sqlite_url, [STORM]) as (client, keys):
+        answer = client.post(
+            "/v1/rewards",
+            json={"judge": "always-fails", "items": items, "group_size": 2},
+            headers=bearer(keys["score"]),
+        )
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"]["code"] == "judge_unavailable"
+    assert int(answer.headers["Retry-After"]) >= 1
