@@ -156,7 +156,10 @@ class RewardGroupMember(Base):
     group_key: Mapped[str] = mapped_column(String(HASH_LENGTH), index=True)
     group_size: Mapped[int] = mapped_column(Integer)
     request: Mapped[dict[str, Any]] = mapped_column(JSONType)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # Indexed for the sweep that deletes spent rows by these times (migration 0017).
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, index=True
+    )
     batch: Mapped[str | None] = mapped_column(String(36), index=True)
-    claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
     answer: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
