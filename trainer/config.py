@@ -184,9 +184,14 @@ class ScorerSettings(Strict):
 
     @model_validator(mode="after")
     def _evolution_in_process(self) -> ScorerSettings:
-        # The reward API does not gather groups for evolution yet (docs/evolving-rubrics.md).
+        # Over HTTP the server evolves, under its own settings (RUBRICSVC_API_EVOLUTION): the
+        # trainer names the run and the group size (docs/evolving-rubrics.md).
         if self.evolution is not None and self.via != ScorerVia.INPROCESS:
-            raise ValueError("evolution: rubrics evolve with via: inprocess only, for now")
+            raise ValueError(
+                f"evolution: settings for evolving in process; with via: {self.via.value} the "
+                "server evolves under its own settings: name its run with evolution_run (and "
+                "group_size, the rollouts per prompt) instead"
+            )
         if self.evolution is not None and self.criterion_dropout:
             raise ValueError("evolution and criterion_dropout: choose one")
         return self

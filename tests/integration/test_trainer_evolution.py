@@ -151,3 +151,19 @@ def test_direction_agreement_by_hand() -> None:
     assert direction_agreement([[a, b, c]]) == pytest.approx(1 / 3)
     assert direction_agreement([[a, tie]]) is None
     assert direction_agreement([[(None, 0.5), b]]) is None
+
+
+def test_evolution_settings_over_http_are_refused_with_what_to_set_instead() -> None:
+    with pytest.raises(ValueError, match="evolution_run") as refused:
+        ScorerSettings(
+            via="http",
+            base_url="http://127.0.0.1:1",
+            judge="blue-judge",
+            evolution={"generator": {"backend": "scripted"}},
+        )
+    assert "group_size" in str(refused.value)
+    # What the message points to is accepted.
+    settings = ScorerSettings(
+        via="http", base_url="http://127.0.0.1:1", judge="j", evolution_run="r", group_size=8
+    )
+    assert (settings.evolution_run, settings.group_size) == ("r", 8)
