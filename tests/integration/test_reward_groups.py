@@ -17,7 +17,6 @@ from sqlalchemy import delete, select
 from rubricsvc.api.errors import install_error_handlers
 from rubricsvc.backends.base import BackendError
 from rubricsvc.db import make_engine, session_scope
-from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.models import EvolutionStep, Origin, RewardGroupMember, RubricVersion
 from rubricsvc.models.base import utcnow
 from rubricsvc.scoring.groups import GroupFailed, GroupGatherer, GroupGivenUp, GroupPolicy
@@ -25,6 +24,7 @@ from rubricsvc.scoring.rewards import RewardBatch, RewardRequest
 from tests.api_harness import api_client, bearer
 from tests.helpers import approve_rubrics
 from tests.integration.test_trainer_evolution import BLUE, BLUE_JUDGE, PROPOSAL
+from tests.integration.test_trainer_rewards import FAILING_JUDGE
 
 EVOLUTION: dict[str, Any] = {
     "every": 1,
@@ -424,14 +424,6 @@ def test_the_api_answers_a_given_up_group_503_and_a_failed_one_500() -> None:
         assert answer.status_code == 500 and answer.json()["error"]["code"] == "group_failed"
 
 
-FAILING_JUDGE = JudgeSpec(
-    name="always-fails",
-    backend="faulty",
-    mode=VerdictMode.CRITERION_PROB,
-    backend_options={"inner": "scripted", "failure_rate": 1.0, "seed": 0},
-    retries=0,
-    retry_backoff=0,
-)
 STORM = {
     "name": "gr/storm",
     "prompt": {"external_id": "gr-storm", "text": "Describe a storm."},
