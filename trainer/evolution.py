@@ -20,9 +20,11 @@ either part ties are left out). A generator that fails is counted and logged, pa
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
 from itertools import combinations
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rubricsvc.judging.aggregation import Outcome, aggregate
@@ -221,6 +223,25 @@ class RubricEvolution:
         log_metric("evolution/pruned", float(sum(len(r.pruned) for r in reports)))
         log_metric("evolution/refused", float(sum(len(r.refused) for r in reports)))
         log_metric("evolution/generator_failures", float(failed))
+
+    def write_history(self, path: Path) -> bool:
+        """The run's whole evolution history (``rubricsvc rubrics evolution show``'s, every
+        prompt's) as JSON at ``path``, so that a run directory holds what its rubrics grew;
+        False when the run never evolved a prompt."""
+        from rubricsvc.db import session_scope
+        from rubricsvc.errors import NotFoundError
+        from rubricsvc.evolution.history import run_history
+        from rubricsvc.evolution.store import get_run
+
+        engine, _ = self._open()
+        with session_scope(engine) as session:
+            try:
+                data = run_history(get_run(session, self.run))
+            except NotFoundError:
+                return False
+        # One line: its rollouts' texts make it long; `json.tool` or jq print it.
+        path.write_text(json.dumps(data, ensure_ascii=False) + "\n", encoding="utf-8")
+        return True
 
     def close(self) -> None:
         from trainer.scorers import release_provider

@@ -24,7 +24,7 @@ from trainer.config import TrainConfig, load_configured_plugins
 from trainer.monitors import GoldMonitor, SaturationTracker
 from trainer.recording import RecordingReward
 from trainer.rewards import PROMPT_ID_COLUMN, RandomControlReward, RubricReward
-from trainer.rundir import RunDirectory
+from trainer.rundir import EVOLUTION_HISTORY, RunDirectory
 from trainer.scorers import judge_loads, make_scorer, release_provider, shared_provider
 
 log = logging.getLogger(__name__)
@@ -271,6 +271,8 @@ def _train(
     )
     try:
         trainer.train()
+        if rubric.evolution is not None:
+            rubric.evolution.write_history(run.path / EVOLUTION_HISTORY)
     finally:
         if rubric.evolution is not None:
             rubric.evolution.close()

@@ -27,6 +27,8 @@ SAMPLES = "samples.jsonl"
 GOLD = "gold.jsonl"
 ALARMS = "alarms.jsonl"
 REFRESHES = "refreshes.jsonl"
+# The evolution run's whole history (reward.evolution; trainer/evolution.py), at the end.
+EVOLUTION_HISTORY = "evolution.json"
 
 
 def _clean(value: Any) -> Any:

@@ -27,6 +27,17 @@ def run_summary(run: EvolutionRun) -> dict[str, Any]:
     }
 
 
+def run_history(run: EvolutionRun) -> dict[str, Any]:
+    """``run_summary`` with every prompt's ``track_history`` under ``histories`` (keyed by
+    the prompt's external id, else its id): the whole run in one document."""
+    return run_summary(run) | {
+        "histories": {
+            str(track.prompt.external_id or track.prompt.id): track_history(track)
+            for track in run.tracks
+        }
+    }
+
+
 def _track_summary(track: EvolutionTrack) -> dict[str, Any]:
     prompt = track.prompt
     return {

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -74,7 +75,9 @@ def _step(reward: RubricReward, step: int) -> tuple[list[float | None], dict[str
     return rewards, metrics
 
 
-def test_the_reward_evolves_each_prompts_rubric_and_logs_both_parts(sqlite_url: str) -> None:
+def test_the_reward_evolves_each_prompts_rubric_and_logs_both_parts(
+    sqlite_url: str, tmp_path: Path
+) -> None:
     approve_rubrics(sqlite_url, BLUE, judges=[BLUE_JUDGE])
     reward = RubricReward(_settings(sqlite_url), evolution_run="ev-run")
 
@@ -105,7 +108,18 @@ def test_the_reward_evolves_each_prompts_rubric_and_logs_both_parts(sqlite_url: 
     _, metrics = _step(reward, 2)
     assert (metrics["evolution/refused"], metrics["evolution/new"]) == (3, 0)
     assert metrics["evolution/active"] == 2
-    reward.evolution.close()  # type: ignore[union-attr]
+    # What `rubricsvc train` leaves in the run directory: the whole history in one file.
+    assert reward.evolution is not None
+    assert reward.evolution.write_history(tmp_path / "evolution.json")
+    history = json.loads((tmp_path / "evolution.json").read_text())
+    assert history["run"] == "ev-run" and history["settings"]["max_active"] == 2
+    assert [p["current"] for p in history["prompts"]] == [evolved]
+    assert [s["step"] for s in history["histories"]["ev-sea"]["steps_taken"]] == [0, 2]
+    reward.evolution.close()
+    never_evolved = RubricReward(_settings(sqlite_url), evolution_run="never")
+    assert never_evolved.evolution is not None
+    assert not never_evolved.evolution.write_history(tmp_path / "none.json")
+    never_evolved.evolution.close()
 
     engine = make_engine(sqlite_url)
     try:
