@@ -62,7 +62,8 @@ def evolution_section(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> l
         "",
         "Summed over the steps (active: summed over the last evolution step's prompts); the "
         "rewards and the agreement are means over the logged steps. The criteria themselves: "
-        "`rubricsvc rubrics evolution show RUN` on the run's database.",
+        "each run directory's `evolution.json`, or `rubricsvc rubrics evolution show RUN` on "
+        "the run's database.",
         "",
         HEADER,
         *rows,
