@@ -81,6 +81,10 @@ def _shown(text: str) -> str:
 _NEGATED_AUXILIARY = re.compile(r"^(?:does not|doesn't|did not|didn't|fails to|failed to) (\w+)")
 _NEGATED_PLAIN = re.compile(r"^(?:never|not) ")
 _SUBJECT = re.compile(r"^(?:the )?(?:response|answer|it) ")
+# What a generator copies from the prompt's list of criteria (or numbers its own with) in
+# front of a criterion: "1. [important] Mentions X" states what "Mentions X" does.
+_LIST_MARK = re.compile(r"^(?:\d+[.)]|[-*\u2022]|\(\w\))\s*")
+_CATEGORY_TAG = re.compile(r"^\[(?:essential|important|optional|pitfall)\]\s*")
 
 
 @dataclass(frozen=True)
@@ -93,10 +97,12 @@ class Claim:
 
 
 def claim_of(criterion: CriterionSpec) -> Claim:
-    """``criterion`` reduced to a claim: lower case, spacing and a final full stop ignored,
-    a leading subject ("The response ...") dropped, one negation removed (flipping the
-    direction), and the sign of its weight applied."""
-    text = normalized_text(criterion.text).rstrip(".!")
+    """``criterion`` reduced to a claim: lower case, spacing and final punctuation ignored,
+    a leading list mark ("1.", "-") and category tag ("[important]") dropped, a leading
+    subject ("The response ...") dropped, one negation removed (flipping the direction),
+    and the sign of its weight applied."""
+    text = normalized_text(criterion.text).rstrip(".!,;: ")
+    text = _CATEGORY_TAG.sub("", _LIST_MARK.sub("", text, count=1), count=1)
     text = _SUBJECT.sub("", text)
     negated = False
     auxiliary = _NEGATED_AUXILIARY.match(text)

@@ -22,6 +22,7 @@ from rubricsvc.backends.scripted import ScriptedBackend
 from rubricsvc.backends.types import GenerationRequest
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.evolution.judging import ExecutorJudge
+from rubricsvc.evolution.proposals import refuse_known
 from rubricsvc.evolution.selection import Candidate, decide
 from rubricsvc.evolution.settings import EvolutionSettings, Weighting
 from rubricsvc.evolution.step import GroupRollout, StepReport, evolve_group
@@ -437,3 +438,29 @@ def test_a_criterion_copied_from_a_rollout_is_refused(session: Session) -> None:
         ("The response mentions the word banana", "copied")
     ]
     assert report.added == ["Uses a banana"]
+
+
+def test_a_proposal_numbered_or_tagged_like_the_prompts_criteria_list_is_a_duplicate() -> None:
+    """The embedded generator copies the prompt's list of criteria ("1. [important] ...")
+    and trails commas: seen in the lab's evolving run (docs/overopt/round2), where such
+    copies of a persistent criterion were added as new criteria."""
+    known = [
+        CriterionSpec(text="Recommends writing down or tracking income and spending", weight=3)
+    ]
+    proposed = [
+        CriterionSpec(
+            text="1. [important] Recommends writing down or tracking income and spending", weight=1
+        ),
+        CriterionSpec(text="- Recommends writing down or tracking income and spending,", weight=1),
+        CriterionSpec(
+            text="[pitfall] Recommends writing down or tracking income and spending", weight=-1
+        ),
+        CriterionSpec(text="2) Recommends a budgeting app", weight=1),  # new: kept, text as written
+    ]
+    accepted, refused = refuse_known(proposed, known)
+    assert [(r.reason, r.of) for r in refused] == [
+        ("duplicate", known[0].text),
+        ("duplicate", known[0].text),
+        ("mirror", known[0].text),
+    ]
+    assert [c.text for c in accepted] == ["2) Recommends a budgeting app"]
