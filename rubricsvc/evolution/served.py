@@ -51,6 +51,10 @@ class ServedEvolution:
     ) -> list[RewardRequest]:
         return routed_to_current(session, run, requests)
 
+    @property
+    def max_new(self) -> int:
+        return self.settings.max_new
+
     def evolve(
         self,
         session: Session,

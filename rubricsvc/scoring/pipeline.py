@@ -139,6 +139,11 @@ class GroupEvolution(Protocol):
     """What evolving rubrics does in the pipeline (``rubricsvc.evolution.served``): scoring
     knows no evolution, the door that has one passes it. Both run in the batch's transaction."""
 
+    @property
+    def max_new(self) -> int:
+        """The most new criteria one step judges over a group (bounds a group's work)."""
+        ...
+
     def route(
         self, session: Session, run: str, requests: list[RewardRequest]
     ) -> list[RewardRequest]:
@@ -340,24 +345,30 @@ class RewardPipeline:
             )
         self.bound(work, len(requests))
         if call.group is not None:
-            self.bound_group(work, len(requests), call.group.size)
+            # An evolving group's step judges up to max_new new criteria over the group.
+            evolving = call.group.evolution is not None and self.evolution is not None
+            new = self.evolution.max_new if evolving and self.evolution else 0
+            self.bound_group(work, len(requests), call.group.size, new_criteria=new)
         return spec
 
-    def bound_group(self, work: Workload, rollouts: int, size: int) -> None:
+    def bound_group(self, work: Workload, rollouts: int, size: int, new_criteria: int = 0) -> None:
         """``TooMuchWork`` where a group of ``size`` rollouts like these ``rollouts`` would plan
         more judgments than a reward request may: refused before the rollouts wait for their
         group, not when it is judged. The projection is this caller's judgments per rollout
-        times the size; the judged group is bounded again, in judgments and evidence, as any
-        batch is."""
+        times the size, plus ``new_criteria`` judged over the group when it evolves; the
+        judged group is bounded again, in judgments and evidence, as any batch is."""
         bound = self.bounds.max_reward_judgments
-        if bound is None or size <= rollouts:
+        if bound is None or (size <= rollouts and not new_criteria):
             return
-        projected = ceil(work.total * size / rollouts)
+        size = max(size, rollouts)
+        projected = ceil(work.total * size / rollouts) + new_criteria * size
         if projected > bound:
             raise TooMuchWork(
                 f"{projected} judgments planned for a group of {size} rollouts like the "
-                f"{rollouts} sent ({work.total} judgments): at most {bound} per reward request, "
-                "and a group is judged as one; lower group_size",
+                f"{rollouts} sent ({work.total} judgments"
+                + (f", and {new_criteria} evolved criteria over the group" if new_criteria else "")
+                + f"): at most {bound} per reward request, and a group is judged as one; lower "
+                "group_size",
                 figure="judgments",
                 total=projected,
                 bound=bound,

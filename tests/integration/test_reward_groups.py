@@ -360,6 +360,30 @@ def test_a_group_too_large_to_judge_as_one_is_refused_before_anything_waits(
         assert [r["group_status"] for r in fits.json()["results"]] == ["timed_out"] * 2
 
 
+def test_an_evolving_groups_bound_counts_the_criteria_its_step_judges(
+    sqlite_groups_url: str,
+) -> None:
+    """A group of 2 blue rollouts plans 4 judgments; evolving it judges up to max_new (3) new
+    criteria over its 2 rollouts, 6 more: 10, past a bound of 9, is refused at once; the same
+    group judged without evolving (4) is not."""
+    texts = ["The sea is blue.", "The sea is grey."]
+    with api_client(sqlite_groups_url, [BLUE], evolution=EVOLUTION, max_reward_judgments=9) as (
+        client,
+        keys,
+    ):
+        auth = bearer(keys["score"])
+        evolving = client.post(
+            "/v1/rewards", json=_body(texts, "g", group_size=2, evolution=RUN), headers=auth
+        )
+        assert evolving.status_code == 413, evolving.text
+        assert evolving.json()["error"]["message"].startswith(
+            "10 judgments planned for a group of 2 rollouts like the 2 sent (4 judgments, and "
+            "3 evolved criteria over the group): at most 9 per reward request"
+        )
+        plain = client.post("/v1/rewards", json=_body(texts, "g", group_size=2), headers=auth)
+        assert plain.status_code == 200, plain.text
+
+
 @pytest.mark.parametrize(
     ("failure", "raised"),
     [
