@@ -26,9 +26,13 @@ class GroupAgreement:
     interval: tuple[float, float] | None  # 95%, resampling groups
 
 
-def group_agreement(samples: Sequence[dict[str, Any]]) -> GroupAgreement:
-    """The proxy's agreement with gold within rollout groups of the recorded samples."""
-    credit, clusters = _pair_credits(samples)
+def group_agreement(
+    samples: Sequence[dict[str, Any]], proxy: str = "rubric_reward"
+) -> GroupAgreement:
+    """The proxy's agreement with gold within rollout groups of the recorded samples;
+    ``proxy``: the samples' field that holds the score compared with gold (an evolving run's
+    samples also hold its ``persistent_reward`` and ``evolved_reward`` parts)."""
+    credit, clusters = _pair_credits(samples, proxy)
 
     def share(indices: Sequence[int]) -> float | None:
         return statistics.fmean(credit[i] for i in indices) if indices else None
@@ -42,13 +46,13 @@ def group_agreement(samples: Sequence[dict[str, Any]]) -> GroupAgreement:
 
 
 def _pair_credits(
-    samples: Sequence[dict[str, Any]],
+    samples: Sequence[dict[str, Any]], proxy_field: str = "rubric_reward"
 ) -> tuple[list[float], list[tuple[Any, Any]]]:
     """Each pair of a group's completions that gold tells apart: 1 when the proxy orders it
     as gold does, 0.5 for a proxy tie, 0 otherwise; and the pair's group (step, prompt)."""
     groups: dict[tuple[Any, Any], list[tuple[float, float]]] = {}
     for sample in samples:
-        proxy, gold = sample.get("rubric_reward"), sample.get("gold_reward")
+        proxy, gold = sample.get(proxy_field), sample.get("gold_reward")
         if proxy is None or gold is None:
             continue
         key = (sample.get("step"), sample.get("prompt_id"))

@@ -53,6 +53,8 @@ class RubricEvolution:
         self._engine: Engine | None = None
         self._backends: BackendProvider | None = None
         self.last_reports: list[StepReport] = []
+        # The last batch's (persistent, evolved) reward parts, per result (see _parts).
+        self.last_parts: list[tuple[float | None, float | None]] = []
 
     def __getstate__(self) -> dict[str, Any]:
         return {"settings": self.settings, "run": self.run}
@@ -94,6 +96,7 @@ class RubricEvolution:
         with session_scope(engine) as session:
             groups = prompt_groups(find_prompts(session, requests))
             parts = self._parts(session, results)
+        self.last_parts = parts
         self._log_parts(parts, groups, log_metric)
         if not self.evolution.due(step):
             self.last_reports = []

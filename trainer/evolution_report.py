@@ -4,13 +4,16 @@ logged ``evolution/*`` metrics alone (trainer/evolution.py logs them every step)
 Per run: the steps at which prompts evolved, the evolved criteria active at the last of them,
 the criteria added, pruned and refused in all, the generator calls that failed (of all
 calls), and the means over the run of the persistent and evolved parts of the reward and of
-how often the two order a group's rollouts the same way.
+how often the two order a group's rollouts the same way; and, where the run's samples record
+each completion's two parts, each part's within-group agreement with gold beside the reward's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+from trainer.agreement import agreement_text, group_agreement
 
 HEADER = (
     "| run | steps evolved | active at the end | added | pruned | refused "
@@ -52,11 +55,45 @@ def evolution_row(name: str, metrics: Sequence[dict[str, Any]]) -> str:
     )
 
 
-def evolution_section(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> list[str]:
-    """A Markdown section over the runs (name, metrics) that evolved rubrics; none else."""
-    rows = [evolution_row(name, metrics) for name, metrics in runs if evolved(metrics)]
+PARTS_HEADER = "| run | reward | persistent part | evolved part |\n| --- | --- | --- | --- |"
+
+
+def parts_agreement_lines(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> list[str]:
+    """The within-group agreement with gold of the reward and of each of its two parts, for
+    the runs (name, samples) whose samples record the parts; none else."""
+    rows = [
+        f"| {name} | "
+        + " | ".join(
+            agreement_text(group_agreement(samples, field))
+            for field in ("rubric_reward", "persistent_reward", "evolved_reward")
+        )
+        + " |"
+        for name, samples in runs
+        if any(s.get("evolved_reward") is not None for s in samples)
+    ]
     if not rows:
         return []
+    return [
+        "Within a rollout group, the share of the pairs gold tells apart that each orders the "
+        "same way (0.5: at random; 95% interval resampling groups; a part's ties count half):",
+        "",
+        PARTS_HEADER,
+        *rows,
+        "",
+    ]
+
+
+def evolution_section(
+    runs: Sequence[tuple[str, Sequence[dict[str, Any]], Sequence[dict[str, Any]]]],
+) -> list[str]:
+    """A Markdown section over the runs (name, metrics, samples) that evolved rubrics; none
+    else."""
+    rows = [evolution_row(name, metrics) for name, metrics, _ in runs if evolved(metrics)]
+    if not rows:
+        return []
+    parts = parts_agreement_lines(
+        [(name, samples) for name, metrics, samples in runs if evolved(metrics)]
+    )
     return [
         "## Evolving rubrics",
         "",
@@ -68,4 +105,5 @@ def evolution_section(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> l
         HEADER,
         *rows,
         "",
+        *parts,
     ]

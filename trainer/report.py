@@ -495,7 +495,7 @@ def run_report(run: RunRecord) -> str:
         "",
     ]
     lines += refresh_section(run.refreshes, run.samples)
-    lines += evolution_section([(run.name, run.metrics)])
+    lines += evolution_section([(run.name, run.metrics, run.samples)])
     lines += agent_section(run)
     lines += ["## Alarms", "", _test_summary(run), ""]
     margin = run.alarm_margin()
@@ -565,7 +565,10 @@ def compare_runs(
         + "\n"
         + "".join("\n" + line for line in arms_section(group_runs(runs), baseline))
         + _refreshes_compared(runs)
-        + "".join("\n" + line for line in evolution_section([(r.name, r.metrics) for r in runs])),
+        + "".join(
+            "\n" + line
+            for line in evolution_section([(r.name, r.metrics, r.samples) for r in runs])
+        ),
         encoding="utf-8",
     )
     return curves, document, text

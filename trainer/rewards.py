@@ -158,6 +158,16 @@ class RubricReward:
             else None
         )
 
+    def sample_extras(self, index: int) -> dict[str, Any]:
+        """What samples.jsonl records of the last batch's ``index``-th completion beyond its
+        reward: with evolving rubrics, the reward's persistent and evolved parts (None: no
+        such criteria), so that each part's agreement with gold can be read off the run."""
+        parts = self.evolution.last_parts if self.evolution is not None else []
+        if index >= len(parts):
+            return {}
+        persistent, evolved = parts[index]
+        return {"persistent_reward": persistent, "evolved_reward": evolved}
+
     def score(
         self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
     ) -> list[RewardResult]:

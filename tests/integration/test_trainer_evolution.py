@@ -103,6 +103,11 @@ def test_the_reward_evolves_each_prompts_rubric_and_logs_both_parts(
     # Of the 6 pairs, the two the evolved part ties are left out; the other 4 agree.
     assert metrics["evolution/direction_agreement"] == 1.0
     assert "evolution/new" not in metrics
+    # samples.jsonl records each completion's two parts (the first: blue, 4 words, 0.9).
+    assert reward.sample_extras(0) == pytest.approx(
+        {"persistent_reward": 1.0, "evolved_reward": 0.9}
+    )
+    assert reward.sample_extras(4) == {}  # no such completion
 
     # Step 2: the same proposals again are all refused (two active, one pruned at step 0).
     _, metrics = _step(reward, 2)

@@ -13,6 +13,7 @@ from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.scoring.rewards import RewardRequest, RewardResult
 from tests.requirements import require_module
 from trainer.config import LengthPenalty, ScorerSettings, TrainConfig, load_config, parse_override
+from trainer.evolution_report import parts_agreement_lines
 from trainer.grpo import grpo_arguments
 from trainer.monitors import diverging, slope
 from trainer.recording import RecordingReward
@@ -350,3 +351,22 @@ def test_an_evolving_run_names_its_generator_among_its_defences() -> None:
     evolving = {"reward": {"evolution": {"generator": {"backend": "overopt-pool"}, "every": 1}}}
     assert defences(evolving) == "evolving rubrics (generator overopt-pool, every 1, max_active 5)"
     assert defences({"reward": {"evolution": {}}}) == "none"  # no evolution configured
+
+
+def test_an_evolving_runs_reward_parts_each_get_their_agreement_with_gold() -> None:
+    """One group, gold orders c > b > a. The reward agrees on all 3 pairs (1.0); the
+    persistent part on none (0.0); the evolved part ties (a, b) and agrees on the other two:
+    (0.5 + 1 + 1) / 3. A run whose samples hold no parts gets no table."""
+    gold = [0.0, 0.5, 1.0]
+    reward, persistent, evolved = [0.1, 0.2, 0.3], [0.3, 0.2, 0.1], [0.5, 0.5, 0.9]
+    samples = [
+        _sample(1, "a", r, g) | {"persistent_reward": p, "evolved_reward": e}
+        for r, p, e, g in zip(reward, persistent, evolved, gold, strict=True)
+    ]
+    assert group_agreement(samples, "persistent_reward").agreement == 0.0
+    assert group_agreement(samples, "evolved_reward").agreement == pytest.approx(2.5 / 3)
+    lines = parts_agreement_lines([("ev", samples), ("plain", [_sample(1, "a", 0.1, 0.0)])])
+    rows = [line for line in lines if line.startswith("| ev |")]
+    assert len(rows) == 1 and not any(line.startswith("| plain |") for line in lines)
+    assert rows[0].startswith("| ev | 1.00 [") and "| 0.00 [" in rows[0]
+    assert "| 0.83 [" in rows[0] and rows[0].endswith("(3 pairs) |")
