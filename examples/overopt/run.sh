@@ -21,11 +21,11 @@
 #                  proposes criteria from examples/overopt/evolving_pool.yaml, max_new at a
 #                  time, and the evolution step keeps those whose verdicts separate the group
 #                  (trainer/overopt_pool.py)
-# Round 2 as measured so far (seed 0, two runs side by side, other work at times): baseline,
-# dropout and control about 70 minutes a run (40-75 s a step); each of the refresh arm's three
-# refreshes about 12 minutes (its first: 336 labels, 712 s to distill and gate). The evolving
-# arms' time is not measured yet: each evolution step asks the generator and judges its
-# criteria over the group. A run a session's end cuts short is started again from scratch.
+# Round 2 as measured (seed 0, two runs side by side, little other work): baseline, dropout
+# and the two evolving arms about 23-24 minutes a run (23-58 s a step); each of the refresh
+# arm's three refreshes about 12 minutes more (its first, measured with another run beside it
+# and other work: 336 labels, 712 s to distill and gate). On a busy machine runs took up to
+# three times as long. A run a session's end cuts short is started again from scratch.
 #
 # Usage: bash examples/overopt/run.sh [WORKDIR]   (default: .overopt-run; round 2: .overopt-run-2)
 #   ROUND=2      round 2's runs (default: 1, round 1's as recorded)
