@@ -346,8 +346,8 @@ class RewardPipeline:
         self.bound(work, len(requests))
         if call.group is not None:
             # An evolving group's step judges up to max_new new criteria over the group.
-            evolving = call.group.evolution is not None and self.evolution is not None
-            new = self.evolution.max_new if evolving and self.evolution else 0
+            evolution = self.evolution if call.group.evolution is not None else None
+            new = evolution.max_new if evolution is not None else 0
             self.bound_group(work, len(requests), call.group.size, new_criteria=new)
         return spec
 
