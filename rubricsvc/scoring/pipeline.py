@@ -360,7 +360,8 @@ class RewardPipeline:
         bound = self.bounds.max_reward_judgments
         if bound is None or (size <= rollouts and not new_criteria):
             return
-        size = max(size, rollouts)
+        # A group holds the oldest ``size`` rollouts waiting, so rollouts beyond ``size`` in
+        # one request are judged in later groups, each of ``size``: project one of them.
         projected = ceil(work.total * size / rollouts) + new_criteria * size
         if projected > bound:
             raise TooMuchWork(

@@ -102,6 +102,25 @@ def test_the_work_bound_names_the_figure_its_parts_and_the_bound() -> None:
     pipeline().bound(Workload(judgments=10**9), completions=1)
 
 
+def test_a_group_is_projected_at_its_size_with_its_evolved_criteria() -> None:
+    """A group holds ``size`` rollouts: a request of fewer projects their judgments up to the
+    size; a request of more is judged in several groups of ``size``, so one of them is
+    projected, plus ``max_new`` evolved criteria over each of its rollouts."""
+    bounded = pipeline(bounds=Bounds(max_reward_judgments=10))
+    # 2 rollouts of 2 judgments each, groups of 4: 8 judgments, no evolution: admitted.
+    bounded.bound_group(Workload(judgments=4), rollouts=2, size=4)
+    with pytest.raises(TooMuchWork, match="12 judgments planned for a group of 4") as refused:
+        bounded.bound_group(Workload(judgments=6), rollouts=2, size=4)
+    assert refused.value.field == "group_size"
+    # 4 rollouts of 2 judgments in groups of 2, 3 evolved criteria: each group plans
+    # 2 x 2 + 3 x 2 = 10, at the bound; a group of all 4 (20) would not be.
+    bounded.bound_group(Workload(judgments=8), rollouts=4, size=2, new_criteria=3)
+    with pytest.raises(TooMuchWork, match="11 judgments planned for a group of 2"):
+        bounded.bound_group(Workload(judgments=10), rollouts=4, size=2, new_criteria=3)
+    # More rollouts than a group and no evolution: the request's own bound is enough.
+    bounded.bound_group(Workload(judgments=100), rollouts=4, size=2)
+
+
 def test_the_answer_refuses_only_when_the_judge_was_unavailable_on_every_item() -> None:
     rewards = pipeline()
     unavailable = RewardBatch(
