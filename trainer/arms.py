@@ -7,7 +7,8 @@ four outcomes (docs/overoptimization.md, "Round 2: the analysis plan"):
 2. ``training_gold``: training gold (``gold/train_reward``), the mean of the last 5 logged steps
    minus the mean of the first 5.
 3. the gold monitor's alarms (its test rule, replayed from the logs as the run report does).
-4. ``agreement``: the proxy's within-group agreement with gold over the whole run.
+4. ``agreement``: the proxy's within-group agreement with gold over the whole run; for runs that
+   refresh their judge, also after each refresh minus before it (``refreshes_over_seeds``).
 
 Per arm, each outcome's mean over its seeds with a percentile bootstrap interval that resamples
 seeds, and every seed's value; per arm against a baseline arm, the difference of the means with
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from trainer.agreement import group_agreement
+from trainer.refresh_report import periods
 
 
 class HeldOutPoint(Protocol):
@@ -44,6 +46,9 @@ class RunRecord(Protocol):
 
     @property
     def samples(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def refreshes(self) -> list[dict[str, Any]]: ...
 
     def training(self, key: str) -> tuple[list[int], list[float]]: ...
 
@@ -233,6 +238,7 @@ def arms_section(
         alarms = [len(run.test_alarms()) for run in runs]
         lines.append(f"| {arm} | {sum(1 for a in alarms if a)} of {len(runs)} | {sum(alarms)} |")
     lines.append("")
+    lines += refreshes_over_seeds(groups)
     if baseline is None or baseline not in outcomes:
         return lines
     lines += [
@@ -259,3 +265,44 @@ def arms_section(
         lines.append(f"| {arm} | {' | '.join(cells)} |")
     lines.append("")
     return lines
+
+
+def refreshes_over_seeds(groups: Mapping[str, Sequence[RunRecord]]) -> list[str]:
+    """For each arm whose runs refreshed their judge, each refresh in order (the first, the
+    second, ...): how many runs swapped their judge at it, and the proxy's within-group
+    agreement with gold over the steps after it minus over the steps before it (as each run's
+    report splits them), per seed and as a mean with an interval resampling seeds. Whether
+    the root cause moved, over seeds; empty when no run refreshed."""
+    rows = []
+    for arm, runs in groups.items():
+        changes = [
+            (run.seed, periods(run.refreshes, run.samples))
+            for run in sorted(runs, key=lambda r: r.seed)
+        ]
+        for index in range(max((len(found) for _, found in changes), default=0)):
+            at = [(seed, found[index]) for seed, found in changes if index < len(found)]
+            steps = sorted({int(refresh["step"]) for _, (refresh, _) in at})
+            swapped = sum(1 for _, (refresh, _) in at if refresh.get("swapped"))
+            values = tuple((seed, change.difference) for seed, (_, change) in at)
+            present = [v for _, v in values if v is not None]
+            outcome = ArmOutcome(
+                values, statistics.fmean(present) if present else None, mean_interval(present)
+            )
+            rows.append(
+                f"| {arm} | {index + 1} | {', '.join(map(str, steps))} | {swapped} of {len(at)} "
+                f"| {_number(outcome.mean)}{_interval(outcome.interval)} | {_seeds(outcome)} |"
+            )
+    if not rows:
+        return []
+    return [
+        "**Judge refreshes over seeds**: at each refresh, the runs that swapped their judge, "
+        "and the proxy's within-group agreement with gold over the steps after the refresh "
+        "minus over the steps before it (each run's report gives both sides with intervals "
+        "resampling groups); the mean over seeds with an interval resampling seeds.",
+        "",
+        "| arm | refresh | at step | swapped | agreement after - before: mean [interval] "
+        "| each seed |",
+        "| --- | --- | --- | --- | --- | --- |",
+        *rows,
+        "",
+    ]

@@ -26,6 +26,7 @@ def run(
     held_out_gold: list[float],
     train_gold: list[float],
     samples: list[dict[str, Any]] | None = None,
+    refreshes: list[dict[str, Any]] | None = None,
 ) -> RunRecord:
     name = f"{group}-s{seed}"
     config = {"name": name, "group": group, "grpo": {"seed": seed, "max_steps": 10}}
@@ -33,7 +34,9 @@ def run(
         {"step": step, "gold/train_reward": value} for step, value in enumerate(train_gold, 1)
     ]
     held_out = [Point(5 * i, 0.5, gold) for i, gold in enumerate(held_out_gold)]
-    return RunRecord(Path(name), config, metrics, held_out, [], samples or [])
+    return RunRecord(
+        Path(name), config, metrics, held_out, [], samples or [], refreshes=refreshes or []
+    )
 
 
 def test_each_run_outcome_is_read_off_its_logs() -> None:
@@ -102,3 +105,33 @@ def test_the_arms_section_tables_each_arm_and_its_difference_from_the_baseline()
     assert "against" not in "\n".join(arms_section(groups, baseline="none-such"))
     # One seed per arm: nothing over seeds to say.
     assert arms_section({"a": [groups["baseline"][0]], "b": [groups["better"][0]]}) == []
+
+
+def test_each_refresh_is_tabled_over_seeds_with_the_agreement_after_minus_before() -> None:
+    """Seed 0 swaps at step 2 and its proxy turns from against gold (step 1) to with it (step
+    3): +1. Seed 1 keeps its judge and agrees with gold on both sides: 0. Mean +0.5."""
+    against, along = [0.1, 0.2], [0.2, 0.1]  # proxy of two completions; gold is 1.0, 0.0
+    gold = [1.0, 0.0]
+    flat = [0.5] * 10
+    refresh = run(
+        "refresh",
+        0,
+        [0.5, 0.5],
+        flat,
+        samples(1, against, gold) + samples(3, along, gold),
+        [{"step": 2, "swapped": True}],
+    )
+    kept = run(
+        "refresh",
+        1,
+        [0.5, 0.5],
+        flat,
+        samples(1, along, gold) + samples(3, along, gold),
+        [{"step": 2, "swapped": False}],
+    )
+    plain = [run("baseline", s, [0.5, 0.5], flat, samples(1, along, gold)) for s in (0, 1)]
+    text = "\n".join(arms_section({"baseline": plain, "refresh": [refresh, kept]}))
+    assert "**Judge refreshes over seeds**" in text
+    assert "| refresh | 1 | 2 | 1 of 2 | +0.500 [+0.000, +1.000] | s0 +1.000, s1 +0.000 |" in text
+    # No arm refreshed: no such table.
+    assert "refreshes over seeds" not in "\n".join(arms_section({"baseline": plain}))
