@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
@@ -27,6 +27,9 @@ from trainer.rewards import PROMPT_ID_COLUMN, RandomControlReward, RubricReward
 from trainer.rundir import EVOLUTION_HISTORY, RunDirectory
 from trainer.scorers import judge_loads, make_scorer, release_provider, shared_provider
 
+if TYPE_CHECKING:
+    from trainer.evolution import RubricEvolution
+
 log = logging.getLogger(__name__)
 
 # Why each default is what it is: printed and logged at the start of every run.
@@ -39,6 +42,28 @@ DEFAULT_REASONS = {
     "scale_rewards": "advantages normalized within each prompt's group",
     "num_generations": "completions per prompt (the group)",
 }
+
+
+def train_keeping_history(trainer: Any, evolution: RubricEvolution | None, history: Path) -> None:
+    """``trainer.train()``, then, with an evolving reward (``evolution``: its
+    ``RubricEvolution``, else None), the run's evolution history written to ``history`` and
+    the evolution's resources released. A run that fails still leaves what its rubrics grew
+    until then; a failure to write that is logged, never raised over the training error."""
+    try:
+        trainer.train()
+    except BaseException:
+        if evolution is not None:
+            try:
+                evolution.write_history(history)
+            except Exception:
+                log.exception("the failed run's evolution history could not be written")
+        raise
+    else:
+        if evolution is not None:
+            evolution.write_history(history)
+    finally:
+        if evolution is not None:
+            evolution.close()
 
 
 @dataclass
@@ -269,13 +294,7 @@ def _train(
         callbacks=[callback, *([refresh] if refresh else [])],
         **environment_arguments(config),
     )
-    try:
-        trainer.train()
-        if rubric.evolution is not None:
-            rubric.evolution.write_history(run.path / EVOLUTION_HISTORY)
-    finally:
-        if rubric.evolution is not None:
-            rubric.evolution.close()
+    train_keeping_history(trainer, rubric.evolution, run.path / EVOLUTION_HISTORY)
     if config.save_policy:
         trainer.save_model(str(run.path / "policy"))
     return TrainResult(run.path, trainer, trainer.state.global_step)
