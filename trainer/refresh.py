@@ -302,6 +302,12 @@ class JudgeRefresh:
         items = self.recent.latest()
         if not items:
             raise ValidationFailed("no scored completion of a training prompt to label yet")
+        log.info(
+            "step %d: judge refresh: labelling %d recent completions (%s)",
+            step,
+            len(items),
+            self.settings.labeller_name(),
+        )
         requests = [RewardRequest(item.text, prompt_id=item.prompt_id) for item in items]
         labels = labels_from(items, self.labeller.score(requests))
         if not labels:
@@ -333,10 +339,22 @@ class JudgeRefresh:
             "--json",
         ]  # fmt: skip
         environment = _child_environment(self.reward_settings.engine_url())
-        done = subprocess.run(command, capture_output=True, text=True, env=environment)
-        (folder / "distill.log").write_text(done.stderr, encoding="utf-8")
+        distill_log = folder / "distill.log"
+        log.info(
+            "step %d: judge refresh: distilling the judge on %s (minutes; progress in %s)",
+            step,
+            label_set,
+            distill_log,
+        )
+        # Its log goes to the file as it is written, so that a long distillation can be
+        # followed (tail -f) while the run waits for it.
+        with distill_log.open("w", encoding="utf-8") as stderr:
+            done = subprocess.run(
+                command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=environment
+            )
         if done.returncode != 0:
-            lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+            text = distill_log.read_text(encoding="utf-8", errors="replace")
+            lines = [line for line in text.strip().splitlines() if line.strip()]
             raise RubricsvcError(
                 f"judges distill failed: {lines[-1] if lines else f'exit {done.returncode}'}"
             )

@@ -4,7 +4,9 @@ tests/integration/test_trainer_refresh.py."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,7 +17,8 @@ from tests.helpers import approve_rubrics
 from tests.integration.test_trainer_refresh import _rubrics
 from tests.integration.test_trainer_rewards import FAILING_JUDGE, seed
 from trainer.config import TrainConfig
-from trainer.refresh import check_refresh
+from trainer.refresh import JudgeRefresh, check_refresh
+from trainer.rundir import REFRESHES, RunDirectory
 
 
 def _refresh_config(tmp_path: Path, database_url: str, judge: str, **refresh: Any) -> Any:
@@ -58,3 +61,25 @@ def test_a_refresh_that_could_never_run_is_refused_before_the_run_starts(
     with pytest.raises(ValidationFailed, match="'checked-refresh-2', which is stored already"):
         check_refresh(_refresh_config(tmp_path, sqlite_url, "local"))
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_distillation_that_fails_skips_the_refresh_and_leaves_its_log(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """The judge's model folder is gone when the refresh comes: ``judges distill`` (a real
+    child process) fails, the refresh is skipped with the distillation's own last line, its
+    log is in the step's folder, and the reward keeps its judge. No model is loaded."""
+    local = JudgeSpec(name="local", backend="transformers", model=str(tmp_path / "w"))
+    seed(sqlite_url, *_rubrics()[:2])
+    approve_rubrics(sqlite_url, judges=[local])
+    config = _refresh_config(tmp_path, sqlite_url, "local", labeller={"labels": "people/{step}"})
+    run = RunDirectory(tmp_path / "run")
+    scorer = SimpleNamespace(settings=config.reward)
+    record = JudgeRefresh(config, run, [scorer]).refresh(2)  # type: ignore[list-item]
+    assert record["skipped"].startswith("judges distill failed: "), record
+    assert f"--base {tmp_path / 'w'}: no such folder" in record["skipped"]
+    distill_log = (run.path / "refresh" / "step-2" / "distill.log").read_text()
+    assert f"--base {tmp_path / 'w'}: no such folder" in distill_log
+    assert record["swapped"] is False and scorer.settings.judge == "local"
+    logged = [json.loads(line) for line in (run.path / REFRESHES).read_text().splitlines()]
+    assert [r["skipped"] for r in logged] == [record["skipped"]]
