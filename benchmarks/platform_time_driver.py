@@ -35,7 +35,6 @@ from typing import Any
 
 from sqlalchemy import Engine, event, select
 
-from rubricsvc.backends.types import ChoiceRequest, ChoiceResult, Generation, GenerationRequest
 from rubricsvc.completions import CompletionRecord, add_completions
 from rubricsvc.db import make_engine, session_scope, upgrade
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
@@ -45,6 +44,20 @@ from rubricsvc.scoring.rewards import RewardRequest, compute_rewards
 from rubricsvc.scoring.selection import Selection
 from rubricsvc.scoring.workload import reward_work
 
+try:  # where the backend seam's data lives now
+    from rubricsvc.backends.types import (
+        ChoiceRequest,
+        ChoiceResult,
+        Generation,
+        GenerationRequest,
+    )
+except ImportError:  # before it moved below judging (4092fd0 and earlier)
+    from rubricsvc.judging.types import (  # type: ignore[import-not-found,no-redef]
+        ChoiceRequest,
+        ChoiceResult,
+        Generation,
+        GenerationRequest,
+    )
 try:  # this checkout's module names
     from rubricsvc.backends.base import BackendError
     from rubricsvc.rubrics.versions import approve, save_rubric
