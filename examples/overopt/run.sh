@@ -25,7 +25,9 @@
 # and the two evolving arms about 23-24 minutes a run (23-58 s a step); each of the refresh
 # arm's three refreshes about 12 minutes more (its first, measured with another run beside it
 # and other work: 336 labels, 712 s to distill and gate). On a busy machine runs took up to
-# three times as long. A run a session's end cuts short is started again from scratch.
+# three times as long. Seed 1, two runs side by side and little else: the two evolving arms
+# 36 minutes (both), the two refresh runs 54 minutes (both; each refresh 327-517 s).
+# A run a session's end cuts short is started again from scratch.
 #
 # Usage: bash examples/overopt/run.sh [WORKDIR]   (default: .overopt-run; round 2: .overopt-run-2)
 #   ROUND=2      round 2's runs (default: 1, round 1's as recorded)
