@@ -11,7 +11,7 @@ import contextlib
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +123,28 @@ def _settle_heap_between_modules(item: pytest.Item) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item: pytest.Item) -> None:
     CURRENT_TEST.clear()
+
+
+# A failed test's own logs (workers', servers', a data host's), tail first: a CI run keeps
+# only its output, and a test that runs processes says little more than "timed out".
+LOG_TAIL_FILES = 8
+LOG_TAIL_LINES = 60
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    tmp = getattr(item, "funcargs", {}).get("tmp_path")
+    if report.when != "call" or not report.failed or not isinstance(tmp, Path):
+        return report
+    for log in sorted(tmp.rglob("*.log"))[:LOG_TAIL_FILES]:
+        with contextlib.suppress(OSError):
+            lines = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            tail = "\n".join(line[:300] for line in lines)
+            report.sections.append((f"log {log.relative_to(tmp)} (last lines)", tail))
+    return report
 
 
 @pytest.fixture(scope="session", autouse=True)
