@@ -37,6 +37,20 @@ POSTGRES_DEAD_CLIENT_SETTINGS = {
     "tcp_keepalives_count": "3",
     "tcp_user_timeout": "10000",
 }
+# The client's side of the same: a connection attempt gives up after 10 s, and a session
+# whose server stops answering (its host cut off or gone) fails within about 30 s, whether a
+# statement's packets go unacknowledged (the user timeout) or the client waits quietly on a
+# reply (probes after 10 s of silence), instead of TCP's own limits: minutes for a connect,
+# about 15 for a statement, forever for a quiet wait. A live server's kernel answers the
+# probes, however long its statement runs. A URL's own values win (``?connect_timeout=60``).
+POSTGRES_CLIENT_TIMEOUTS = {
+    "connect_timeout": "10",
+    "keepalives": "1",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "30000",
+}
 # Every statement planned with its values. The batched lookups (the judgment cache, a reward
 # batch's completions, the records of a file being added) send one statement with hundreds
 # of values IN one list, again and again; psycopg prepares it after five runs, and
@@ -88,12 +102,13 @@ def make_engine(url: str, echo: bool = False) -> Engine:
         # psycopg 3 is the driver we install; plain postgresql:// would look for psycopg2.
         url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
     postgres = parsed.get_backend_name() == "postgresql"
+    options: dict[str, Any] = {}
+    if postgres:
+        options = _native_placeholders()
+        timeouts = {k: v for k, v in POSTGRES_CLIENT_TIMEOUTS.items() if k not in parsed.query}
+        options["connect_args"] = timeouts | options["connect_args"]
     engine = create_engine(
-        url,
-        echo=echo,
-        pool_pre_ping=True,
-        json_serializer=jsontext.dumps,
-        **(_native_placeholders() if postgres else {}),
+        url, echo=echo, pool_pre_ping=True, json_serializer=jsontext.dumps, **options
     )
     if postgres:
         event.listen(engine, "connect", _set_session_settings)

@@ -48,8 +48,26 @@ def queue_name(broker: BrokerSettings, judge: str) -> str:
     return f"{broker.queue_prefix}{judge}"
 
 
+# Redis connections give up on a broker that stopped answering (its host cut off, or gone
+# without closing the connection) rather than waiting on TCP's own limits: redis-py sets no
+# timeout, so a connect or a command waited until the host came back or TCP gave up
+# (minutes for a connect, about 15 for a command). A worker runs its event loop, its
+# heartbeat's connect and its publishes in one thread: cut off from the broker for 35 s,
+# a worker sat in one connect for all 35 s. Both bounds are far above what a live broker
+# takes (the consumer's BRPOP is read once its socket is readable, so it is not bounded).
+REDIS_CONNECT_TIMEOUT_SECONDS = 10.0
+REDIS_SOCKET_TIMEOUT_SECONDS = 30.0
+
+
 def celery_config(broker: BrokerSettings) -> dict[str, Any]:
     """What senders and workers agree on: the broker, JSON messages, the default queue."""
+    transport_options: dict[str, Any] = {"visibility_timeout": broker.visibility_timeout}
+    if (broker.url or "").startswith(("redis://", "rediss://")):
+        transport_options |= {
+            "socket_connect_timeout": REDIS_CONNECT_TIMEOUT_SECONDS,
+            "socket_timeout": REDIS_SOCKET_TIMEOUT_SECONDS,
+            "socket_keepalive": True,
+        }
     return {
         "broker_url": broker.url or "memory://",
         "broker_connection_retry_on_startup": True,
@@ -60,7 +78,7 @@ def celery_config(broker: BrokerSettings) -> dict[str, Any]:
         "result_backend": None,
         "task_default_queue": f"{broker.queue_prefix}default",
         "task_create_missing_queues": True,
-        "broker_transport_options": {"visibility_timeout": broker.visibility_timeout},
+        "broker_transport_options": transport_options,
     }
 
 

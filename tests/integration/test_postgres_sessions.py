@@ -112,3 +112,37 @@ def test_an_engine_writes_json_without_a_warning(
         engine.dispose()
     assert value == {"Yes": 0.9}
     assert [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")] == []
+
+
+def _client_parameters(url: str) -> dict[str, str]:
+    """The connection parameters a new connection of ``url`` was made with (libpq's)."""
+    engine = db.make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return dict(conn.connection.dbapi_connection.info.get_parameters())  # type: ignore[union-attr]
+    finally:
+        engine.dispose()
+
+
+def test_every_connection_gives_up_on_a_server_that_stopped_answering(
+    postgres_server: str,
+) -> None:
+    """The client's side: a connect bounded, and probes and a user timeout that end a session
+    whose server went quiet (a worker host cut off from its data host), not TCP's limits."""
+    found = _client_parameters(postgres_server)
+    assert {name: found.get(name) for name in db.POSTGRES_CLIENT_TIMEOUTS} == {
+        "connect_timeout": "10",
+        "keepalives": "1",
+        "keepalives_idle": "10",
+        "keepalives_interval": "5",
+        "keepalives_count": "3",
+        "tcp_user_timeout": "30000",
+    }
+
+
+def test_a_urls_own_client_timeouts_win(postgres_server: str) -> None:
+    own = {"connect_timeout": "60", "tcp_user_timeout": "0"}
+    url = make_url(postgres_server).update_query_dict(own)
+    found = _client_parameters(url.render_as_string(hide_password=False))
+    assert (found["connect_timeout"], found["tcp_user_timeout"]) == ("60", "0")
+    assert found["keepalives_idle"] == "10"  # the ones it does not name are still ours
