@@ -130,14 +130,10 @@ def test_every_connection_gives_up_on_a_server_that_stopped_answering(
     """The client's side: a connect bounded, and probes and a user timeout that end a session
     whose server went quiet (a worker host cut off from its data host), not TCP's limits."""
     found = _client_parameters(postgres_server)
-    assert {name: found.get(name) for name in db.POSTGRES_CLIENT_TIMEOUTS} == {
-        "connect_timeout": "10",
-        "keepalives": "1",
-        "keepalives_idle": "10",
-        "keepalives_interval": "5",
-        "keepalives_count": "3",
-        "tcp_user_timeout": "30000",
-    }
+    assert {name: found.get(name) for name in db.POSTGRES_CLIENT_TIMEOUTS} == (
+        db.POSTGRES_CLIENT_TIMEOUTS
+    )
+    assert int(found["connect_timeout"]) > 0 and int(found["tcp_user_timeout"]) > 0
 
 
 def test_a_urls_own_client_timeouts_win(postgres_server: str) -> None:
