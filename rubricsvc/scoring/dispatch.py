@@ -51,10 +51,10 @@ def queue_name(broker: BrokerSettings, judge: str) -> str:
 # Redis connections give up on a broker that stopped answering (its host cut off, or gone
 # without closing the connection) rather than waiting on TCP's own limits: redis-py sets no
 # timeout, so a connect or a command waited until the host came back or TCP gave up
-# (minutes for a connect, about 15 for a command). A worker runs its event loop, its
-# heartbeat's connect and its publishes in one thread: cut off from the broker for 35 s,
-# a worker sat in one connect for all 35 s. Both bounds are far above what a live broker
-# takes (the consumer's BRPOP is read once its socket is readable, so it is not bounded).
+# (minutes for a connect, about 15 for a command). Both bounds are far above what a live
+# broker takes (the consumer's BRPOP is read once its socket is readable, so it is not
+# bounded). A worker cut off for 40 s still noticed only when the link came back
+# (docs/deployment.md): what holds its event loop then is not found yet.
 REDIS_CONNECT_TIMEOUT_SECONDS = 10.0
 REDIS_SOCKET_TIMEOUT_SECONDS = 30.0
 

@@ -141,4 +141,5 @@ def test_a_urls_own_client_timeouts_win(postgres_server: str) -> None:
     url = make_url(postgres_server).update_query_dict(own)
     found = _client_parameters(url.render_as_string(hide_password=False))
     assert (found["connect_timeout"], found["tcp_user_timeout"]) == ("60", "0")
-    assert found["keepalives_idle"] == "10"  # the ones it does not name are still ours
+    # the ones it does not name are still ours
+    assert found["keepalives_idle"] == db.POSTGRES_CLIENT_TIMEOUTS["keepalives_idle"]
