@@ -27,11 +27,13 @@ class GroupAgreement:
 
 
 def group_agreement(
-    samples: Sequence[dict[str, Any]], proxy: str = "rubric_reward"
+    samples: Sequence[dict[str, Any]], proxy: str = "rubric_reward", interval: bool = True
 ) -> GroupAgreement:
     """The proxy's agreement with gold within rollout groups of the recorded samples;
     ``proxy``: the samples' field that holds the score compared with gold (an evolving run's
-    samples also hold its ``persistent_reward`` and ``evolved_reward`` parts)."""
+    samples also hold its ``persistent_reward`` and ``evolved_reward`` parts). ``interval``
+    False leaves the interval out (None): its bootstrap is most of the time a run's
+    agreement takes, and tables of many runs show only the figure."""
     credit, clusters = _pair_credits(samples, proxy)
 
     def share(indices: Sequence[int]) -> float | None:
@@ -41,7 +43,7 @@ def group_agreement(
         pairs=len(credit),
         groups=len(set(clusters)),
         agreement=share(range(len(credit))),
-        interval=bootstrap_interval(clusters, share) if credit else None,
+        interval=bootstrap_interval(clusters, share) if credit and interval else None,
     )
 
 

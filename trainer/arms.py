@@ -80,7 +80,7 @@ def training_gold_change(run: RunRecord, ends: int = ENDS) -> float | None:
 
 def agreement(run: RunRecord) -> float | None:
     """The proxy's within-group agreement with gold over the run's recorded samples."""
-    return group_agreement(run.samples).agreement
+    return group_agreement(run.samples, interval=False).agreement
 
 
 # The outcomes a run is summed up by, in the plan's order (alarms are counted apart).

@@ -124,6 +124,24 @@ def labels_from(
     return labels
 
 
+def label_balance(labels: dict[tuple[int, int], float]) -> dict[str, float | int]:
+    """How much the labels can teach a judge to rank: the share that say "met" (0.5 or more),
+    the criteria labelled, and how many of them got one value on every completion. A label
+    set whose criteria are each one-valued is matched perfectly by a judge that gives every
+    criterion its usual answer whatever the completion says, so a gate's agreement on it says
+    nothing about ranking (seen in the over-optimization lab once the policy's answers met no
+    criterion: docs/overoptimization.md)."""
+    by_criterion: dict[int, set[bool]] = {}
+    for (_, criterion_id), value in labels.items():
+        by_criterion.setdefault(criterion_id, set()).add(value >= 0.5)
+    met = sum(1 for value in labels.values() if value >= 0.5)
+    return {
+        "met_share": round(met / len(labels), 4) if labels else 0.0,
+        "criteria": len(by_criterion),
+        "one_valued_criteria": sum(1 for seen in by_criterion.values() if len(seen) == 1),
+    }
+
+
 def store_label_set(
     session: Session, name: str, labeller: str, labels: dict[tuple[int, int], float]
 ) -> int:
@@ -291,7 +309,7 @@ class JudgeRefresh:
         _say(record)
         return record
 
-    def _label(self, engine: Any, step: int) -> tuple[str, dict[str, int]]:
+    def _label(self, engine: Any, step: int) -> tuple[str, dict[str, Any]]:
         """The label set this refresh learns from, and its counts."""
         from rubricsvc.db import session_scope
 
@@ -319,7 +337,12 @@ class JudgeRefresh:
         with session_scope(engine) as session:
             stored = store_label_set(session, name, self.settings.labeller_name(), labels)
         prompts = {item.prompt_id for item in items}
-        return name, {"completions": len(items), "prompts": len(prompts), "labels": stored}
+        return name, {
+            "completions": len(items),
+            "prompts": len(prompts),
+            "labels": stored,
+            "label_balance": label_balance(labels),
+        }
 
     def _distill(self, step: int, label_set: str, base: Path) -> dict[str, Any]:
         """``rubricsvc judges distill --labels`` in a child process; its JSON report."""

@@ -17,10 +17,11 @@ from typing import Any
 from trainer.agreement import AgreementChange, agreement_change
 
 HEADER = (
-    "| step | labels (completions, prompts) | held out (prompts, labels) | current judge "
+    "| step | labels (completions, prompts) | one-valued criteria, labels met | held out "
+    "(prompts, labels) | current judge "
     "agrees [95%] | student agrees [95%] | gain [95%] | decision | swapped | judge after "
     "| proxy-gold agreement in groups before / after | after - before [95%] | took |\n"
-    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 )
 
 
@@ -65,6 +66,12 @@ def _row(refresh: dict[str, Any], change: AgreementChange) -> str:
         f"{refresh.get('labels', '-')} ({refresh.get('completions', '-')}, "
         f"{refresh.get('prompts', '-')})"
     )
+    balance = refresh.get("label_balance")
+    spread = (
+        f"{balance['one_valued_criteria']} of {balance['criteria']}, {balance['met_share']:.2f}"
+        if balance
+        else "-"  # a run logged before refreshes recorded it
+    )
     held = f"{split.get('test_prompts', '-')}, {split.get('test_targets', '-')}" if split else "-"
     after = refresh.get("judge_after") or {}
     decision = refresh.get("decision") or f"skipped: {refresh.get('skipped', '?')}"
@@ -75,7 +82,7 @@ def _row(refresh: dict[str, Any], change: AgreementChange) -> str:
         f"{_figure(change.after.agreement, change.after.interval)}"
     )
     return (
-        f"| {refresh['step']} | {labelled} | {held} "
+        f"| {refresh['step']} | {labelled} | {spread} | {held} "
         f"| {_figure(base.get('agreement'), base.get('agreement_ci'))} "
         f"| {_figure(student.get('agreement'), student.get('agreement_ci'))} "
         f"| {_signed(gate.get('gain'), gate.get('gain_ci'))} | {decision} "
@@ -96,7 +103,10 @@ def refresh_section(
     lines = [
         f"## {title}",
         "",
-        "Each refresh: the labels its student learned from, the promotion gate's figures on the "
+        "Each refresh: the labels its student learned from (and how many of their criteria got "
+        "one value on every completion, and the share of labels that say met: where every "
+        "criterion is one-valued, a judge that ignores the completion agrees with all of them), "
+        "the promotion gate's figures on the "
         "labelled prompts held out of its training (agreement with the labels, the gain of the "
         "student over the current judge; 95% intervals resampling prompts), whether the judge "
         "was swapped, and the proxy's within-group agreement with gold over the steps before "

@@ -56,6 +56,12 @@ class RunRecord:
     samples: list[dict[str, Any]] = field(default_factory=list)
     gold_rows: list[dict[str, Any]] = field(default_factory=list)  # gold.jsonl as written
     refreshes: list[dict[str, Any]] = field(default_factory=list)  # refreshes.jsonl
+    # replayed_tests per test level: a comparison asks for each run's several times (its
+    # table, alarms, strongest evidence), and each replay redoes every held-out evaluation's
+    # tests. A record is read once from its directory and not changed after.
+    _replayed: dict[float, list[tuple[int, list[dict[str, Any]]]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @property
     def name(self) -> str:
@@ -119,6 +125,11 @@ class RunRecord:
         runs). The same function as the live monitor's, so for a run made with the test rule
         it gives what the run logged; for one made before, what it would have."""
         level = self.test_level(alpha)
+        if level not in self._replayed:
+            self._replayed[level] = self._replay(level)
+        return self._replayed[level]
+
+    def _replay(self, level: float) -> list[tuple[int, list[dict[str, Any]]]]:
         window = self.gold_window
         scored_both = [
             s
@@ -357,7 +368,7 @@ def table(runs: Sequence[RunRecord]) -> str:
             f"| {group} | {len(members)} | {judge} | {defences(first)} | {cells[0]} | {cells[1]} "
             f"| {sum(alarms)} in {sum(1 for a in alarms if a)} of {len(members)} run(s) "
             f"| {_p_values([m.strongest_evidence() for m in members])} "
-            f"| {_stat([group_agreement(m.samples).agreement for m in members])} |"
+            f"| {_stat([group_agreement(m.samples, interval=False).agreement for m in members])} |"
         )
     return "\n".join(lines)
 

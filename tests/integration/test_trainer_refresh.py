@@ -186,9 +186,9 @@ def test_a_refresh_swaps_the_judge_only_when_its_gate_passes(
 
     # The labels are the gold checks' verdicts on the run's own completions, per criterion of
     # the reward's rubric.
-    def labels(session: Any) -> list[tuple[str, str, float]]:
+    def labels(session: Any) -> list[tuple[str, str, float, int]]:
         rows = session.execute(
-            select(Completion.text, Criterion.text, Label.value)
+            select(Completion.text, Criterion.text, Label.value, Label.criterion_id)
             .join(Completion, Completion.id == Label.completion_id)
             .join(Criterion, Criterion.id == Label.criterion_id)
             .join(LabelSet, LabelSet.id == Label.label_set_id)
@@ -200,8 +200,17 @@ def test_a_refresh_swaps_the_judge_only_when_its_gate_passes(
     stored = read_database(sqlite_url, labels)
     (refresh,) = _lines(passing / "refreshes.jsonl")
     assert len(stored) == refresh["labels"] == 2 * refresh["completions"] > 0
-    for text, criterion, value in stored:
+    for text, criterion, value, _ in stored:
         assert value == float(run_check(checks[criterion], text))
+    # The record says how much those labels could teach: counted from the stored labels.
+    by_criterion: dict[int, set[bool]] = {}
+    for _, _, value, criterion_id in stored:
+        by_criterion.setdefault(criterion_id, set()).add(value >= 0.5)
+    assert refresh["label_balance"] == {
+        "met_share": round(sum(1 for _, _, value, _ in stored if value >= 0.5) / len(stored), 4),
+        "criteria": len(by_criterion),
+        "one_valued_criteria": sum(1 for seen in by_criterion.values() if len(seen) == 1),
+    }
 
     # The gate's decisions are stored with the students: the rejected one is no reward.
     def decisions(session: Any) -> dict[str, str]:

@@ -15,7 +15,7 @@ from rubricsvc.errors import ValidationFailed
 from rubricsvc.scoring.rewards import RewardResult
 from trainer.agreement import agreement_change
 from trainer.config import load_config
-from trainer.refresh import RecentCompletion, RecentCompletions, labels_from
+from trainer.refresh import RecentCompletion, RecentCompletions, label_balance, labels_from
 from trainer.refresh_report import refresh_section
 
 BASE: dict[str, Any] = {
@@ -109,6 +109,18 @@ def test_the_labeller_labels_the_rewards_criteria_by_text_and_only_what_it_decid
     assert labels_from([item], [worst]) == {}
 
 
+def test_the_label_balance_counts_criteria_every_completion_gave_one_value() -> None:
+    # Criterion 1 is met by one completion of two, 2 by none, 3 by both.
+    labels = {(10, 1): 1.0, (11, 1): 0.0, (10, 2): 0.0, (11, 2): 0.2, (10, 3): 0.9, (11, 3): 0.5}
+    assert label_balance(labels) == {"met_share": 0.5, "criteria": 3, "one_valued_criteria": 2}
+    assert label_balance({(10, 1): 0.0, (11, 1): 0.0}) == {
+        "met_share": 0.0,
+        "criteria": 1,
+        "one_valued_criteria": 1,
+    }
+    assert label_balance({}) == {"met_share": 0.0, "criteria": 0, "one_valued_criteria": 0}
+
+
 def test_the_buffer_keeps_the_latest_distinct_completions_with_a_prompt_and_a_row() -> None:
     recent = RecentCompletions(3)
     hello = [("Says hello", "ok", 0.4)]
@@ -142,6 +154,7 @@ def test_the_report_lists_each_refresh_with_the_agreement_before_and_after() -> 
         "labels": 16,
         "completions": 8,
         "prompts": 2,
+        "label_balance": {"met_share": 0.25, "criteria": 4, "one_valued_criteria": 3},
         "split": {"test_prompts": 1, "test_targets": 8},
         "gate": {
             "base": {"agreement": 0.5, "agreement_ci": [0.25, 0.75]},
@@ -158,10 +171,14 @@ def test_the_report_lists_each_refresh_with_the_agreement_before_and_after() -> 
     lines = refresh_section([refresh], against + along)
     row = next(line for line in lines if line.startswith("| 2 |"))
     assert row == (
-        "| 2 | 16 (8, 2) | 1, 8 | 0.50 [0.25, 0.75] | 0.75 [0.50, 1.00] | +0.25 [+0.10, +0.40] "
-        "| approved | yes | run-refresh-2 (abcdef012345) | 0.00 [0.00, 0.00] / 1.00 [1.00, 1.00] "
-        "| +1.00 [+1.00, +1.00] | 41 s |"
+        "| 2 | 16 (8, 2) | 3 of 4, 0.25 | 1, 8 | 0.50 [0.25, 0.75] | 0.75 [0.50, 1.00] "
+        "| +0.25 [+0.10, +0.40] | approved | yes | run-refresh-2 (abcdef012345) "
+        "| 0.00 [0.00, 0.00] / 1.00 [1.00, 1.00] | +1.00 [+1.00, +1.00] | 41 s |"
     )
+    # A run logged before refreshes recorded their labels' balance shows none.
+    older = {key: value for key, value in refresh.items() if key != "label_balance"}
+    row = next(line for line in refresh_section([older], along) if line.startswith("| 2 |"))
+    assert row.startswith("| 2 | 16 (8, 2) | - | 1, 8 |")
     skipped = {"step": 4, "skipped": "no label set named 'people/4'", "judge_after": {}}
     lines = refresh_section([refresh, skipped], against + along)
     assert any("skipped: no label set named 'people/4'" in line for line in lines)
