@@ -425,6 +425,8 @@ def _report_fields(report: dict[str, Any]) -> dict[str, Any]:
             "gain_ci": gate.get("gain_ci"),
             "min_agreement": gate.get("min_agreement"),
             "min_gain": gate.get("min_gain"),
+            "within_criteria": gate.get("within_criteria"),
+            "gated_within_criteria": gate.get("gated_within_criteria"),
         },
     }
 

@@ -13,7 +13,7 @@ from rubricsvc.fileformats import describe_validation_error
 from rubricsvc.judging.config import ModeName
 
 # The gate's settings live in ``refresh.gate``; the student's training, in ``refresh.training``.
-GATE_KEYS = ("min_agreement", "min_gain")
+GATE_KEYS = ("min_agreement", "min_gain", "within_criteria")
 
 
 class _Strict(BaseModel):
@@ -53,10 +53,16 @@ class RefreshGate(_Strict):
     """The promotion gate of each retrained judge (docs/distillation.md, "The promotion gate"):
     on the labelled prompts held out of its training, its agreement with the labels reaches
     ``min_agreement`` and beats the current judge's (the 95% interval of the paired gain is
-    above ``min_gain``)."""
+    above ``min_gain``), overall and, with ``within_criteria``, on the criteria that some of
+    the held-out completions meet and others do not."""
 
     min_agreement: float = Field(default=0.7, ge=0.0, le=1.0)
     min_gain: float = Field(default=0.0, ge=-1.0, le=1.0)
+    # On by default: a refresh's labels are the policy's own rollouts, several per prompt, and
+    # a policy whose answers all miss (or all meet) a criterion makes labels that a judge
+    # ignoring the completion matches perfectly (docs/overoptimization.md, round 2). The
+    # reward ranks a group's completions within criteria; the gate measures the same.
+    within_criteria: bool = True
     # The share of the labelled prompts the student trains on (``--split prompt:SHARE``); the
     # rest are the gate's held-out prompts.
     split: float = Field(default=0.5, gt=0.0, lt=1.0)
@@ -111,9 +117,8 @@ class RefreshSettings(_Strict):
         """What ``judges distill --config`` is given: the training settings, the gate's
         thresholds, and the run's torch threads unless the training settings name theirs."""
         data = {"threads": threads, **self.training}
-        return DistillSettings.model_validate(
-            {**data, "min_agreement": self.gate.min_agreement, "min_gain": self.gate.min_gain}
-        )
+        gate = {key: getattr(self.gate, key) for key in GATE_KEYS}
+        return DistillSettings.model_validate({**data, **gate})
 
     def labeller_name(self) -> str:
         """The labeller in words, as the run's logs name it."""

@@ -126,4 +126,14 @@ def _print(report: dict[str, Any]) -> None:
         )
     )
     console.print(f"gain over the base: {_figure(gate['gain'], gate['gain_ci'])}")
+    within = gate.get("within_criteria") or {}
+    if within.get("labels"):
+        console.print(
+            f"within criteria ({within['labels']} labels of the {within['criteria']} criteria "
+            "that some held-out completions meet and others do not): base "
+            f"{_figure(within['base_agreement'], None)}, student "
+            f"{_figure(within['student_agreement'], None)}, gain "
+            f"{_figure(within['gain'], within['gain_ci'])}"
+            + ("" if gate.get("gated_within_criteria") else " (not gated)")
+        )
     console.print(f"gate: {gate['decision']}: {'; '.join(gate['reasons'])}")

@@ -6,6 +6,13 @@ Both the student and its base judge the held-out items (stored as a label set, s
 their paired difference in agreement, with a cluster bootstrap interval over the held-out
 prompts. Approved: the student's agreement reaches ``min_agreement`` and the interval's lower
 end is above ``min_gain``. Either way the decision and its figures are stored (``judge_gates``).
+
+The same figures are also taken within criteria: on the held-out criteria that some completions
+meet and others do not. Only there does agreement take reading the completion; a criterion
+that every completion meets (or none does) is matched by a judge that answers it the same
+whatever the text says. A group-relative reward ranks by exactly these contrasts, so with
+``within_criteria`` (a judge refresh's default) the gain there must be above ``min_gain`` too,
+and a held-out set with no contrast at all is refused.
 """
 
 from __future__ import annotations
@@ -122,7 +129,8 @@ def run_gate(
         # Judged already: the cache answers, no model is called.
         observed[role] = pointwise_observations(session, spec, held_out, factory_of(spec))
     gain, gain_ci = paired_gain(observed["student"], observed["base"], options)
-    decision, reasons = decide(judged["student"]["agreement"], gain_ci, settings)
+    within = within_criteria(observed["student"], observed["base"], options)
+    decision, reasons = decide(judged["student"]["agreement"], gain_ci, settings, within)
     report = {
         "labels": held_out.name,
         "label_set_hash": held_out.content_hash,
@@ -132,6 +140,8 @@ def run_gate(
         "gain_ci": gain_ci,
         "min_agreement": settings.min_agreement,
         "min_gain": settings.min_gain,
+        "within_criteria": within,
+        "gated_within_criteria": settings.within_criteria,
         "decision": decision.value,
         "reasons": reasons,
     }
@@ -159,11 +169,7 @@ def paired_gain(
     ]
     if not pairs:
         return None, None
-
-    def hit(o: PointwiseObservation) -> float:
-        return float(((o.judged or 0.0) >= 0.5) == (o.label >= 0.5))
-
-    differences = [hit(s) - hit(b) for s, b in pairs]
+    differences = [_hit(s) - _hit(b) for s, b in pairs]
 
     def mean_gain(ix: Sequence[int]) -> float | None:
         return sum(differences[i] for i in ix) / len(ix) if ix else None
@@ -178,9 +184,54 @@ def paired_gain(
     return mean_gain(range(len(pairs))), list(interval) if interval is not None else None
 
 
+def _hit(o: PointwiseObservation) -> float:
+    return float(((o.judged or 0.0) >= 0.5) == (o.label >= 0.5))
+
+
+def contrasted(observations: Sequence[PointwiseObservation]) -> list[PointwiseObservation]:
+    """The observations of criteria whose labels differ between completions (met on some, not
+    met on others): where agreeing with the labels takes reading the completion."""
+    seen: dict[int, set[bool]] = {}
+    for o in observations:
+        seen.setdefault(o.criterion_id, set()).add(o.label >= 0.5)
+    return [o for o in observations if len(seen[o.criterion_id]) == 2]
+
+
+def within_criteria(
+    student: Sequence[PointwiseObservation],
+    base: Sequence[PointwiseObservation],
+    options: EvaluationOptions,
+) -> dict[str, Any]:
+    """The gate's figures on the contrasted criteria only (``contrasted``): how many criteria
+    and labels, each judge's agreement there, and the student's paired gain with its interval.
+    Every figure is None where no held-out criterion has both labels."""
+    kept = contrasted(student)
+    keys = {(o.completion_id, o.criterion_id) for o in kept}
+    kept_base = [o for o in base if (o.completion_id, o.criterion_id) in keys]
+    gain, gain_ci = paired_gain(kept, kept_base, options)
+
+    def agreement(observations: Sequence[PointwiseObservation]) -> float | None:
+        judged = [_hit(o) for o in observations if o.judged is not None]
+        return sum(judged) / len(judged) if judged else None
+
+    return {
+        "criteria": len({o.criterion_id for o in kept}),
+        "labels": len(kept),
+        "base_agreement": agreement(kept_base),
+        "student_agreement": agreement(kept),
+        "gain": gain,
+        "gain_ci": gain_ci,
+    }
+
+
 def decide(
-    agreement: float | None, gain_ci: list[float] | None, settings: DistillSettings
+    agreement: float | None,
+    gain_ci: list[float] | None,
+    settings: DistillSettings,
+    within: dict[str, Any] | None = None,
 ) -> tuple[JudgeGateStatus, list[str]]:
+    """Approve or reject, with the reasons. ``within`` (``within_criteria``'s figures) is
+    gated only where ``settings.within_criteria`` asks for it."""
     reasons = []
     if agreement is None or agreement < settings.min_agreement:
         shown = "none" if agreement is None else f"{agreement:.3f}"
@@ -193,13 +244,35 @@ def decide(
             f"the gain over the base model (95% interval {shown}) is not above "
             f"min_gain {settings.min_gain}"
         )
+    within_ci = (within or {}).get("gain_ci")
+    if settings.within_criteria:
+        if not within or not within.get("labels"):
+            reasons.append(
+                "no held-out criterion is met by some completions and not by others: the "
+                "labels cannot tell a judge that reads the completion from one that answers "
+                "each criterion the same whatever it says (within_criteria)"
+            )
+        elif within_ci is None or within_ci[0] <= settings.min_gain:
+            shown = "none" if within_ci is None else f"[{within_ci[0]:.3f}, {within_ci[1]:.3f}]"
+            reasons.append(
+                f"within criteria (the {within['labels']} labels of the {within['criteria']} "
+                "held-out criteria that some completions meet and others do not), the gain "
+                f"over the base model (95% interval {shown}) is not above min_gain "
+                f"{settings.min_gain}"
+            )
     if reasons:
         return JudgeGateStatus.REJECTED, reasons
     assert agreement is not None and gain_ci is not None  # else refused above
     # "Beats the base model" only where min_gain is 0 or more: a negative one lets a student
     # a little worse than the base model through, and the reason says what was checked.
-    return JudgeGateStatus.APPROVED, [
+    reason = (
         f"agreement {agreement:.3f} reaches min_agreement {settings.min_agreement}; the gain "
         f"over the base model (95% interval [{gain_ci[0]:.3f}, {gain_ci[1]:.3f}]) is above "
         f"min_gain {settings.min_gain}"
-    ]
+    )
+    if settings.within_criteria and within and within_ci is not None:
+        reason += (
+            f", and within criteria ({within['labels']} labels of {within['criteria']} "
+            f"criteria) too ([{within_ci[0]:.3f}, {within_ci[1]:.3f}])"
+        )
+    return JudgeGateStatus.APPROVED, [reason]

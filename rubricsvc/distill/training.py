@@ -57,6 +57,11 @@ class DistillSettings(BaseModel):
     # difference above min_gain).
     min_agreement: float = Field(default=0.7, ge=0, le=1)
     min_gain: float = Field(default=0.0, ge=-1, le=1)
+    # True: the gain must also be above min_gain within criteria, on the held-out criteria
+    # that some completions meet and others do not (rubricsvc/distill/gate.py); labels with
+    # no such criterion are refused. Off by default: distillation data often has one
+    # completion per prompt, so no criterion can be contrasted. A judge refresh turns it on.
+    within_criteria: bool = False
 
 
 @dataclass(frozen=True)

@@ -140,6 +140,9 @@ def _check_refresh(run: Path, database_url: str, decision: str, swapped: bool) -
     gate = refresh["gate"]
     assert gate["base"]["agreement_ci"] is not None and gate["student"]["agreement_ci"]
     assert gate["gain_ci"] is not None
+    # The gain within criteria is measured either way, and gated unless the gate says not.
+    assert {"criteria", "labels", "gain", "gain_ci"} <= set(gate["within_criteria"])
+    assert gate["gated_within_criteria"] is (run.name != "passes")
     assert refresh["split"]["train_prompts"] == refresh["split"]["test_prompts"] == 1
     expected = student if swapped else refresh["judge_before"]
     assert refresh["judge_after"] == expected
@@ -180,7 +183,14 @@ def test_a_refresh_swaps_the_judge_only_when_its_gate_passes(
 
     # Checked before the next run: with the same seed, both runs write the same completions
     # up to the refresh, and the same policy update makes their step 3 alike too.
-    passing = _train(tmp_path, sqlite_url, "passes", {"min_agreement": 0.0, "min_gain": -1.0})
+    # The passing gate leaves out the gain within criteria (a refresh's default): one held-out
+    # prompt of four completions may contrast no criterion, and this test is about the swap.
+    passing = _train(
+        tmp_path,
+        sqlite_url,
+        "passes",
+        {"min_agreement": 0.0, "min_gain": -1.0, "within_criteria": False},
+    )
     _check_refresh(passing, sqlite_url, "approved", swapped=True)
     failing = _train(tmp_path, sqlite_url, "fails", {"min_agreement": 1.0, "min_gain": 1.0})
     _check_refresh(failing, sqlite_url, "rejected", swapped=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rubricsvc.distill.examples import Target, parse_split, split_by_prompt
-from rubricsvc.distill.gate import decide, paired_gain
+from rubricsvc.distill.gate import contrasted, decide, paired_gain, within_criteria
 from rubricsvc.distill.training import DistillSettings
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.models import JudgeGateStatus
@@ -50,6 +50,59 @@ def test_an_approval_says_what_was_checked_even_with_a_negative_min_gain() -> No
         "agreement 0.650 reaches min_agreement 0.6; the gain over the base model (95% "
         "interval [-0.050, 0.030]) is above min_gain -0.1"
     ]
+
+
+def _on(criterion: int, completion: int, label: float, judged: float) -> PointwiseObservation:
+    return PointwiseObservation(completion // 2, completion, criterion, label, judged, 100)
+
+
+def test_within_criteria_keeps_only_criteria_met_by_some_completions_and_not_others() -> None:
+    # Criterion 1 is met by completions 0 and 2 only; criterion 2 by none; criterion 3 by all.
+    labels = {(1, c): float(c % 2 == 0) for c in range(4)}
+    labels |= {(2, c): 0.0 for c in range(4)} | {(3, c): 1.0 for c in range(4)}
+    # The base answers every criterion "met"; the student answers each as it was labelled,
+    # except that it calls completion 3 met on criterion 1.
+    base = [_on(k, c, label, 1.0) for (k, c), label in labels.items()]
+    student = [
+        _on(k, c, label, 1.0 if (k, c) == (1, 3) else label) for (k, c), label in labels.items()
+    ]
+    assert {(o.criterion_id, o.completion_id) for o in contrasted(student)} == {
+        (1, c) for c in range(4)
+    }
+    within = within_criteria(student, base, EvaluationOptions(resamples=200))
+    assert (within["criteria"], within["labels"]) == (1, 4)
+    # On criterion 1 the base is right on completions 0 and 2, the student on 0, 1 and 2.
+    assert within["base_agreement"] == 0.5 and within["student_agreement"] == 0.75
+    assert within["gain"] == pytest.approx(0.25)
+    # Overall the gain is larger: criterion 2 (never met) is where the base is always wrong
+    # and answering "not met" whatever the text says is always right.
+    assert paired_gain(student, base, EvaluationOptions(resamples=200))[0] == pytest.approx(5 / 12)
+
+
+def test_the_gate_within_criteria_refuses_labels_without_a_contrast() -> None:
+    gated = DistillSettings(min_agreement=0.7, min_gain=0.0, within_criteria=True)
+    # Every criterion one-valued: a judge that ignores the completion matches every label.
+    none = {"criteria": 0, "labels": 0, "gain": None, "gain_ci": None}
+    status, reasons = decide(1.0, [0.1, 0.3], gated, none)
+    assert status == JudgeGateStatus.REJECTED and "no held-out criterion" in reasons[0]
+    # Without within_criteria the same figures pass: the overall gain is all it checks.
+    assert decide(1.0, [0.1, 0.3], DistillSettings(min_agreement=0.7), none)[0] == (
+        JudgeGateStatus.APPROVED
+    )
+    flat = {"criteria": 2, "labels": 12, "gain": 0.0, "gain_ci": [-0.2, 0.2]}
+    status, reasons = decide(0.9, [0.1, 0.3], gated, flat)
+    assert status == JudgeGateStatus.REJECTED
+    assert reasons == [
+        "within criteria (the 12 labels of the 2 held-out criteria that some completions meet "
+        "and others do not), the gain over the base model (95% interval [-0.200, 0.200]) is "
+        "not above min_gain 0.0"
+    ]
+    better = {"criteria": 2, "labels": 12, "gain": 0.3, "gain_ci": [0.05, 0.5]}
+    status, reasons = decide(0.9, [0.1, 0.3], gated, better)
+    assert status == JudgeGateStatus.APPROVED
+    assert reasons[0].endswith(
+        ", and within criteria (12 labels of 2 criteria) too ([0.050, 0.500])"
+    )
 
 
 def test_the_split_is_by_prompt_and_never_leaves_a_side_empty() -> None:

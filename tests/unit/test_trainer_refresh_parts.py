@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from rubricsvc.distill.training import DistillSettings
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.scoring.rewards import RewardResult
 from trainer.agreement import agreement_change
@@ -80,7 +81,12 @@ def test_refresh_settings_reach_the_distillation_with_the_gate_and_threads(tmp_p
     settings = config.refresh.distill_settings(config.threads)
     assert (settings.max_steps, settings.trainable_layers, settings.threads) == (3, 2, 1)
     assert (settings.min_agreement, settings.min_gain) == (0.6, 0.05)
+    # A refresh's gate measures the gain within criteria unless told not to (a plain
+    # `judges distill` does not: DistillSettings' default).
+    assert settings.within_criteria is True and DistillSettings().within_criteria is False
     assert config.refresh.labeller_name() == "label set people/{step}"
+    off = _load(tmp_path, {"every": 5, "labeller": "gold", "gate": {"within_criteria": False}})
+    assert off.refresh.distill_settings(None).within_criteria is False
 
 
 def _result(completion_id: int, criteria: list[tuple[str, str, float | None]]) -> RewardResult:
