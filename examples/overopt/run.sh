@@ -118,9 +118,12 @@ settings() {
     # the checks at least 0.6 (the embedded judge's own agreement on the hand-written answers,
     # 0.606) and to beat the current judge with 95% confidence. The student's training is
     # examples/distill/healthbench.yaml's, the one distillation tried on this model (one
-    # epoch, learning rate 1e-4, 8 examples a step, the top 8 of 30 layers).
+    # epoch, learning rate 1e-4, 8 examples a step, the top 8 of 30 layers). Round 2 was
+    # recorded before the gate measured the gain within criteria (now a refresh's default):
+    # within_criteria=false keeps a resumed or repeated run the gate its runs had.
     refresh) echo "--set refresh.every=10 --set refresh.labeller=gold --set refresh.samples=80" \
       "--set refresh.gate.min_agreement=0.6 --set refresh.gate.min_gain=0.0" \
+      "--set refresh.gate.within_criteria=false" \
       "--set refresh.gate.split=0.5 --set refresh.training.epochs=1" \
       "--set refresh.training.learning_rate=1.0e-4 --set refresh.training.batch_size=1" \
       "--set refresh.training.gradient_accumulation_steps=8" \
