@@ -36,6 +36,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 from transformers import TrainerCallback
 
+from rubricsvc.distill.gate import verdicts_by_criterion
 from rubricsvc.errors import RubricsvcError, ValidationFailed
 from rubricsvc.models import Completion, Criterion, JudgeConfig, LabelKind, LabelSet
 from rubricsvc.scoring.rewards import RewardRequest, RewardResult
@@ -131,9 +132,9 @@ def label_balance(labels: dict[tuple[int, int], float]) -> dict[str, float | int
     criterion its usual answer whatever the completion says, so a gate's agreement on it says
     nothing about ranking (seen in the over-optimization lab once the policy's answers met no
     criterion: docs/overoptimization.md)."""
-    by_criterion: dict[int, set[bool]] = {}
-    for (_, criterion_id), value in labels.items():
-        by_criterion.setdefault(criterion_id, set()).add(value >= 0.5)
+    by_criterion = verdicts_by_criterion(
+        (criterion_id, value) for (_, criterion_id), value in labels.items()
+    )
     met = sum(1 for value in labels.values() if value >= 0.5)
     return {
         "met_share": round(met / len(labels), 4) if labels else 0.0,

@@ -17,7 +17,7 @@ and a held-out set with no contrast at all is refused.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import select
@@ -188,12 +188,19 @@ def _hit(o: PointwiseObservation) -> float:
     return float(((o.judged or 0.0) >= 0.5) == (o.label >= 0.5))
 
 
+def verdicts_by_criterion(labels: Iterable[tuple[int, float]]) -> dict[int, set[bool]]:
+    """Per criterion id, the verdicts (met: 0.5 or more) its (criterion id, label) pairs hold:
+    one verdict where every completion got the same, both where they differ."""
+    seen: dict[int, set[bool]] = {}
+    for criterion_id, value in labels:
+        seen.setdefault(criterion_id, set()).add(value >= 0.5)
+    return seen
+
+
 def contrasted(observations: Sequence[PointwiseObservation]) -> list[PointwiseObservation]:
     """The observations of criteria whose labels differ between completions (met on some, not
     met on others): where agreeing with the labels takes reading the completion."""
-    seen: dict[int, set[bool]] = {}
-    for o in observations:
-        seen.setdefault(o.criterion_id, set()).add(o.label >= 0.5)
+    seen = verdicts_by_criterion((o.criterion_id, o.label) for o in observations)
     return [o for o in observations if len(seen[o.criterion_id]) == 2]
 
 
