@@ -528,9 +528,7 @@ def prompt_means(
         prompt_of.update(
             session.execute(
                 select(Completion.id, Completion.prompt_id).where(Completion.id.in_(part))
-            )
-            .tuples()
-            .all()
+            ).all()
         )
     means: dict[int, float] = {}
     for part in batches(sorted(set(prompt_of.values()))):
@@ -543,7 +541,7 @@ def prompt_means(
             .where(Score.aggregation == aggregation)
             .where(Score.value.is_not(None))
             .group_by(Completion.prompt_id)
-        ).tuples()
+        )
         means.update((prompt_id, float(mean)) for prompt_id, mean in rows if mean is not None)
     return {c: means[p] for c, p in prompt_of.items() if p in means}
 

@@ -113,7 +113,7 @@ def save_judgments(session: Session, rows: Sequence[dict[str, Any]]) -> dict[str
     if not rows:
         return {}
     written = session.execute(judgment_upsert(_dialect(session)), list(rows))
-    return dict(written.tuples().all())
+    return dict(written.all())
 
 
 def save_and_read_judgments(
