@@ -21,6 +21,9 @@
 #                  proposes criteria from examples/overopt/evolving_pool.yaml, max_new at a
 #                  time, and the evolution step keeps those whose verdicts separate the group
 #                  (trainer/overopt_pool.py)
+# After round 2 (not an arm of its plan; RUNS=refresh-within):
+#   refresh-within  the refresh arm under the promotion gate as it is now, which also asks
+#                   for a gain on the criteria that some completions meet and others do not
 # Round 2 as measured (seed 0, two runs side by side, little other work): baseline, dropout
 # and the two evolving arms about 23-24 minutes a run (23-58 s a step); each of the refresh
 # arm's three refreshes about 12 minutes more (its first, measured with another run beside it
@@ -102,6 +105,15 @@ evolution_settings() {  # [EXTRA]...: the evolving arms' shared settings (see se
     "--set reward.evolution.generator.category_weights.pitfall=-1" "$@"
 }
 
+refresh_settings() {  # [EXTRA]...: the refresh arms' shared settings (see settings)
+  echo "--set refresh.every=10 --set refresh.labeller=gold --set refresh.samples=80" \
+    "--set refresh.gate.min_agreement=0.6 --set refresh.gate.min_gain=0.0" \
+    "--set refresh.gate.split=0.5 --set refresh.training.epochs=1" \
+    "--set refresh.training.learning_rate=1.0e-4 --set refresh.training.batch_size=1" \
+    "--set refresh.training.gradient_accumulation_steps=8" \
+    "--set refresh.training.trainable_layers=8 --set refresh.training.seed=0" "$@"
+}
+
 settings() {
   case $1 in
     baseline) ;;
@@ -121,13 +133,10 @@ settings() {
     # epoch, learning rate 1e-4, 8 examples a step, the top 8 of 30 layers). Round 2 was
     # recorded before the gate measured the gain within criteria (now a refresh's default):
     # within_criteria=false keeps a resumed or repeated run the gate its runs had.
-    refresh) echo "--set refresh.every=10 --set refresh.labeller=gold --set refresh.samples=80" \
-      "--set refresh.gate.min_agreement=0.6 --set refresh.gate.min_gain=0.0" \
-      "--set refresh.gate.within_criteria=false" \
-      "--set refresh.gate.split=0.5 --set refresh.training.epochs=1" \
-      "--set refresh.training.learning_rate=1.0e-4 --set refresh.training.batch_size=1" \
-      "--set refresh.training.gradient_accumulation_steps=8" \
-      "--set refresh.training.trainable_layers=8 --set refresh.training.seed=0" ;;
+    refresh) refresh_settings "--set refresh.gate.within_criteria=false" ;;
+    # The same refresh under the gate as it is now (within_criteria on): a follow-up after
+    # round 2, not one of the arms its analysis plan named.
+    refresh-within) refresh_settings ;;
     # Evolving rubrics (docs/evolving-rubrics.md), DR Tulu's settings where they fit:
     # every 1: DR Tulu evolves every step; a step here holds 2 of the 12 prompts (8 samples,
     #   groups of 4), so each prompt evolves at each of its ~6-7 visits in 40 steps.
@@ -147,8 +156,8 @@ settings() {
     evolving-pool) evolution_settings "--set reward.evolution.generator.backend=overopt-pool" \
       "--set reward.evolution.generator.backend_options.pool=examples/overopt/evolving_pool.yaml" \
       "--set reward.evolution.generator.backend_options.tasks=examples/overopt/tasks.yaml" ;;
-    *) echo "unknown run $1 (baseline, dropout, jury, refresh, evolving, evolving-pool," \
-      "control)" >&2; return 1 ;;
+    *) echo "unknown run $1 (baseline, dropout, jury, refresh, refresh-within, evolving," \
+      "evolving-pool, control)" >&2; return 1 ;;
   esac
 }
 
