@@ -130,7 +130,9 @@ def _print(report: dict[str, Any]) -> None:
     if within.get("labels"):
         console.print(
             f"within criteria ({within['labels']} labels of the {within['criteria']} criteria "
-            "that some held-out completions meet and others do not): base "
+            "that some held-out completions meet and others do not"
+            + (f", from {within['prompts']} prompts" if within.get("prompts") else "")
+            + "): base "
             f"{_figure(within['base_agreement'], None)}, student "
             f"{_figure(within['student_agreement'], None)}, gain "
             f"{_figure(within['gain'], within['gain_ci'])}"

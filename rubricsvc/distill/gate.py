@@ -209,9 +209,10 @@ def within_criteria(
     base: Sequence[PointwiseObservation],
     options: EvaluationOptions,
 ) -> dict[str, Any]:
-    """The gate's figures on the contrasted criteria only (``contrasted``): how many criteria
-    and labels, each judge's agreement there, and the student's paired gain with its interval.
-    Every figure is None where no held-out criterion has both labels."""
+    """The gate's figures on the contrasted criteria only (``contrasted``): how many criteria,
+    labels and prompts, each judge's agreement there, and the student's paired gain with its
+    interval. Every figure is None where no held-out criterion has both labels. The interval
+    resamples prompts, so it is only as narrow as the prompts the contrasts come from allow."""
     kept = contrasted(student)
     keys = {(o.completion_id, o.criterion_id) for o in kept}
     kept_base = [o for o in base if (o.completion_id, o.criterion_id) in keys]
@@ -224,6 +225,7 @@ def within_criteria(
     return {
         "criteria": len({o.criterion_id for o in kept}),
         "labels": len(kept),
+        "prompts": len({o.prompt_id for o in kept}),
         "base_agreement": agreement(kept_base),
         "student_agreement": agreement(kept),
         "gain": gain,

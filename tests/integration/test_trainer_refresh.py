@@ -141,7 +141,7 @@ def _check_refresh(run: Path, database_url: str, decision: str, swapped: bool) -
     assert gate["base"]["agreement_ci"] is not None and gate["student"]["agreement_ci"]
     assert gate["gain_ci"] is not None
     # The gain within criteria is measured either way, and gated unless the gate says not.
-    assert {"criteria", "labels", "gain", "gain_ci"} <= set(gate["within_criteria"])
+    assert {"criteria", "labels", "prompts", "gain", "gain_ci"} <= set(gate["within_criteria"])
     assert gate["gated_within_criteria"] is (run.name != "passes")
     assert refresh["split"]["train_prompts"] == refresh["split"]["test_prompts"] == 1
     expected = student if swapped else refresh["judge_before"]

@@ -70,7 +70,7 @@ def test_within_criteria_keeps_only_criteria_met_by_some_completions_and_not_oth
         (1, c) for c in range(4)
     }
     within = within_criteria(student, base, EvaluationOptions(resamples=200))
-    assert (within["criteria"], within["labels"]) == (1, 4)
+    assert (within["criteria"], within["labels"], within["prompts"]) == (1, 4, 2)
     # On criterion 1 the base is right on completions 0 and 2, the student on 0, 1 and 2.
     assert within["base_agreement"] == 0.5 and within["student_agreement"] == 0.75
     assert within["gain"] == pytest.approx(0.25)
