@@ -21,6 +21,7 @@ from rubricsvc.errors import NotFoundError, missing_extra
 from rubricsvc.models import Prompt
 from trainer.audit import audit_reward_judge
 from trainer.config import TrainConfig, load_configured_plugins
+from trainer.environment import describe_environment
 from trainer.monitors import GoldMonitor, SaturationTracker
 from trainer.recording import RecordingReward
 from trainer.rewards import PROMPT_ID_COLUMN, RandomControlReward, RubricReward
@@ -282,6 +283,7 @@ def _train(
     refresh = judge_refresh(config, run, reward, callback.gold.train if callback.gold else None)
     arguments = grpo_arguments(config, run.path / "trl") | agent_arguments(config)
     run.write_config(config.model_dump(mode="json"), arguments)
+    run.write_environment(describe_environment())
     if audit is not None:
         (run.path / "audit.json").write_text(json.dumps(asdict(audit), indent=2))
     for line in describe_defaults(config):

@@ -2,6 +2,7 @@
 
 config.yaml       the resolved config (every default filled in)
 grpo_args.json    the full argument set handed to TRL's GRPOConfig
+environment.json  the machine and software it ran on (trainer/environment.py)
 metrics.jsonl     one line per logged step (TRL's metrics and the monitors')
 samples.jsonl     prompts, completions and rewards, per step
 gold.jsonl        gold-monitor evaluations
@@ -27,6 +28,7 @@ SAMPLES = "samples.jsonl"
 GOLD = "gold.jsonl"
 ALARMS = "alarms.jsonl"
 REFRESHES = "refreshes.jsonl"
+ENVIRONMENT = "environment.json"
 # The evolution run's whole history (reward.evolution; trainer/evolution.py), at the end.
 EVOLUTION_HISTORY = "evolution.json"
 
@@ -54,13 +56,22 @@ class RunDirectory:
         args = json.dumps(_clean(grpo_args), indent=2, sort_keys=True, default=str)
         (self.path / "grpo_args.json").write_text(args + "\n", encoding="utf-8")
 
+    def write_environment(self, environment: dict[str, Any]) -> None:
+        text = json.dumps(_clean(environment), indent=2, sort_keys=True, default=str)
+        (self.path / ENVIRONMENT).write_text(text + "\n", encoding="utf-8")
+
     def append(self, name: str, record: dict[str, Any]) -> None:
         with (self.path / name).open("a", encoding="utf-8") as out:
             out.write(json.dumps(_clean(record), ensure_ascii=False, default=str) + "\n")
 
     def read(self, name: str) -> list[dict[str, Any]]:
-        path = self.path / name
-        if not path.exists():
-            return []
-        lines = jsonl_lines(path.read_text(encoding="utf-8"))
-        return [json.loads(line) for line in lines if line.strip()]
+        return read_log(self.path, name)
+
+
+def read_log(run: Path, name: str) -> list[dict[str, Any]]:
+    """The records of one of ``run``'s JSON-lines logs (none when it has no such log)."""
+    path = run / name
+    if not path.exists():
+        return []
+    lines = jsonl_lines(path.read_text(encoding="utf-8"))
+    return [json.loads(line) for line in lines if line.strip()]

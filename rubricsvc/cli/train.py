@@ -1,6 +1,6 @@
 """``rubricsvc train``: GRPO on TRL with rubric rewards (the trainer package), and the run
-reports: ``train CONFIG`` (short for ``train run CONFIG``), ``train report RUN`` and
-``train compare RUN...``."""
+reports: ``train CONFIG`` (short for ``train run CONFIG``), ``train report RUN``,
+``train compare RUN...`` and ``train diff RECORDED RERUN``."""
 
 from __future__ import annotations
 
@@ -114,3 +114,27 @@ def compare_command(
     curves, document, text = report.compare_runs(run_dirs, output, baseline)
     console.print(text, markup=False, highlight=False)
     console.print(f"wrote {curves} and {document}")
+
+
+@train_app.command("diff")
+def diff_command(
+    recorded: Path = typer.Argument(..., help="The recorded run directory."),
+    rerun: Path = typer.Argument(..., help="The run directory of its re-run."),
+    shown: int = typer.Option(12, "--show", help="How many differing figures to list."),
+) -> None:
+    """Whether RERUN reproduces RECORDED: every logged figure (metrics, gold, samples,
+    alarms) compared to the digit, times left out; where they differ, the first step and
+    figures that do, and what differs in the two runs' environments. Exit code 0 when
+    identical, 1 when not."""
+    try:
+        from trainer.rundiff import diff_runs
+    except ImportError as err:
+        raise missing_extra(err, "run diffs need the trainer extra", "trainer") from None
+    try:
+        result = diff_runs(recorded, rerun)
+    except FileNotFoundError as err:
+        raise CliExit(str(err), code=2) from None
+    for line in result.summary(shown):
+        console.print(line, markup=False, highlight=False)
+    if not result.identical:
+        raise typer.Exit(1)
