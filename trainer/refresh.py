@@ -407,9 +407,9 @@ def _child_environment(database_url: str) -> dict[str, str]:
 def _report_fields(report: dict[str, Any]) -> dict[str, Any]:
     """What refreshes.jsonl keeps of a distillation's report."""
     gate = report["gate"]
-    keep = ("judge", "config_hash", "n_labelled", "n_judged", "agreement", "agreement_ci")
+    keep = ("judge", "config_hash", "n_labelled", "n_judged", "coverage", "agreement")
     roles = {
-        role: {k: gate[role].get(k) for k in (*keep, "kappa", "kappa_ci")}
+        role: {k: gate[role].get(k) for k in (*keep, "agreement_ci", "kappa", "kappa_ci")}
         for role in ("base", "student")
     }
     training = report.get("training") or {}
@@ -426,6 +426,7 @@ def _report_fields(report: dict[str, Any]) -> dict[str, Any]:
             "gain_ci": gate.get("gain_ci"),
             "min_agreement": gate.get("min_agreement"),
             "min_gain": gate.get("min_gain"),
+            "min_coverage": gate.get("min_coverage"),
             "within_criteria": gate.get("within_criteria"),
             "gated_within_criteria": gate.get("gated_within_criteria"),
         },

@@ -13,7 +13,7 @@ from rubricsvc.fileformats import describe_validation_error
 from rubricsvc.judging.config import ModeName
 
 # The gate's settings live in ``refresh.gate``; the student's training, in ``refresh.training``.
-GATE_KEYS = ("min_agreement", "min_gain", "within_criteria")
+GATE_KEYS = ("min_agreement", "min_gain", "min_coverage", "within_criteria")
 
 
 class _Strict(BaseModel):
@@ -54,10 +54,14 @@ class RefreshGate(_Strict):
     on the labelled prompts held out of its training, its agreement with the labels reaches
     ``min_agreement`` and beats the current judge's (the 95% interval of the paired gain is
     above ``min_gain``), overall and, with ``within_criteria``, on the criteria that some of
-    the held-out completions meet and others do not."""
+    the held-out completions meet and others do not; its verdicts cover at least
+    ``min_coverage`` of the held-out labels."""
 
     min_agreement: float = Field(default=0.7, ge=0.0, le=1.0)
     min_gain: float = Field(default=0.0, ge=-1.0, le=1.0)
+    # The share of the held-out labels the student gives a verdict on, at least: a student
+    # that fails on hard items is otherwise measured on the ones it answered only.
+    min_coverage: float = Field(default=0.95, ge=0.0, le=1.0)
     # On by default: a refresh's labels are the policy's own rollouts, several per prompt, and
     # a policy whose answers all miss (or all meet) a criterion makes labels that a judge
     # ignoring the completion matches perfectly (docs/overoptimization.md, round 2). The

@@ -209,11 +209,12 @@ class TransformersBackend:
         # Only the cache is read: the prefix's logits (a vocabulary-sized row per token) are
         # left uncomputed, as far as the model allows.
         cache = self.lm(input_ids=prefix, use_cache=True, **self._keep([-1])).past_key_values
-        # The prefix's cache stays on the device, copied for each batch of suffixes; each
-        # suffix row attends to it, so a row's budget counts the prefix too.
+        # The prefix's cache stays on the device and is copied into every row of a batch of
+        # suffixes (``batch_repeat_interleave``): a batch holds rows x (prefix + width)
+        # tokens of cache, and the budget counts the prefix in each row.
         lengths = [len(s) - prefix_len for s in sequences]
-        budget = None if self.token_budget is None else max(1, self.token_budget - prefix_len)
-        for batch in length_batches(lengths, self.batch_size, budget):
+        batches = length_batches(lengths, self.batch_size, self.token_budget, prefix=prefix_len)
+        for batch in batches:
             chunk = [sequences[i][prefix_len:] for i in batch]
             width = max(len(s) for s in chunk)
             # Right padding: under causal attention a pad after a token cannot change it.
@@ -324,7 +325,7 @@ PASS_COST_TOKENS = 8
 
 
 def length_batches(
-    lengths: Sequence[int], max_size: int, token_budget: int | None = None
+    lengths: Sequence[int], max_size: int, token_budget: int | None = None, *, prefix: int = 0
 ) -> list[list[int]]:
     """Indices of sequences of ``lengths`` in batches of at most ``max_size``, for padded
     forward passes: sorted by length and split where the padding saved is worth another pass.
@@ -335,8 +336,9 @@ def length_batches(
 
     The split is the cheapest one of the sorted order (dynamic programming over where each
     batch ends): a batch costs its size times its longest length, plus ``PASS_COST_TOKENS``. With a
-    ``token_budget``, no batch's padded size (its size times its longest length) passes it,
-    except a sequence alone that is longer."""
+    ``token_budget``, no batch's padded size (its size times its longest length, plus
+    ``prefix``: the tokens of a reused prefix's cache each row holds) passes it, except a
+    sequence alone that is longer."""
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     # best[k]: the least cost of the first k sequences of ``order``; cut[k]: where the last of
     # their batches starts. A batch's width is its first (longest) length.
@@ -348,7 +350,7 @@ def length_batches(
             if (
                 token_budget is not None
                 and start < end - 1
-                and (end - start) * width > token_budget
+                and (end - start) * (prefix + width) > token_budget
             ):
                 continue  # over the budget (a sequence alone always makes its own batch)
             cost = best[start] + (end - start) * width + PASS_COST_TOKENS

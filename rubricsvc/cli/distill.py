@@ -98,6 +98,20 @@ def _figure(value: Any, interval: Any) -> str:
     return f"{shown} [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else shown
 
 
+def _coverage_line(gate: dict[str, Any]) -> str | None:
+    """The student's coverage of the held-out labels against the gate's floor (None for a
+    report stored before the gate had one)."""
+    if gate.get("min_coverage") is None:
+        return None
+    student = gate["student"]
+    judged, labelled = student["n_judged"], student["n_labelled"]
+    shown = f"{judged / labelled:.3f}" if labelled else "none"
+    return (
+        f"student's verdicts cover {shown} of the held-out labels ({judged}/{labelled}; "
+        f"min_coverage {gate['min_coverage']})"
+    )
+
+
 def _print(report: dict[str, Any]) -> None:
     gate = report["gate"]
     training = report["training"]
@@ -125,6 +139,9 @@ def _print(report: dict[str, Any]) -> None:
             width=console.width,
         )
     )
+    coverage = _coverage_line(gate)
+    if coverage:
+        console.print(coverage)
     console.print(f"gain over the base: {_figure(gate['gain'], gate['gain_ci'])}")
     within = gate.get("within_criteria") or {}
     if within.get("labels"):

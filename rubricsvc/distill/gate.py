@@ -4,8 +4,11 @@ saw, that it agrees with its teacher well enough and better than the model it wa
 Both the student and its base judge the held-out items (stored as a label set, so the usual
 ``judges evaluate`` figures with prompt-clustered intervals are stored for each); the gain is
 their paired difference in agreement, with a cluster bootstrap interval over the held-out
-prompts. Approved: the student's agreement reaches ``min_agreement`` and the interval's lower
-end is above ``min_gain``. Either way the decision and its figures are stored (``judge_gates``).
+prompts. Approved: the student's verdicts cover at least ``min_coverage`` of the held-out
+labels (agreement and gain are measured only where a judge answered: a student that fails on
+the hard items would be measured on the easy ones), its agreement reaches ``min_agreement``
+and the interval's lower end is above ``min_gain``. Either way the decision and its figures
+are stored (``judge_gates``).
 
 The same figures are also taken within criteria: on the held-out criteria that some completions
 meet and others do not. Only there does agreement take reading the completion; a criterion
@@ -119,6 +122,7 @@ def run_gate(
                 for k in (
                     "n_labelled",
                     "n_judged",
+                    "coverage",
                     "agreement",
                     "agreement_ci",
                     "kappa",
@@ -130,7 +134,13 @@ def run_gate(
         observed[role] = pointwise_observations(session, spec, held_out, factory_of(spec))
     gain, gain_ci = paired_gain(observed["student"], observed["base"], options)
     within = within_criteria(observed["student"], observed["base"], options)
-    decision, reasons = decide(judged["student"]["agreement"], gain_ci, settings, within)
+    decision, reasons = decide(
+        judged["student"]["agreement"],
+        gain_ci,
+        settings,
+        within,
+        coverage=judged["student"]["coverage"],
+    )
     report = {
         "labels": held_out.name,
         "label_set_hash": held_out.content_hash,
@@ -140,6 +150,7 @@ def run_gate(
         "gain_ci": gain_ci,
         "min_agreement": settings.min_agreement,
         "min_gain": settings.min_gain,
+        "min_coverage": settings.min_coverage,
         "within_criteria": within,
         "gated_within_criteria": settings.within_criteria,
         "decision": decision.value,
@@ -238,10 +249,19 @@ def decide(
     gain_ci: list[float] | None,
     settings: DistillSettings,
     within: dict[str, Any] | None = None,
+    *,
+    coverage: float | None,
 ) -> tuple[JudgeGateStatus, list[str]]:
     """Approve or reject, with the reasons. ``within`` (``within_criteria``'s figures) is
-    gated only where ``settings.within_criteria`` asks for it."""
+    gated only where ``settings.within_criteria`` asks for it. ``coverage``: the share of the
+    held-out labels the student gave a verdict on (None: no label)."""
     reasons = []
+    if coverage is None or coverage < settings.min_coverage:
+        shown = "none" if coverage is None else f"{coverage:.3f}"
+        reasons.append(
+            f"the student's verdicts cover {shown} of the held-out labels, below min_coverage "
+            f"{settings.min_coverage}: its agreement is measured only where it answered"
+        )
     if agreement is None or agreement < settings.min_agreement:
         shown = "none" if agreement is None else f"{agreement:.3f}"
         reasons.append(
@@ -271,7 +291,7 @@ def decide(
             )
     if reasons:
         return JudgeGateStatus.REJECTED, reasons
-    assert agreement is not None and gain_ci is not None  # else refused above
+    assert agreement is not None and gain_ci is not None and coverage is not None
     # "Beats the base model" only where min_gain is 0 or more: a negative one lets a student
     # a little worse than the base model through, and the reason says what was checked.
     reason = (
@@ -284,4 +304,8 @@ def decide(
             f", and within criteria ({within['labels']} labels of {within['criteria']} "
             f"criteria) too ([{within_ci[0]:.3f}, {within_ci[1]:.3f}])"
         )
+    reason += (
+        f"; its verdicts cover {coverage:.3f} of the held-out labels (min_coverage "
+        f"{settings.min_coverage})"
+    )
     return JudgeGateStatus.APPROVED, [reason]

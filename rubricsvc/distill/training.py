@@ -57,6 +57,10 @@ class DistillSettings(BaseModel):
     # difference above min_gain).
     min_agreement: float = Field(default=0.7, ge=0, le=1)
     min_gain: float = Field(default=0.0, ge=-1, le=1)
+    # The share of the held-out labels the student must give a verdict on: its agreement
+    # and gain are measured only where it answered, so a student that fails on the hard
+    # items would otherwise be judged on the easy ones (and a refresh swap it in).
+    min_coverage: float = Field(default=0.95, ge=0, le=1)
     # True: the gain must also be above min_gain within criteria, on the held-out criteria
     # that some completions meet and others do not (rubricsvc/distill/gate.py); labels with
     # no such criterion are refused. Off by default: distillation data often has one

@@ -66,6 +66,12 @@ class JudgeSpec(BaseModel):
     group_size: int = Field(default=8, ge=2, le=32)
     group_repeats: int = Field(default=2, ge=1, le=16)  # ... and group: shuffled repeats
     backend_options: dict[str, Any] = Field(default_factory=dict)
+    # The judged text one request may send, in characters (the conversation, the response or
+    # responses, the criteria it asks about): a per-criterion mode sends the response whole
+    # with every criterion. Past it the work is refused when planned, before any judge call
+    # (``scoring.request_size``; 413 from the API). Not part of the hash. 262,144 characters
+    # are about 64k tokens of English, past most judges' contexts.
+    max_request_chars: int = Field(default=262_144, ge=1)
     # Retries of transient backend errors and unparseable output (not part of the hash).
     retries: int = Field(default=2, ge=0)
     retry_backoff: float = Field(default=0.5, ge=0.0)

@@ -19,6 +19,7 @@ from rubricsvc.fileformats import describe_validation_error, read_records
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.templates import PromptTemplate, load_template
 from rubricsvc.models import Category
+from rubricsvc.rubrics.schemas import THEMES
 
 DEFAULT_CATEGORY_WEIGHTS: dict[Category, float] = {
     Category.ESSENTIAL: 5.0,
@@ -26,7 +27,7 @@ DEFAULT_CATEGORY_WEIGHTS: dict[Category, float] = {
     Category.OPTIONAL: 1.0,
     Category.PITFALL: -3.0,
 }
-DEFAULT_THEMES = ("coverage", "accuracy", "structure", "style")
+DEFAULT_THEMES = THEMES  # the rubric files' list (``schemas.THEMES``)
 MAX_CRITERION_CHARS = 300  # a criterion is one checkable sentence, not a paragraph
 
 

@@ -28,6 +28,12 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"
 # Weights (criteria, dimensions) stay within this: far beyond any real rubric (HealthBench
 # points are within 10), far below where sums of weights overflow or lose their precision.
 MAX_WEIGHT = 1e6
+# The themes criteria are grouped by, one list for rubric files and rubric generators: a
+# generator drafts and evolves criteria within its ``themes`` (these by default), and the
+# bundled rubrics and the docs use these. A file may still name a theme of its own (a
+# dimension it weights with ``dimension_weights``); a generator drafts it only when its
+# ``themes`` list it.
+THEMES = ("coverage", "accuracy", "structure", "style", "safety")
 
 
 class _Strict(BaseModel):

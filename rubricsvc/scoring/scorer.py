@@ -60,6 +60,7 @@ from rubricsvc.models import (
 )
 from rubricsvc.scoring.executor import CallExecutor, JudgeResult
 from rubricsvc.scoring.judge_configs import ensure_judge_config
+from rubricsvc.scoring.request_size import check_request_sizes
 from rubricsvc.scoring.selection import Selection, select_work, without_reasons
 from rubricsvc.scoring.store import (
     StoredVerdict,
@@ -378,7 +379,9 @@ def plan_cases(
     pairs: Sequence[tuple[int, int]] = (),
 ) -> list[tuple[Case, Plan]]:
     """Each unit's case and the judgments ``spec``'s mode plans for it, in order: with its
-    peers among ``work`` for a mode that compares (``comparison_groups``). Reads nothing."""
+    peers among ``work`` for a mode that compares (``comparison_groups``). Reads nothing.
+    ``RequestTooLong`` where a request would send more than the judge's
+    ``max_request_chars``."""
     mode = get_mode(spec.mode)
     peers: dict[tuple[int, int], tuple[int, ...]] = {}
     if mode.compares:
@@ -399,6 +402,7 @@ def plan_cases(
             tuple(views[p] for p in peers.get((unit.completion.id, version.id), ())),
         )
         planned.append((case, mode.plan(case)))
+    check_request_sizes(spec, planned)  # before any of it is stored or judged
     return planned
 
 

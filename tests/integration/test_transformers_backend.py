@@ -168,3 +168,46 @@ def test_the_embedded_judges_rewards_do_not_depend_on_the_rollouts_gathered_with
     assert None not in together
     assert together == alone
     assert len(set(together)) == len(texts)  # the rewards tell the rollouts apart
+
+
+class _Passes:
+    """The model, recording each forward pass's rows and attended columns (its attention
+    mask: the reused prefix's cache and the row's own tokens)."""
+
+    def __init__(self, lm) -> None:  # type: ignore[no-untyped-def]
+        self.lm = lm
+        self.shapes: list[tuple[int, int]] = []
+
+    def __call__(self, **kwargs):  # type: ignore[no-untyped-def]
+        mask = kwargs.get("attention_mask")
+        if mask is not None:
+            self.shapes.append((int(mask.shape[0]), int(mask.shape[1])))
+        return self.lm(**kwargs)
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self.lm, name)
+
+
+def test_a_token_budget_counts_the_reused_prefix_in_every_row(backend) -> None:  # type: ignore[no-untyped-def]
+    """Each row of a batch of suffixes holds a copy of the prefix's cache: with a budget of
+    two rows' prefix and suffix, no pass holds more than that, where the batch size alone
+    would put four rows in one."""
+    from rubricsvc.backends.transformers import reused_prefix_length
+
+    requests = [r for r in _requests() if r.group == "1"]
+    sequences = [backend.encode(r.chat) for r in requests]
+    prefix = reused_prefix_length(sequences)
+    budget = 2 * max(len(s) for s in sequences)
+    assert backend.batch_size == 4 and 4 * (max(len(s) for s in sequences) - prefix) < budget
+    expected = backend.choice_probs(requests)
+    passes = _Passes(backend.lm)
+    backend.lm, backend.token_budget = passes, budget
+    try:
+        within = backend.choice_probs(requests)
+    finally:
+        backend.lm, backend.token_budget = passes.lm, None
+    suffix_passes = [(rows, columns) for rows, columns in passes.shapes if columns > prefix]
+    assert all(rows * columns <= budget for rows, columns in suffix_passes), passes.shapes
+    assert len(suffix_passes) >= 3  # six requests, at most two rows a pass
+    for bounded, unbounded in zip(within, expected, strict=True):
+        assert bounded.probs["Yes"] == pytest.approx(unbounded.probs["Yes"], abs=1e-4)

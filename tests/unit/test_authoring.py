@@ -48,7 +48,7 @@ def test_generator_defaults_follow_the_rubric_conventions() -> None:
     spec = GeneratorSpec()
     assert (spec.min_criteria, spec.max_criteria) == (7, 20)
     assert spec.weight(Category.PITFALL) < 0 < spec.weight(Category.OPTIONAL)
-    assert spec.themes == ("coverage", "accuracy", "structure", "style")
+    assert spec.themes == ("coverage", "accuracy", "structure", "style", "safety")
     assert spec.sampling(2)["seed"] == spec.seed + 2
 
 

@@ -31,12 +31,12 @@ def test_the_gain_is_paired_on_the_items_both_judged() -> None:
 
 def test_the_gate_needs_the_agreement_and_a_gain_beyond_chance() -> None:
     settings = DistillSettings(min_agreement=0.7, min_gain=0.0)
-    assert decide(0.75, [0.02, 0.2], settings)[0] == JudgeGateStatus.APPROVED
-    status, reasons = decide(0.75, [-0.01, 0.2], settings)
+    assert decide(0.75, [0.02, 0.2], settings, coverage=1.0)[0] == JudgeGateStatus.APPROVED
+    status, reasons = decide(0.75, [-0.01, 0.2], settings, coverage=1.0)
     assert status == JudgeGateStatus.REJECTED and "gain over the base" in reasons[0]
-    status, reasons = decide(0.65, [0.05, 0.2], settings)
+    status, reasons = decide(0.65, [0.05, 0.2], settings, coverage=1.0)
     assert status == JudgeGateStatus.REJECTED and "below min_agreement 0.7" in reasons[0]
-    status, reasons = decide(None, None, settings)
+    status, reasons = decide(None, None, settings, coverage=1.0)
     assert status == JudgeGateStatus.REJECTED and len(reasons) == 2
 
 
@@ -44,11 +44,12 @@ def test_an_approval_says_what_was_checked_even_with_a_negative_min_gain() -> No
     # A min_gain below 0 lets through a student slightly worse than the base: its approval
     # must not claim that it beats the base model.
     settings = DistillSettings(min_agreement=0.6, min_gain=-0.1)
-    status, reasons = decide(0.65, [-0.05, 0.03], settings)
+    status, reasons = decide(0.65, [-0.05, 0.03], settings, coverage=1.0)
     assert status == JudgeGateStatus.APPROVED
     assert reasons == [
         "agreement 0.650 reaches min_agreement 0.6; the gain over the base model (95% "
-        "interval [-0.050, 0.030]) is above min_gain -0.1"
+        "interval [-0.050, 0.030]) is above min_gain -0.1; its verdicts cover 1.000 of the "
+        "held-out labels (min_coverage 0.95)"
     ]
 
 
@@ -83,14 +84,14 @@ def test_the_gate_within_criteria_refuses_labels_without_a_contrast() -> None:
     gated = DistillSettings(min_agreement=0.7, min_gain=0.0, within_criteria=True)
     # Every criterion one-valued: a judge that ignores the completion matches every label.
     none = {"criteria": 0, "labels": 0, "gain": None, "gain_ci": None}
-    status, reasons = decide(1.0, [0.1, 0.3], gated, none)
+    status, reasons = decide(1.0, [0.1, 0.3], gated, none, coverage=1.0)
     assert status == JudgeGateStatus.REJECTED and "no held-out criterion" in reasons[0]
     # Without within_criteria the same figures pass: the overall gain is all it checks.
-    assert decide(1.0, [0.1, 0.3], DistillSettings(min_agreement=0.7), none)[0] == (
+    assert decide(1.0, [0.1, 0.3], DistillSettings(min_agreement=0.7), none, coverage=1.0)[0] == (
         JudgeGateStatus.APPROVED
     )
     flat = {"criteria": 2, "labels": 12, "gain": 0.0, "gain_ci": [-0.2, 0.2]}
-    status, reasons = decide(0.9, [0.1, 0.3], gated, flat)
+    status, reasons = decide(0.9, [0.1, 0.3], gated, flat, coverage=1.0)
     assert status == JudgeGateStatus.REJECTED
     assert reasons == [
         "within criteria (the 12 labels of the 2 held-out criteria that some completions meet "
@@ -98,10 +99,11 @@ def test_the_gate_within_criteria_refuses_labels_without_a_contrast() -> None:
         "not above min_gain 0.0"
     ]
     better = {"criteria": 2, "labels": 12, "gain": 0.3, "gain_ci": [0.05, 0.5]}
-    status, reasons = decide(0.9, [0.1, 0.3], gated, better)
+    status, reasons = decide(0.9, [0.1, 0.3], gated, better, coverage=1.0)
     assert status == JudgeGateStatus.APPROVED
     assert reasons[0].endswith(
-        ", and within criteria (12 labels of 2 criteria) too ([0.050, 0.500])"
+        ", and within criteria (12 labels of 2 criteria) too ([0.050, 0.500]); its verdicts "
+        "cover 1.000 of the held-out labels (min_coverage 0.95)"
     )
 
 
@@ -123,3 +125,21 @@ def test_the_split_is_by_prompt_and_never_leaves_a_side_empty() -> None:
     assert split_by_prompt(targets[::-1], 0.8, seed=3).test_prompts == split.test_prompts
     with pytest.raises(ValidationFailed, match="test side would be empty"):
         split_by_prompt(targets[:3], 0.8, seed=0)
+
+
+def test_the_gate_refuses_a_student_whose_verdicts_cover_too_few_labels() -> None:
+    # Right on every label it answered, better than the base there: a student that failed on
+    # the hard items looks perfect where it answered.
+    settings = DistillSettings(min_agreement=0.7, min_gain=0.0)
+    assert settings.min_coverage == 0.95
+    status, reasons = decide(1.0, [0.2, 0.4], settings, coverage=0.6)
+    assert status == JudgeGateStatus.REJECTED
+    assert reasons == [
+        "the student's verdicts cover 0.600 of the held-out labels, below min_coverage 0.95: "
+        "its agreement is measured only where it answered"
+    ]
+    assert decide(1.0, [0.2, 0.4], settings, coverage=None)[0] == JudgeGateStatus.REJECTED
+    # At the floor it passes; a lower floor lets the same student through.
+    assert decide(1.0, [0.2, 0.4], settings, coverage=0.95)[0] == JudgeGateStatus.APPROVED
+    lenient = DistillSettings(min_agreement=0.7, min_gain=0.0, min_coverage=0.5)
+    assert decide(1.0, [0.2, 0.4], lenient, coverage=0.6)[0] == JudgeGateStatus.APPROVED

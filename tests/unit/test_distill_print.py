@@ -65,3 +65,15 @@ def test_the_within_criteria_line_names_its_labels_criteria_and_prompts() -> Non
     assert "meet and others do not): base 0.625" in printed and "(not gated)" in printed
     # No contrasted label: no line.
     assert "within criteria" not in _printed(_report({"labels": 0}, gated=True))
+
+
+def test_the_students_coverage_of_the_labels_is_printed_against_its_floor() -> None:
+    report = _report(None, gated=False)
+    report["gate"]["student"] = {**report["gate"]["student"], "n_judged": 6}
+    report["gate"]["min_coverage"] = 0.95
+    printed = _printed(report)
+    assert (
+        "student's verdicts cover 0.750 of the held-out labels (6/8; min_coverage 0.95)" in printed
+    )
+    # A report stored before the gate had a floor prints without the line.
+    assert "verdicts cover" not in _printed(_report(None, gated=False))

@@ -102,3 +102,16 @@ def test_a_token_budget_bounds_each_batchs_padded_size() -> None:
     batches = length_batches(lengths, 16, token_budget=25)
     assert batches == [[4], [0, 1], [2, 3]]
     assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+
+
+def test_a_reused_prefix_counts_against_the_budget_in_every_row() -> None:
+    """The documented GPU judge (``batch_size: 64, token_budget: 65536``) on a 4k-token report
+    and 64 criteria of 50 tokens: the prefix's cache is copied into each row, so a batch holds
+    rows x (4096 + 50) tokens, and at most 15 rows fit the budget (not 64)."""
+    suffixes = [50] * 64
+    batches = length_batches(suffixes, 64, token_budget=65536, prefix=4096)
+    assert sorted(i for b in batches for i in b) == list(range(64))
+    assert max(len(b) for b in batches) == 65536 // (4096 + 50) == 15
+    assert all(len(b) * (4096 + max(suffixes[i] for i in b)) <= 65536 for b in batches)
+    # A prefix past the budget alone: each row is a batch of its own.
+    assert all(len(b) == 1 for b in length_batches([5] * 4, 16, token_budget=100, prefix=200))

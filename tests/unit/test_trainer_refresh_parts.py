@@ -89,6 +89,15 @@ def test_refresh_settings_reach_the_distillation_with_the_gate_and_threads(tmp_p
     assert off.refresh.distill_settings(None).within_criteria is False
 
 
+def test_a_refresh_gates_on_the_students_coverage_of_the_labels(tmp_path: Path) -> None:
+    default = _load(tmp_path, {"every": 5, "labeller": "gold"})
+    assert default.refresh.distill_settings(None).min_coverage == 0.95
+    floor = _load(tmp_path, {"every": 5, "labeller": "gold", "gate": {"min_coverage": 0.8}})
+    assert floor.refresh.distill_settings(None).min_coverage == 0.8
+    with pytest.raises(ValidationFailed, match="min_coverage: the gate's settings go in"):
+        _load(tmp_path, {"every": 5, "labeller": "gold", "training": {"min_coverage": 0.5}})
+
+
 def _result(completion_id: int, criteria: list[tuple[str, str, float | None]]) -> RewardResult:
     entries = [
         {"criterion_id": 100 + n, "text": text, "status": status, "value": value}
