@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from itertools import zip_longest
 from typing import Any
@@ -64,6 +64,13 @@ class RewardRequest:
     # (``evolution.rollouts.routed_to_current``): usable though no person approved it. Set
     # only by that routing, never from a client's input.
     evolved: bool = False
+
+    def item(self) -> dict[str, Any]:
+        """The request as a client sends it (a ``/v1/rewards`` item): without ``evolved``,
+        which only the server's routing sets."""
+        fields = asdict(self)
+        del fields["evolved"]
+        return fields
 
     def messages(self) -> Messages:
         if isinstance(self.prompt, str):
