@@ -342,7 +342,9 @@ class RewardPipeline:
                 # Planned under the set the group is judged under, evolved criteria included,
                 # and the most it may still grow: never refused once it has waited.
                 requests = self.evolution.route(session, run, requests)
-                new = self.evolution.growth(session, run, requests)
+                # Each criterion is judged by each member of a jury.
+                members = len(spec.jury_members()) or 1
+                new = self.evolution.growth(session, run, requests) * members
             work = reward_work(
                 session,
                 spec,
