@@ -54,23 +54,24 @@ def ensure_run(
     would mix two configurations), and so is one another door steps (module docstring)."""
     check_run_name(name)
     recorded = settings.recorded()
-    session.execute(
-        insert_for(session, EvolutionRun)
-        .values(
-            name=name,
-            settings=recorded,
-            door=door,
-            created_by=creator,
-            key_names=[creator] if creator else [],
-            created_at=utcnow(),
+    # Read first: a run that exists is only checked, so naming it (every reward request of a
+    # served run does) writes nothing and never waits on another transaction's lock.
+    run = _find_run(session, name)
+    if run is None:
+        session.execute(
+            insert_for(session, EvolutionRun)
+            .values(
+                name=name,
+                settings=recorded,
+                door=door,
+                created_by=creator,
+                key_names=[creator] if creator else [],
+                created_at=utcnow(),
+            )
+            .on_conflict_do_nothing(index_elements=[EvolutionRun.name])
         )
-        .on_conflict_do_nothing(index_elements=[EvolutionRun.name])
-    )
-    run = session.scalars(
-        select(EvolutionRun)
-        .where(EvolutionRun.name == name)
-        .execution_options(populate_existing=True)
-    ).one()
+        run = _find_run(session, name)
+        assert run is not None  # inserted above, or by a transaction that has committed
     if run.settings != recorded:
         changed = sorted(k for k in recorded if run.settings.get(k) != recorded[k])
         raise ConflictError(
@@ -86,6 +87,14 @@ def ensure_run(
             )
         run.door = door  # a run stored before doors were recorded: the first door takes it
     return run
+
+
+def _find_run(session: Session, name: str) -> EvolutionRun | None:
+    return session.scalars(
+        select(EvolutionRun)
+        .where(EvolutionRun.name == name)
+        .execution_options(populate_existing=True)
+    ).first()
 
 
 _DOORS = {
@@ -105,7 +114,7 @@ def served_run(
     that checks no key), created if new where the key may create runs; ``ForbiddenError``
     where it may not create it, or not use it (module docstring)."""
     check_run_name(name)
-    exists = session.scalar(select(EvolutionRun.id).where(EvolutionRun.name == name))
+    exists = _find_run(session, name)
     if exists is None and key is not None and not may_create(key, creators):
         raise ForbiddenError(
             f"evolution run {name!r} does not exist, and key {key[0]!r} may not create one: "

@@ -51,9 +51,10 @@ def _body(texts: list[str], prompt: str = "ev-sea", **extra: Any) -> dict[str, A
 
 
 @pytest.fixture
-def url(sqlite_url: str) -> str:
-    approve_rubrics(sqlite_url, judges=[BLUE_JUDGE, FAILING_JUDGE])
-    return sqlite_url
+def url(database_url: str) -> str:
+    """SQLite and PostgreSQL (its row locks are what a track's step numbering rests on)."""
+    approve_rubrics(database_url, judges=[BLUE_JUDGE, FAILING_JUDGE])
+    return database_url
 
 
 def _reviewer(url: str) -> dict[str, str]:
