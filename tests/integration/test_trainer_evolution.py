@@ -16,8 +16,16 @@ from sqlalchemy import select
 
 from rubricsvc.db import make_engine, session_scope
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
-from rubricsvc.models import EvolutionStep, EvolvedCriterion, EvolvedState, Origin, RubricVersion
+from rubricsvc.models import (
+    EvolutionStep,
+    EvolvedCriterion,
+    EvolvedState,
+    Origin,
+    RubricVersion,
+    StepOutcome,
+)
 from tests.helpers import approve_rubrics, blue_sea_rubric
+from tests.integration.test_trainer_rewards import FAILING_JUDGE
 from trainer.config import ScorerSettings
 from trainer.evolution import direction_agreement
 from trainer.rewards import RubricReward
@@ -194,6 +202,37 @@ def test_after_a_judge_refresh_the_evolution_judges_with_the_swapped_judge(
     ]
     assert set(report.spreads.values()) == {0.0}
     reward.evolution.close()
+
+
+def test_a_judge_outage_in_training_prunes_nothing_and_is_counted(sqlite_url: str) -> None:
+    """Step 0 leaves two evolved criteria active. At step 1 the reward's judge is down (every
+    call fails: infrastructure), so the evolved criteria's verdicts in the group are failures
+    that say nothing of the rollouts: the step prunes and adds nothing."""
+    approve_rubrics(sqlite_url, BLUE, judges=[BLUE_JUDGE, FAILING_JUDGE])
+    reward = RubricReward(_settings(sqlite_url, every=1), evolution_run="outage")
+    _, metrics = _step(reward, 0)
+    assert metrics["evolution/active"] == 2
+    reward.scorer.settings = reward.scorer.settings.model_copy(
+        update={"judge": "always-fails", "mode": None}
+    )
+    _, metrics = _step(reward, 1)
+    assert metrics["evolution/judge_failures"] == 1
+    assert (metrics["evolution/pruned"], metrics["evolution/new"]) == (0, 0)
+    assert metrics["evolution/active"] == 2
+    assert reward.evolution is not None
+    (report,) = reward.evolution.last_reports
+    assert report.judge_failed and report.error is not None
+    assert report.error.startswith("8 of the group's verdicts failed")  # 2 criteria x 4
+    reward.evolution.close()
+    engine = make_engine(sqlite_url)
+    try:
+        with session_scope(engine) as session:
+            states = [c.state for c in session.scalars(select(EvolvedCriterion))]
+            assert states.count(EvolvedState.ACTIVE) == 2
+            outcomes = [s.outcome for s in session.scalars(select(EvolutionStep))]
+            assert outcomes == [StepOutcome.EVOLVED, StepOutcome.JUDGE_FAILED]
+    finally:
+        engine.dispose()
 
 
 def test_direction_agreement_by_hand() -> None:
