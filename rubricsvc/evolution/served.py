@@ -62,10 +62,6 @@ class ServedEvolution:
     ) -> list[RewardRequest]:
         return self.loop.route(session, run, requests)
 
-    @property
-    def max_new(self) -> int:
-        return self.settings.max_new
-
     def growth(self, session: Session, run: str, requests: list[RewardRequest]) -> int:
         """The criteria per rollout a group of these (routed) requests may be judged with
         beyond its current set: the evolved ones the set may still gain before it is judged

@@ -12,7 +12,9 @@ Every caller that computes rewards runs these stages, in this order (each a meth
    (``JudgeCannotBeKept``); the batch's work, as the judge's mode plans it, within the
    bounds (``admission.TooMuchWork``). ``admit`` does both for one caller's requests alone,
    reading only; for a call that gathers groups, also ``bound_group``: a group of its size
-   like these rollouts, projected, within the judgment bound (``field`` ``group_size``).
+   like these rollouts, projected, within the judgment bound (``field`` ``group_size``); an
+   evolution run's group under its current set and the most it may grow
+   (``GroupEvolution.growth``).
 3. ``gather``: the requests put into the batch they are judged in by the pipeline's
    ``Gatherer`` (``scoring.coalescing``): alone, or with other callers' concurrent requests of
    the same kind within the coalescing window. A call with a ``GroupPolicy`` is gathered by
@@ -26,7 +28,8 @@ Every caller that computes rewards runs these stages, in this order (each a meth
    version (``GroupEvolution.route``).
 6. ``aggregate`` and ``answer``: each masked reward's stand-ins (its prompt's and the
    judge's means); a complete group of an evolution run then evolves its prompt's set by
-   one step in the same transaction (``GroupEvolution.evolve``); then what the caller asked
+   one step in the same transaction (``GroupEvolution.evolve``; not where the judge was
+   unavailable for every item: that answer changes no rubric); then what the caller asked
    back: ``JudgeUnavailable`` where no item got
    a reward because the judge was unavailable, a number for every item where a trainer needs
    one (``fill_masked``).
