@@ -167,6 +167,10 @@ class ApiSettings(BaseSettings):
     # settings of ``reward.evolution`` (docs/evolving-rubrics.md) as JSON, ``every`` 1 (each
     # complete group is a step). Unset: such requests are refused.
     evolution: dict[str, Any] | None = None
+    # The names of API keys that may create evolution runs without the review scope (a
+    # trainer's ``score`` key): a run rewards under evolved versions no person approved. JSON,
+    # e.g. '["openrlhf"]'. Review and admin keys may always create one.
+    evolution_creators: list[str] = Field(default_factory=list)
     # Judgments of a reward batch sent to the judge in one call, at most. A reward batch is one
     # transaction with no checkpoint: smaller calls only leave a GPU engine idle while each
     # part is stored. The cap bounds what a call holds in memory (the transformers backend

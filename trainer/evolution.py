@@ -4,24 +4,31 @@ computed under its evolved version, and every ``every`` steps each prompt's grou
 Per step, before scoring, each request is routed to the version its prompt's track holds now
 (the persistent version before its first evolution: the reward then names the version it
 was computed under). After scoring, each due prompt's group (its rollouts of the step, their
-rewards and per-criterion verdicts) goes to ``rubricsvc.evolution.step.evolve_group``, one
-transaction per prompt. The criteria a step writes reward the prompt from the next step on.
+rewards and per-criterion verdicts) goes to the evolve loop (``rubricsvc.evolution.loop``,
+the reward API's too), one transaction per prompt; the run is the trainer's alone (a server
+never steps it). The criteria a step writes reward the prompt from the next step on.
 
 Logged per step: ``evolution/prompts`` (the prompts that evolved: generator calls),
 ``evolution/active`` (evolved criteria active, summed over the step's prompts),
 ``evolution/new``, ``evolution/pruned``, ``evolution/refused``,
-``evolution/generator_failures``; ``evolution/persistent_reward`` and
+``evolution/generator_failures``, ``evolution/judge_failures`` (prompts whose step an
+outage of the judge left as it was); ``evolution/persistent_reward`` and
 ``evolution/evolved_reward`` (each rollout's reward over the persistent criteria alone and
 over the evolved ones alone, as DR Tulu logs them); and ``evolution/direction_agreement``,
 the share of a group's pairs of rollouts that the two parts order the same way (pairs that
 either part ties are left out). A generator that fails is counted and logged, past
-``generator_failure_alarm`` of a step's calls as a warning; it never stops the run.
+``generator_failure_alarm`` of a step's calls as a warning (by the evolve loop,
+``rubricsvc.evolution.loop``, which the reward API runs too); it never stops the run.
+
+The new criteria are judged by the judge the reward judged the step with (``judged_by``): after
+a judge refresh swaps the reward's judge, the evolution judges, prunes and logs with the new
+one. A step is numbered on its prompt's track (its last + 1, under the track's lock), not by
+TRL's global step; ``every`` still counts TRL's steps.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable, Sequence
 from itertools import combinations
 from pathlib import Path
@@ -39,7 +46,6 @@ if TYPE_CHECKING:
     from trainer.config import ScorerSettings
 
 LogMetric = Callable[[str, float], None]
-log = logging.getLogger(__name__)
 
 
 class RubricEvolution:
@@ -72,12 +78,17 @@ class RubricEvolution:
         return self._engine, self._backends
 
     def route(self, requests: Sequence[RewardRequest]) -> list[RewardRequest]:
-        """Each request aimed at its prompt's current evolved version, where it has one."""
+        """Each request aimed at its prompt's current evolved version, where it has one. The
+        run is the trainer's (created so at its first step): a run a server steps is refused
+        before anything is rewarded under its versions."""
         from rubricsvc.db import session_scope
         from rubricsvc.evolution.rollouts import routed_to_current
+        from rubricsvc.evolution.store import ensure_run
+        from rubricsvc.models import RunDoor
 
         engine, _ = self._open()
         with session_scope(engine) as session:
+            ensure_run(session, self.run, self.evolution, RunDoor.TRAINER)
             return routed_to_current(session, self.run, requests)
 
     def step(
@@ -86,62 +97,37 @@ class RubricEvolution:
         results: Sequence[RewardResult],
         step: int,
         log_metric: LogMetric | None,
+        judged_by: ScorerSettings | None = None,
     ) -> None:
-        """Log the step's persistent and evolved rewards, and evolve each due prompt."""
+        """Log the step's persistent and evolved rewards, and evolve each due prompt.
+        ``judged_by``: the settings the reward judged ``results`` with now (a judge refresh
+        swaps them): its judge judges the new criteria too, so a step never prunes by one
+        judge what the reward judged with another. None: the settings given at the start."""
+        from functools import partial
+
         from rubricsvc.db import session_scope
-        from rubricsvc.evolution.rollouts import evolvable, prompt_groups
+        from rubricsvc.evolution.loop import EvolveLoop
+        from rubricsvc.evolution.rollouts import prompt_groups
+        from rubricsvc.models import RunDoor
+        from rubricsvc.scoring.judge_configs import find_reward_judge
         from rubricsvc.scoring.rewards import find_prompts
 
-        engine, _ = self._open()
+        judge = judged_by or self.settings
+        engine, backends = self._open()
         with session_scope(engine) as session:
             groups = prompt_groups(find_prompts(session, requests))
             parts = self._parts(session, results)
+            spec = find_reward_judge(session, judge.judge, judge.mode)
         self.last_parts = parts
         self._log_parts(parts, groups, log_metric)
         if not self.evolution.due(step):
             self.last_reports = []
             return
-        reports = []
-        for prompt_id, indices in groups.items():
-            group = [results[i] for i in indices]
-            if not evolvable(group):
-                continue  # no group to evolve from, or nothing scored it
-            with session_scope(engine) as session:
-                reports.append(self._evolve(session, prompt_id, requests, indices, group, step))
+        # The evolve loop the reward API runs too; steps are numbered on each track.
+        loop = EvolveLoop(self.evolution, backends, RunDoor.TRAINER)
+        reports = loop.evolve(partial(session_scope, engine), self.run, spec, requests, results)
         self.last_reports = reports
         self._log_reports(reports, log_metric)
-
-    def _evolve(
-        self,
-        session: Session,
-        prompt_id: int,
-        requests: Sequence[RewardRequest],
-        indices: list[int],
-        group: list[RewardResult],
-        step: int,
-    ) -> StepReport:
-        from rubricsvc.evolution.judging import ExecutorJudge
-        from rubricsvc.evolution.rollouts import group_rollouts, persistent_version
-        from rubricsvc.evolution.step import evolve_group
-        from rubricsvc.evolution.store import find_track
-        from rubricsvc.models import Prompt
-        from rubricsvc.scoring.judge_configs import find_reward_judge
-
-        _, backends = self._open()
-        prompt = session.get(Prompt, prompt_id)
-        assert prompt is not None
-        spec = find_reward_judge(session, self.settings.judge, self.settings.mode)
-        return evolve_group(
-            session,
-            run=self.run,
-            prompt=prompt,
-            persistent=persistent_version(session, find_track(session, self.run, prompt_id), group),
-            group=group_rollouts([requests[i] for i in indices], group),
-            step=step,
-            settings=self.evolution,
-            generator=backends.factory(self.evolution.generator),
-            judge=ExecutorJudge(spec, backends.factory(spec)),
-        )
 
     def _parts(
         self, session: Session, results: Sequence[RewardResult]
@@ -202,22 +188,7 @@ class RubricEvolution:
             log_metric("evolution/direction_agreement", agreement)
 
     def _log_reports(self, reports: list[StepReport], log_metric: LogMetric | None) -> None:
-        failed = sum(1 for r in reports if r.generator_failed)
-        for report in reports:
-            for text in report.added:
-                log.info("evolution %s prompt %s: added %r", self.run, report.prompt_id, text)
-            for text in report.pruned:
-                log.info("evolution %s prompt %s: pruned %r", self.run, report.prompt_id, text)
-            if report.error:
-                log.info("evolution %s prompt %s: %s", self.run, report.prompt_id, report.error)
-        if reports and failed / len(reports) > self.evolution.generator_failure_alarm:
-            log.warning(
-                "evolution %s: the generator failed for %d of %d prompts this step; their "
-                "rubrics are left as they were",
-                self.run,
-                failed,
-                len(reports),
-            )
+        # The steps themselves, and the generator's alarm, are logged by the evolve loop.
         if log_metric is None or not reports:
             return
         log_metric("evolution/prompts", float(len(reports)))  # the generator calls
@@ -225,7 +196,10 @@ class RubricEvolution:
         log_metric("evolution/new", float(sum(len(r.added) for r in reports)))
         log_metric("evolution/pruned", float(sum(len(r.pruned) for r in reports)))
         log_metric("evolution/refused", float(sum(len(r.refused) for r in reports)))
-        log_metric("evolution/generator_failures", float(failed))
+        log_metric(
+            "evolution/generator_failures", float(sum(1 for r in reports if r.generator_failed))
+        )
+        log_metric("evolution/judge_failures", float(sum(1 for r in reports if r.judge_failed)))
 
     def write_history(self, path: Path) -> bool:
         """The run's whole evolution history (``rubricsvc rubrics evolution show``'s, every

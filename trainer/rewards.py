@@ -175,6 +175,7 @@ class RubricReward:
         requests = reward_requests(prompts, completions, kwargs.get(self.prompt_id_column))
         if self.evolution is not None:
             requests = self.evolution.route(requests)
+        judged_by = self.scorer.settings  # a judge refresh swaps them between steps
         results = self.scorer.score(requests)
         self.last_results = results
         self._scored += 1
@@ -184,7 +185,7 @@ class RubricReward:
         if self.evolution is not None:
             state = kwargs.get("trainer_state")
             step = int(state.global_step) if state is not None else self._scored - 1
-            self.evolution.step(requests, results, step, log_metric)
+            self.evolution.step(requests, results, step, log_metric, judged_by)
         share = judge_failure_share(results)
         if share > self.scorer.settings.judge_failure_alarm:
             log.warning(

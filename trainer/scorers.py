@@ -11,7 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Engine
@@ -155,7 +155,7 @@ def rewards_body(settings: ScorerSettings, requests: Sequence[RewardRequest]) ->
         "min_coverage": settings.min_coverage,
         "include_drafts": settings.include_drafts,
         "source": settings.source,
-        "items": [asdict(_with_rubric(r, settings)) for r in requests],
+        "items": [_with_rubric(r, settings).item() for r in requests],
         **({} if settings.group_size is None else {"group_size": settings.group_size}),
         **({} if settings.evolution_run is None else {"evolution": settings.evolution_run}),
     }

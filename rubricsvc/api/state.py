@@ -51,6 +51,8 @@ class AppState:
     # The reward routes' pipeline: the API's bounds and end tokens, concurrent requests of
     # one judge config judged as one batch, counted in the metrics.
     rewards: RewardPipeline = field(init=False)
+    # The reward routes' evolving rubrics (RUBRICSVC_API_EVOLUTION; None: refused).
+    evolution: ServedEvolution | None = field(init=False)
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)
     _jobs: ThreadPoolExecutor | None = None
 
@@ -66,6 +68,7 @@ class AppState:
         failures = failed_auth_limiter(self.settings.api)
         self.failed_auth = FailedAuthThrottle(failures) if failures is not None else None
         self.key_cache = KeyCache(self.settings.api.key_cache_seconds)
+        self.evolution = self._evolution()
         self.rewards = self._reward_pipeline()
 
     def _reward_pipeline(self) -> RewardPipeline:
@@ -89,7 +92,7 @@ class AppState:
             judged=self._count_rewards,
             # A prompt's rollouts sent one per request, gathered in the database.
             groups=GroupGatherer(self.engine, run_in_threadpool),
-            evolution=self._evolution(),
+            evolution=self.evolution,
         )
 
     def _evolution(self) -> ServedEvolution | None:
@@ -97,7 +100,11 @@ class AppState:
         given = self.settings.api.evolution
         if given is None:
             return None
-        return ServedEvolution(EvolutionSettings.model_validate(given), self.judges)
+        return ServedEvolution(
+            EvolutionSettings.model_validate(given),
+            self.judges,
+            creators=self.settings.api.evolution_creators,
+        )
 
     def _count_rewards(self, batch: RewardBatch) -> None:
         """Counted once per batch judged, however many requests it served."""

@@ -12,7 +12,7 @@ import typer
 from rubricsvc.cli.context import console, db_session, err_console
 from rubricsvc.cli.render import build_table, dumps
 from rubricsvc.evolution.history import resolve_track, reviewable_spec, run_summary, track_history
-from rubricsvc.evolution.store import get_run
+from rubricsvc.evolution.store import get_run, name_keys
 
 app = typer.Typer(help="Evolving rubrics: what a run grew, and exporting it for review.")
 
@@ -39,6 +39,19 @@ def show(
         _print_run(data)
     else:
         _print_history(data)
+
+
+@app.command("keys")
+def keys(
+    run: str = typer.Argument(..., help=RUN_HELP),
+    add: list[str] = typer.Option([], "--add", help="A key's name to open the run to."),
+    remove: list[str] = typer.Option([], "--remove", help="A key's name to close it to."),
+) -> None:
+    """The API keys a served run rewards with (its evolved versions are drafts no person
+    approved): its creator and the keys named here; admin keys always. Prints the list."""
+    with db_session() as session:
+        named = list(name_keys(session, run, add, remove).key_names)
+    console.print(f"evolution run {run}: keys {', '.join(named) or '(none)'}")
 
 
 def _print_run(data: dict[str, Any]) -> None:

@@ -23,6 +23,9 @@ def run_summary(run: EvolutionRun) -> dict[str, Any]:
     return {
         "run": run.name,
         "settings": run.settings,
+        "door": run.door.value if run.door is not None else None,
+        "created_by": run.created_by,
+        "keys": list(run.key_names),
         "prompts": [_track_summary(track) for track in run.tracks],
     }
 

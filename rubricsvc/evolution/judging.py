@@ -37,7 +37,8 @@ class CriterionJudge(Protocol):
         responses: Sequence[str],
     ) -> list[list[float | None]]:
         """Each criterion's value on each response (``values[criterion][response]``; None:
-        the judgment failed)."""
+        the judgment failed for a reason outside the response, which the step reads as an
+        outage: a failure the response caused is its worst value)."""
         ...
 
 

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.evolution.step import GroupRollout
 from rubricsvc.evolution.store import find_track
+from rubricsvc.judging.failures import FailureClass
 from rubricsvc.models import EvolutionTrack, Prompt, RubricVersion
 from rubricsvc.rubrics.repository import resolve_version
 from rubricsvc.scoring.rewards import RewardRequest, RewardResult, find_prompts
@@ -28,8 +29,12 @@ def routed_to_current(
         if prompt.id not in current:
             track = find_track(session, run, prompt.id)
             current[prompt.id] = None if track is None else track.current_version.ref
+    # Marked evolved: the version is a draft no person approved, usable here because the
+    # caller may use the run (checked where the run was named), never by naming it.
     return [
-        request if current[prompt.id] is None else replace(request, rubric=current[prompt.id])
+        request
+        if current[prompt.id] is None
+        else replace(request, rubric=current[prompt.id], evolved=True)
         for request, prompt in zip(requests, prompts, strict=True)
     ]
 
@@ -61,8 +66,9 @@ def persistent_version(
 def group_rollouts(
     requests: Sequence[RewardRequest], results: Sequence[RewardResult]
 ) -> list[GroupRollout]:
-    """A judged group as the evolution step reads it: each rollout's text, reward and
-    verdicts (criterion id -> value; None: failed)."""
+    """A judged group as the evolution step reads it: each rollout's text, reward, verdicts
+    (criterion id -> value; None: failed) and how many of them failed for a reason outside
+    the response (the judge's or the infrastructure's: ``judging.failures``)."""
     return [
         GroupRollout(
             request.completion,
@@ -72,6 +78,14 @@ def group_rollouts(
                 for e in result.criteria
                 if "criterion_id" in e
             },
+            sum(
+                1 for e in result.criteria if e.get("value") is None and e.get("failure") in OUTAGES
+            ),
         )
         for request, result in zip(requests, results, strict=True)
     ]
+
+
+# The failure classes that say nothing of the response: an outage of the judge or of what
+# carries it.
+OUTAGES = frozenset({FailureClass.INFRASTRUCTURE.value, FailureClass.JUDGE.value})

@@ -18,7 +18,14 @@ Every door (the trainer, and later the reward API with a gathered group) calls
    are computed under from then on. The step, the criteria it added (with the rollouts and the
    generator they came from) and each candidate's spread are stored.
 
-The track's row is locked for the step, and a step number already taken returns what was
+A verdict that failed for a reason outside the response (the judge's own reply unusable, or
+the infrastructure: ``judging.failures``), in the group's verdicts or in the new criteria's,
+says nothing of how a criterion separates the rollouts: such a step neither prunes nor adds,
+and is recorded as ``judge_failed`` (the generator is not asked when the group's verdicts
+already failed). A failure the response caused is a value (its worst), as in scoring.
+
+The track's row is locked for the step, which is numbered there: the track's last step + 1,
+whichever door takes it. A caller that names a step number already taken gets what was
 stored, so a repeated request does not evolve twice.
 """
 
@@ -28,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from rubricsvc.backends.base import BackendError, JudgeBackend
@@ -72,6 +79,8 @@ class GroupRollout:
     text: str
     score: float | None
     values: Mapping[int, float | None] = field(default_factory=dict)
+    # Of its verdicts, those that failed for a reason outside the response (an outage).
+    outages: int = 0
 
 
 @dataclass
@@ -95,6 +104,10 @@ class StepReport:
     def generator_failed(self) -> bool:
         return self.outcome == StepOutcome.GENERATOR_FAILED
 
+    @property
+    def judge_failed(self) -> bool:
+        return self.outcome == StepOutcome.JUDGE_FAILED
+
 
 def evolve_group(
     session: Session,
@@ -103,19 +116,26 @@ def evolve_group(
     prompt: Prompt,
     persistent: RubricVersion,
     group: Sequence[GroupRollout],
-    step: int,
     settings: EvolutionSettings,
     generator: Callable[[], JudgeBackend],
     judge: CriterionJudge,
+    step: int | None = None,
 ) -> StepReport:
-    """Evolve ``prompt``'s set in ``run`` by one step; see the module docstring. Flushes only:
-    the caller's transaction keeps the step, or nothing of it."""
+    """Evolve ``prompt``'s set in ``run`` by one step; see the module docstring. ``step``:
+    None for the track's next (what every door takes); a number replays that step when it was
+    taken. Flushes only: the caller's transaction keeps the step, or nothing of it."""
     if len(group) < 2:
         raise ValidationFailed(
             f"an evolution step needs a group of 2 or more rollouts of one prompt, got {len(group)}"
         )
     run_row = ensure_run(session, run, settings)
     track = locked_track(session, run_row, prompt, persistent)
+    if step is None:
+        # Under the track's lock: two groups of the prompt completing at once take turns.
+        last = session.scalar(
+            select(func.max(EvolutionStep.step)).where(EvolutionStep.track_id == track.id)
+        )
+        step = 0 if last is None else last + 1
     taken = session.scalars(
         select(EvolutionStep).where(EvolutionStep.track_id == track.id, EvolutionStep.step == step)
     ).first()
@@ -148,8 +168,12 @@ class _Step:
         self.current = current
         self.persistent = spec_of(track.persistent_version).criteria
         self.active = [c for c in track.criteria if c.state == EvolvedState.ACTIVE]
+        self.outages = 0  # the candidates' verdicts that failed outside the responses
 
     def run(self, generator: Callable[[], JudgeBackend], judge: CriterionJudge) -> StepReport:
+        outages = sum(r.outages for r in self.group)
+        if outages:
+            return self._judge_failed(outages, "the group's", {})
         current_specs = spec_of(self.current).criteria
         shown = [ShownRollout(r.text, r.score) for r in self.group]
         chat = evolution_chat(
@@ -170,6 +194,8 @@ class _Step:
         accepted, refused = refuse_known(fresh, known)
         refused = copied + refused
         candidates, new_specs = self._candidates(accepted, judge)
+        if self.outages:
+            return self._judge_failed(self.outages, "the candidates'", detail)
         decisions = decide(candidates, self.settings)
         return self._record(detail, refused, candidates, new_specs, decisions)
 
@@ -234,6 +260,9 @@ class _Step:
         judged = judge(self.prompt.messages, to_judge, [r.text for r in self.group])
         for spec, values in zip(to_judge, judged, strict=True):
             known[content_hash(spec.judged_content())] = values
+        # The judge gives None only for a failure outside the response (it charges the
+        # response's own failures their worst value), so every None here is an outage.
+        self.outages = sum(v is None for values in judged for v in values)
         candidates = [
             Candidate(c.content_hash, c.weight, c.id, tuple(known[c.content_hash]))
             for c in self.active
@@ -375,6 +404,19 @@ class _Step:
             self.settings.generator.model or "", self.settings.generator.retries
         )
         row = self._step_row(StepOutcome.GENERATOR_FAILED, detail, [], error)
+        self.track.updated_at = utcnow()
+        self.session.flush()
+        report = self._report(row)
+        report.active = len(self.active)
+        return report
+
+    def _judge_failed(self, outages: int, whose: str, detail: dict[str, Any]) -> StepReport:
+        """The step recorded as ``judge_failed``: nothing pruned, nothing added."""
+        error = (
+            f"{outages} of {whose} verdicts failed for reasons outside the responses (the "
+            "judge or the infrastructure): nothing pruned or added"
+        )
+        row = self._step_row(StepOutcome.JUDGE_FAILED, detail, [], error)
         self.track.updated_at = utcnow()
         self.session.flush()
         report = self._report(row)

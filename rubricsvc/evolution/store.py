@@ -1,21 +1,33 @@
-"""An evolution run's rows: the run, each prompt's track (locked while a step runs), lookups.
+"""An evolution run's rows: the run, each prompt's track (locked while a step runs), lookups,
+and who may step a run.
 
 All of the state is in the database, none in a process: any process that holds the run's
 name (a trainer, an API worker, a Celery worker) reads the same current version, and two
 that step the same prompt at once take turns on its track's row.
+
+A run is stepped by one door (``RunDoor``): the reward API's gathered groups, or a training
+run's in-process reward. A name used by both is refused, not kept apart: its steps would be
+one numbering over two streams of rollouts judged by two judges, and ``rubricsvc rubrics
+evolution show RUN`` could no longer say which run a name is. A served run's evolved versions
+are drafts no person approved, so only a key allowed to create runs creates one (``review``
+or ``admin``, or a key the operator names in ``RUBRICSVC_API_EVOLUTION_CREATORS``), and only
+the keys the run names (its creator, those added with ``rubricsvc rubrics evolution keys``)
+and ``admin`` keys are rewarded under it.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from rubricsvc.apikeys import Scope, allows
 from rubricsvc.db import insert_for
-from rubricsvc.errors import ConflictError, NotFoundError, ValidationFailed
+from rubricsvc.errors import ConflictError, ForbiddenError, NotFoundError, ValidationFailed
 from rubricsvc.evolution.settings import EvolutionSettings
-from rubricsvc.models import EvolutionRun, EvolutionTrack, Prompt, RubricVersion
+from rubricsvc.models import EvolutionRun, EvolutionTrack, Prompt, RubricVersion, RunDoor
 from rubricsvc.models.base import utcnow
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -30,23 +42,119 @@ def check_run_name(name: str) -> str:
     return name
 
 
-def ensure_run(session: Session, name: str, settings: EvolutionSettings) -> EvolutionRun:
-    """The run named ``name``, created with ``settings`` if new; a run started with other
-    settings is refused (its history would mix two configurations)."""
+def ensure_run(
+    session: Session,
+    name: str,
+    settings: EvolutionSettings,
+    door: RunDoor | None = None,
+    creator: str | None = None,
+) -> EvolutionRun:
+    """The run named ``name``, created with ``settings`` (stepped by ``door``, created by the
+    key named ``creator``) if new; a run started with other settings is refused (its history
+    would mix two configurations), and so is one another door steps (module docstring)."""
     check_run_name(name)
     recorded = settings.recorded()
-    session.execute(
-        insert_for(session, EvolutionRun)
-        .values(name=name, settings=recorded, created_at=utcnow())
-        .on_conflict_do_nothing(index_elements=[EvolutionRun.name])
-    )
-    run = session.scalars(select(EvolutionRun).where(EvolutionRun.name == name)).one()
+    # Read first: a run that exists is only checked, so naming it (every reward request of a
+    # served run does) writes nothing and never waits on another transaction's lock.
+    run = _find_run(session, name)
+    if run is None:
+        session.execute(
+            insert_for(session, EvolutionRun)
+            .values(
+                name=name,
+                settings=recorded,
+                door=door,
+                created_by=creator,
+                key_names=[creator] if creator else [],
+                created_at=utcnow(),
+            )
+            .on_conflict_do_nothing(index_elements=[EvolutionRun.name])
+        )
+        run = _find_run(session, name)
+        assert run is not None  # inserted above, or by a transaction that has committed
     if run.settings != recorded:
         changed = sorted(k for k in recorded if run.settings.get(k) != recorded[k])
         raise ConflictError(
             f"evolution run {name!r} was started with other settings ({', '.join(changed)}): "
             "give this configuration a run name of its own"
         )
+    if door is not None and run.door != door:
+        if run.door is not None:
+            raise ConflictError(
+                f"evolution run {name!r} is stepped by the {run.door.value} "
+                f"({_DOORS[run.door]}); the {door.value} does not step it too: one run's steps "
+                "are one numbering of one stream of groups. Give this one a run name of its own"
+            )
+        run.door = door  # a run stored before doors were recorded: the first door takes it
+    return run
+
+
+def _find_run(session: Session, name: str) -> EvolutionRun | None:
+    return session.scalars(
+        select(EvolutionRun)
+        .where(EvolutionRun.name == name)
+        .execution_options(populate_existing=True)
+    ).first()
+
+
+_DOORS = {
+    RunDoor.SERVER: "the reward API's gathered groups",
+    RunDoor.TRAINER: "a training run's in-process reward",
+}
+
+
+def served_run(
+    session: Session,
+    name: str,
+    settings: EvolutionSettings,
+    key: tuple[str, list[str]] | None,
+    creators: Sequence[str] = (),
+) -> EvolutionRun:
+    """The served run ``name`` for the API key ``key`` (its name and scopes; None: a server
+    that checks no key), created if new where the key may create runs; ``ForbiddenError``
+    where it may not create it, or not use it (module docstring)."""
+    check_run_name(name)
+    exists = _find_run(session, name)
+    if exists is None and key is not None and not may_create(key, creators):
+        raise ForbiddenError(
+            f"evolution run {name!r} does not exist, and key {key[0]!r} may not create one: "
+            "a run rewards under evolved versions no person approved, so creating one needs "
+            "the review scope (or admin), or the key's name in "
+            "RUBRICSVC_API_EVOLUTION_CREATORS"
+        )
+    run = ensure_run(
+        session, name, settings, RunDoor.SERVER, creator=key[0] if key is not None else None
+    )
+    if key is not None and not may_use(run, key):
+        raise ForbiddenError(
+            f"evolution run {name!r} is not open to key {key[0]!r}: its creator "
+            f"({run.created_by or 'unrecorded'}) names the keys it rewards with "
+            "`rubricsvc rubrics evolution keys`"
+        )
+    return run
+
+
+def may_create(key: tuple[str, list[str]], creators: Sequence[str]) -> bool:
+    name, scopes = key
+    return allows(scopes, Scope.REVIEW) or name in creators
+
+
+def may_use(run: EvolutionRun, key: tuple[str, list[str]]) -> bool:
+    name, scopes = key
+    return allows(scopes, Scope.ADMIN) or name == run.created_by or name in run.key_names
+
+
+def name_keys(
+    session: Session, name: str, add: Sequence[str] = (), remove: Sequence[str] = ()
+) -> EvolutionRun:
+    """Open the run ``name`` to the keys named in ``add`` and close it to those in ``remove``
+    (its creator included); keys are named, not checked: one made later may be named first."""
+    run = get_run(session, name)
+    kept = [k for k in run.key_names if k not in remove]
+    run.key_names = kept + [k for k in dict.fromkeys(add) if k not in kept]
+    if run.created_by in remove:
+        run.created_by = None
+    session.flush()
     return run
 
 

@@ -12,6 +12,7 @@ from rubricsvc.models.evolution import (
     EvolutionTrack,
     EvolvedCriterion,
     EvolvedState,
+    RunDoor,
     StepOutcome,
 )
 from rubricsvc.models.judging import (
@@ -82,6 +83,7 @@ __all__ = [
     "Rubric",
     "RubricAssignment",
     "RubricVersion",
+    "RunDoor",
     "Score",
     "ScoreChunk",
     "ScoreJob",

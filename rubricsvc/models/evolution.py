@@ -39,6 +39,17 @@ class StepOutcome(enum.StrEnum):
     EVOLVED = "evolved"  # the active set changed: a new evolved version
     UNCHANGED = "unchanged"  # the generator answered, nothing new survived, nothing pruned
     GENERATOR_FAILED = "generator_failed"  # no usable answer: the set is left as it was
+    # Verdicts failed for reasons outside the responses (the judge's or the infrastructure's):
+    # an outage says nothing of a criterion's spread, so nothing is pruned or added.
+    JUDGE_FAILED = "judge_failed"
+
+
+class RunDoor(enum.StrEnum):
+    """Which door steps a run: one only, so that its steps are one numbering of one group
+    stream (a name taken by both would mix two clients' rollouts in one history)."""
+
+    SERVER = "server"  # the reward API's gathered groups
+    TRAINER = "trainer"  # ``rubricsvc train``'s in-process reward
 
 
 class EvolutionRun(CreatedAtMixin, Base):
@@ -48,6 +59,13 @@ class EvolutionRun(CreatedAtMixin, Base):
     name: Mapped[str] = mapped_column(String(200), unique=True)
     # The evolution settings the run was started with (the generator by its hash, too).
     settings: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    # The door that steps it (None: a run stored before doors were recorded; the first door
+    # that steps it again takes it).
+    door: Mapped[RunDoor | None] = mapped_column(str_enum(RunDoor, "run_door"))
+    # The API key that created a served run (its name), and the keys that may use it: be
+    # rewarded under its evolved versions, which no person approved, and evolve it.
+    created_by: Mapped[str | None] = mapped_column(String(200))
+    key_names: Mapped[list[str]] = mapped_column(JSONType, default=list)
 
     tracks: Mapped[list[EvolutionTrack]] = relationship(
         back_populates="run", order_by="EvolutionTrack.id"

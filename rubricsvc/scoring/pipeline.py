@@ -12,7 +12,9 @@ Every caller that computes rewards runs these stages, in this order (each a meth
    (``JudgeCannotBeKept``); the batch's work, as the judge's mode plans it, within the
    bounds (``admission.TooMuchWork``). ``admit`` does both for one caller's requests alone,
    reading only; for a call that gathers groups, also ``bound_group``: a group of its size
-   like these rollouts, projected, within the judgment bound (``field`` ``group_size``).
+   like these rollouts, projected, within the judgment bound (``field`` ``group_size``); an
+   evolution run's group under its current set and the most it may grow
+   (``GroupEvolution.growth``).
 3. ``gather``: the requests put into the batch they are judged in by the pipeline's
    ``Gatherer`` (``scoring.coalescing``): alone, or with other callers' concurrent requests of
    the same kind within the coalescing window. A call with a ``GroupPolicy`` is gathered by
@@ -26,7 +28,8 @@ Every caller that computes rewards runs these stages, in this order (each a meth
    version (``GroupEvolution.route``).
 6. ``aggregate`` and ``answer``: each masked reward's stand-ins (its prompt's and the
    judge's means); a complete group of an evolution run then evolves its prompt's set by
-   one step in the same transaction (``GroupEvolution.evolve``); then what the caller asked
+   one step in the same transaction (``GroupEvolution.evolve``; not where the judge was
+   unavailable for every item: that answer changes no rubric); then what the caller asked
    back: ``JudgeUnavailable`` where no item got
    a reward because the judge was unavailable, a number for every item where a trainer needs
    one (``fill_masked``).
@@ -139,9 +142,9 @@ class GroupEvolution(Protocol):
     """What evolving rubrics does in the pipeline (``rubricsvc.evolution.served``): scoring
     knows no evolution, the door that has one passes it. Both run in the batch's transaction."""
 
-    @property
-    def max_new(self) -> int:
-        """The most new criteria one step judges over a group (bounds a group's work)."""
+    def growth(self, session: Session, run: str, requests: list[RewardRequest]) -> int:
+        """The criteria per rollout a group of these routed requests may be judged with
+        beyond its current set (evolved ones still to come, new ones its step judges)."""
         ...
 
     def route(
@@ -335,7 +338,16 @@ class RewardPipeline:
         cannot be kept, too much work). How a gathered batch that failed finds the callers
         at fault (``Gatherer``'s ``check``)."""
         spec = self.resolve_judge(call)
+        run = call.group.evolution if call.group is not None else None
+        new = 0
         with session_scope(self.engine) as session:
+            if run is not None and self.evolution is not None:
+                # Planned under the set the group is judged under, evolved criteria included,
+                # and the most it may still grow: never refused once it has waited.
+                requests = self.evolution.route(session, run, requests)
+                # Each criterion is judged by each member of a jury.
+                members = len(spec.jury_members()) or 1
+                new = self.evolution.growth(session, run, requests) * members
             work = reward_work(
                 session,
                 spec,
@@ -345,9 +357,6 @@ class RewardPipeline:
             )
         self.bound(work, len(requests))
         if call.group is not None:
-            # An evolving group's step judges up to max_new new criteria over the group.
-            evolution = self.evolution if call.group.evolution is not None else None
-            new = evolution.max_new if evolution is not None else 0
             self.bound_group(work, len(requests), call.group.size, new_criteria=new)
         return spec
 
@@ -356,7 +365,9 @@ class RewardPipeline:
         more judgments than a reward request may: refused before the rollouts wait for their
         group, not when it is judged. The projection is this caller's judgments per rollout
         times the size, plus ``new_criteria`` judged over the group when it evolves; the
-        judged group is bounded again, in judgments and evidence, as any batch is."""
+        judged group is bounded again, in judgments and evidence, as any batch is. For an
+        evolution run, ``new_criteria`` holds the evolved criteria the set may still gain as
+        well (``GroupEvolution.growth``): the set grows to ``max_active`` at most."""
         bound = self.bounds.max_reward_judgments
         if bound is None or (size <= rollouts and not new_criteria):
             return
@@ -367,9 +378,14 @@ class RewardPipeline:
             raise TooMuchWork(
                 f"{projected} judgments planned for a group of {size} rollouts like the "
                 f"{rollouts} sent ({work.total} judgments"
-                + (f", and {new_criteria} evolved criteria over the group" if new_criteria else "")
+                + (
+                    f", and up to {new_criteria} evolved criteria over the group"
+                    if new_criteria
+                    else ""
+                )
                 + f"): at most {bound} per reward request, and a group is judged as one; lower "
-                "group_size",
+                "group_size"
+                + (" (or the evolution's max_active and max_new)" if new_criteria else ""),
                 figure="judgments",
                 total=projected,
                 bound=bound,
@@ -436,7 +452,8 @@ class RewardPipeline:
             completion_ids = self.store(session, call, requests)
             batch = self.judge(session, spec, call, requests, completion_ids)
             self.aggregate(session, batch)
-            if run is not None and complete:
+            # A group the judge failed whole is answered 503 or masked: it changes no rubric.
+            if run is not None and complete and judge_unavailable(batch) is None:
                 assert self.evolution is not None
                 self.evolution.evolve(session, run, spec, requests, batch)
             record(session, batch)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from itertools import zip_longest
 from typing import Any
@@ -60,6 +60,17 @@ class RewardRequest:
     # The group it belongs to where the server gathers groups (``scoring.groups``): an
     # explicit id (verl's ``uid``); None: its prompt's.
     group: str | None = None
+    # ``rubric`` is an evolution run's current version the server routed this request to
+    # (``evolution.rollouts.routed_to_current``): usable though no person approved it. Set
+    # only by that routing, never from a client's input.
+    evolved: bool = False
+
+    def item(self) -> dict[str, Any]:
+        """The request as a client sends it (a ``/v1/rewards`` item): without ``evolved``,
+        which only the server's routing sets."""
+        fields = asdict(self)
+        del fields["evolved"]
+        return fields
 
     def messages(self) -> Messages:
         if isinstance(self.prompt, str):
@@ -217,6 +228,7 @@ def judge_stored(
     by_rubric: dict[str | None, list[int]] = {}
     for request, completion_id in zip(requests, completion_ids, strict=True):
         by_rubric.setdefault(request.rubric, []).append(completion_id)
+    routed = routed_rubrics(requests)
     ambiguous: dict[int, list[str]] = {}
     # Every rubric's run planned first: the batch's work is known, and bounded by ``admit``,
     # before anything is judged, and each run is planned once.
@@ -225,7 +237,7 @@ def judge_stored(
         selection = Selection(
             completion_ids=tuple(sorted(set(ids))),
             rubric_ref=rubric,
-            include_drafts=include_drafts,
+            include_drafts=include_drafts or rubric in routed,
             # Several usable rubrics and none named: refused unjudged, nothing spent on it.
             one_version_each=True,
         )
@@ -244,6 +256,13 @@ def judge_stored(
         ambiguous.update(ambiguous_rubrics(session, left_out, include_drafts))
     batch.results = reward_results([r.rubric for r in requests], completion_ids, scored, ambiguous)
     return batch
+
+
+def routed_rubrics(requests: Sequence[RewardRequest]) -> set[str]:
+    """The rubrics every request naming them was routed to by an evolution run (``evolved``):
+    judged though drafts. One a client named itself too is held to the call's drafts rule."""
+    named = {r.rubric for r in requests if r.rubric is not None and not r.evolved}
+    return {r.rubric for r in requests if r.evolved and r.rubric is not None} - named
 
 
 def reward_results(

@@ -2,7 +2,8 @@
 
 A completion is scored against the newest usable version of each of its prompt's rubrics and
 of each shared rubric assigned to it or to its prompt (``rubricsvc.assignments``). A chosen
-version (``rubric_ref``) scores the completions of its prompt; a shared one scores the
+version (``rubric_ref``) scores the completions of its prompt (a draft only where drafts are
+included: naming one is asking for it); a shared one scores the
 completions assigned to it, or, when the selection names completions, prompts or sources,
 exactly those: it never widens to every completion stored.
 """
@@ -17,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from rubricsvc.assignments import assigned_rubrics, completions_assigned_to
-from rubricsvc.errors import NotFoundError, ValidationFailed
+from rubricsvc.errors import ForbiddenError, NotFoundError, ValidationFailed
 from rubricsvc.models import (
     Completion,
     CompletionDocument,
@@ -177,6 +178,15 @@ def _with_chosen_version(
     version = resolve_version(session, selection.rubric_ref or "")
     if version.status == VersionStatus.RETIRED:
         raise ValidationFailed(f"{version.ref} is retired; score with a current version")
+    if version.status == VersionStatus.DRAFT and not selection.include_drafts:
+        # Naming a draft is asking for drafts: the same rule as include_drafts, or a caller
+        # kept from drafts would get one by its reference.
+        raise ForbiddenError(
+            f"{version.ref} is a draft no person has approved: scoring with it needs drafts "
+            "included (include_drafts: true with a key with the review scope, or "
+            "--include-drafts), or a server that scores drafts for every key "
+            "(RUBRICSVC_SCORING_USE_DRAFTS=true)"
+        )
     prompt_id = version.rubric.prompt_id
     if prompt_id is None and not selection.narrowed:
         ids = completions_assigned_to(session, version.rubric_id)

@@ -27,7 +27,12 @@ from rubricsvc.documents import DocumentRecord
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.judging.modes import DocumentView
 from rubricsvc.models import Completion, Document
-from rubricsvc.scoring.rewards import RewardRequest, find_prompts, wanted_completions
+from rubricsvc.scoring.rewards import (
+    RewardRequest,
+    find_prompts,
+    routed_rubrics,
+    wanted_completions,
+)
 from rubricsvc.scoring.scorer import (
     EvidenceCost,
     Planned,
@@ -85,12 +90,13 @@ def reward_work(
     for request, key in zip(requests, wanted.keys, strict=True):
         by_rubric.setdefault(request.rubric, {})[rows[key].id] = rows[key]
     workload = Workload()
+    routed = routed_rubrics(requests)
     for rubric, chosen in by_rubric.items():  # scored one rubric at a time, as compute_rewards
         ids = sorted(chosen)
         selection = Selection(
             completion_ids=tuple(ids),
             rubric_ref=rubric,
-            include_drafts=include_drafts,
+            include_drafts=include_drafts or rubric in routed,
             one_version_each=True,  # as compute_rewards: an ambiguous completion costs nothing
         )
         work, _ = select_work(session, selection, [chosen[i] for i in ids])

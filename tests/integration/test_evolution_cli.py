@@ -104,3 +104,30 @@ def test_an_exported_set_is_a_rubric_file_a_person_adds_and_approves(
 def test_show_names_an_unknown_run(sqlite_url: str) -> None:
     result = run_cli("rubrics", "evolution", "show", "nope", database_url=sqlite_url)
     assert result.code != 0 and "no evolution run named 'nope'" in result.stderr
+
+
+def test_keys_opens_and_closes_a_run_to_keys_by_name(sqlite_url: str) -> None:
+    _evolved_twice(sqlite_url)
+    opened = run_cli(
+        "rubrics",
+        "evolution",
+        "keys",
+        "run-1",
+        "--add",
+        "trainer",
+        "--add",
+        "ci",
+        database_url=sqlite_url,
+    )
+    assert opened.code == 0, opened.stderr
+    assert "keys trainer, ci" in opened.stdout
+    closed = run_cli(
+        "rubrics", "evolution", "keys", "run-1", "--remove", "ci", database_url=sqlite_url
+    )
+    assert closed.code == 0, closed.stderr
+    shown = run_cli("rubrics", "evolution", "show", "run-1", "--json", database_url=sqlite_url)
+    assert json.loads(shown.stdout)["keys"] == ["trainer"]
+    unknown = run_cli(
+        "rubrics", "evolution", "keys", "no-run", "--add", "x", database_url=sqlite_url
+    )
+    assert unknown.code == 3 and "no evolution run named 'no-run'" in unknown.stderr

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -76,7 +76,7 @@ STEP0_ANSWER = _proposal(
 class TableJudge:
     """Values from a table: criterion text -> one value per rollout, in the group's order."""
 
-    def __init__(self, table: dict[str, list[float]]) -> None:
+    def __init__(self, table: Mapping[str, Sequence[float]]) -> None:
         self.table = table
         self.asked: list[str] = []
 
@@ -121,7 +121,7 @@ def _step(
     generator: Generator,
     judge: TableJudge,
     settings: EvolutionSettings,
-    values: dict[str, list[float]] | None = None,
+    values: Mapping[str, Sequence[float]] | None = None,
 ) -> StepReport:
     prompt, persistent = _persistent(session)
     track = session.scalars(select(EvolutionTrack)).first()
@@ -304,6 +304,66 @@ def test_a_failing_generator_leaves_the_set_unchanged_and_is_counted(
     assert track.current_version.ref == before
     failed = session.scalars(select(EvolutionStep).where(EvolutionStep.step == 1)).one()
     assert failed.outcome == StepOutcome.GENERATOR_FAILED and failed.error == report.error
+
+
+class DownJudge(TableJudge):
+    """A judge whose every verdict failed outside the responses (an outage): None each."""
+
+    def __call__(
+        self,
+        messages: Sequence[dict[str, Any]],
+        criteria: Sequence[CriterionSpec],
+        responses: Sequence[str],
+    ) -> list[list[float | None]]:
+        self.asked += [c.text for c in criteria]
+        return [[None for _ in responses] for _ in criteria]
+
+
+def test_a_judge_outage_neither_prunes_nor_adds_and_is_recorded(session: Session) -> None:
+    """Step 0 leaves two criteria active. At step 1 the judge is down: the active criteria
+    (their verdicts not in the group) and the new proposal get no verdict at all, which says
+    nothing of their spread; at step 2 the group's own verdicts failed on the judge, so the
+    generator is not even asked. Neither step prunes or adds; each is recorded."""
+    _step(session, 0, Generator(STEP0_ANSWER), TableJudge(STEP0_VALUES), _settings())
+    before = session.scalars(select(EvolutionTrack)).one().current_version.ref
+    down = DownJudge({})
+    report = _step(
+        session, 1, Generator(_proposal(("Cites a sleep study", "important"))), down, _settings()
+    )
+
+    assert report.outcome == StepOutcome.JUDGE_FAILED and report.judge_failed
+    assert report.error is not None and "outside the responses" in report.error
+    assert (report.added, report.pruned, report.born_inactive) == ([], [], [])
+    assert report.active == 2 and report.version_after == before
+    assert "Cites a sleep study" in down.asked  # judged, and failed
+    states = {c.text: c.state for c in session.scalars(select(EvolvedCriterion))}
+    assert states["Mentions a wind-down routine"] == EvolvedState.ACTIVE
+    assert states["Recommends sleeping pills"] == EvolvedState.ACTIVE
+    assert "Cites a sleep study" not in states
+
+    prompt, persistent = _persistent(session)
+    silent = Generator()  # would fail if asked: no answers
+    outage = [GroupRollout(text, None, {}, outages=2) for text in ROLLOUTS]
+    report = evolve_group(
+        session,
+        run="run-1",
+        prompt=prompt,
+        persistent=persistent,
+        group=outage,
+        settings=_settings(),
+        generator=silent,
+        judge=DownJudge({}),
+    )
+    assert report.judge_failed and report.step == 2 and silent.backend.generate_calls == 0
+    track = session.scalars(select(EvolutionTrack)).one()
+    assert track.current_version.ref == before
+    steps = session.scalars(select(EvolutionStep).order_by(EvolutionStep.step)).all()
+    assert [(s.step, s.outcome) for s in steps] == [
+        (0, StepOutcome.EVOLVED),
+        (1, StepOutcome.JUDGE_FAILED),
+        (2, StepOutcome.JUDGE_FAILED),
+    ]
+    assert all(s.version_after_id == s.version_before_id for s in steps[1:])
 
 
 def test_a_retry_after_garbage_uses_the_next_seed(session: Session) -> None:

@@ -33,6 +33,8 @@ EVOLUTION: dict[str, Any] = {
     "generator": {"backend": "scripted", "backend_options": {"reply": PROPOSAL}},
 }
 PROMPT = "Write one sentence about the sea."
+# A server that evolves, where the trainer's score key may create runs (the operator named it).
+SERVED: dict[str, Any] = {"evolution": EVOLUTION, "evolution_creators": ["test-score"]}
 
 
 def _items(texts: list[str], group: str | None) -> list[dict[str, Any]]:
@@ -132,7 +134,7 @@ def test_a_group_that_never_fills_is_judged_after_its_time_out_and_evolves_nothi
 ) -> None:
     url = sqlite_groups_url
     texts = ["The sea is blue.", "The sea is grey."]
-    with api_client(url, [BLUE], reward_group_timeout_s=0.3, evolution=EVOLUTION) as (
+    with api_client(url, [BLUE], reward_group_timeout_s=0.3, **SERVED) as (
         client,
         keys,
     ):
@@ -176,7 +178,7 @@ def test_rewards_gathers_a_whole_group_and_evolves_it_and_refuses_a_sizeless_run
 ) -> None:
     url = sqlite_groups_url
     texts = ["The sea is blue.", "The blue sea is calm.", "The sea is grey.", "Grey water."]
-    with api_client(url, [BLUE], evolution=EVOLUTION) as (client, keys):
+    with api_client(url, [BLUE], **SERVED) as (client, keys):
         auth = bearer(keys["score"])
         # Evolution with no group size, and none on the server: nothing to evolve from.
         sizeless = client.post("/v1/rewards", json=_body(texts, evolution=RUN), headers=auth)
@@ -363,11 +365,12 @@ def test_a_group_too_large_to_judge_as_one_is_refused_before_anything_waits(
 def test_an_evolving_groups_bound_counts_the_criteria_its_step_judges(
     sqlite_groups_url: str,
 ) -> None:
-    """A group of 2 blue rollouts plans 4 judgments; evolving it judges up to max_new (3) new
-    criteria over its 2 rollouts, 6 more: 10, past a bound of 9, is refused at once; the same
-    group judged without evolving (4) is not."""
+    """A group of 2 blue rollouts plans 4 judgments; evolving it, the set it is judged under
+    may hold up to max_active (2) evolved criteria and its step judges up to max_new (3) new
+    ones, each over its 2 rollouts, 10 more: 14, past a bound of 9, is refused at once; the
+    same group judged without evolving (4) is not."""
     texts = ["The sea is blue.", "The sea is grey."]
-    with api_client(sqlite_groups_url, [BLUE], evolution=EVOLUTION, max_reward_judgments=9) as (
+    with api_client(sqlite_groups_url, [BLUE], max_reward_judgments=9, **SERVED) as (
         client,
         keys,
     ):
@@ -377,8 +380,8 @@ def test_an_evolving_groups_bound_counts_the_criteria_its_step_judges(
         )
         assert evolving.status_code == 413, evolving.text
         assert evolving.json()["error"]["message"].startswith(
-            "10 judgments planned for a group of 2 rollouts like the 2 sent (4 judgments, and "
-            "3 evolved criteria over the group): at most 9 per reward request"
+            "14 judgments planned for a group of 2 rollouts like the 2 sent (4 judgments, and "
+            "up to 5 evolved criteria over the group): at most 9 per reward request"
         )
         plain = client.post("/v1/rewards", json=_body(texts, "g", group_size=2), headers=auth)
         assert plain.status_code == 200, plain.text

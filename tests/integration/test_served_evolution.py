@@ -91,7 +91,12 @@ def _server(url: str, folder: Path, workers: int) -> RubricsvcServer:
     server = RubricsvcServer(
         url,
         log_path=folder / f"serve-{workers}.log",
-        env={"RUBRICSVC_API_EVOLUTION": json.dumps(EVOLUTION), "RUBRICSVC_BROKER_URL": ""},
+        env={
+            "RUBRICSVC_API_EVOLUTION": json.dumps(EVOLUTION),
+            # OpenRLHF's score key may create the run: the operator named it.
+            "RUBRICSVC_API_EVOLUTION_CREATORS": json.dumps(["openrlhf"]),
+            "RUBRICSVC_BROKER_URL": "",
+        },
         args=args,
     )
     server.start()

@@ -16,8 +16,16 @@ from sqlalchemy import select
 
 from rubricsvc.db import make_engine, session_scope
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
-from rubricsvc.models import EvolutionStep, EvolvedCriterion, EvolvedState, Origin, RubricVersion
+from rubricsvc.models import (
+    EvolutionStep,
+    EvolvedCriterion,
+    EvolvedState,
+    Origin,
+    RubricVersion,
+    StepOutcome,
+)
 from tests.helpers import approve_rubrics, blue_sea_rubric
+from tests.integration.test_trainer_rewards import FAILING_JUDGE
 from trainer.config import ScorerSettings
 from trainer.evolution import direction_agreement
 from trainer.rewards import RubricReward
@@ -119,7 +127,8 @@ def test_the_reward_evolves_each_prompts_rubric_and_logs_both_parts(
     history = json.loads((tmp_path / "evolution.json").read_text())
     assert history["run"] == "ev-run" and history["settings"]["max_active"] == 2
     assert [p["current"] for p in history["prompts"]] == [evolved]
-    assert [s["step"] for s in history["histories"]["ev-sea"]["steps_taken"]] == [0, 2]
+    # TRL's steps 0 and 2 evolved (every 2): the track's steps 0 and 1, numbered on the track.
+    assert [s["step"] for s in history["histories"]["ev-sea"]["steps_taken"]] == [0, 1]
     reward.evolution.close()
     never_evolved = RubricReward(_settings(sqlite_url), evolution_run="never")
     assert never_evolved.evolution is not None
@@ -141,7 +150,7 @@ def test_the_reward_evolves_each_prompts_rubric_and_logs_both_parts(
                 "Is one sentence long": EvolvedState.INACTIVE,
             }
             steps = session.scalars(select(EvolutionStep).order_by(EvolutionStep.step)).all()
-            assert [s.step for s in steps] == [0, 2]
+            assert [s.step for s in steps] == [0, 1]
             assert [r["text"] for r in steps[0].rollouts] == COMPLETIONS
     finally:
         engine.dispose()
@@ -152,7 +161,7 @@ def test_a_failing_generator_is_counted_and_training_goes_on(
 ) -> None:
     approve_rubrics(sqlite_url, BLUE, judges=[BLUE_JUDGE])
     reward = RubricReward(_settings(sqlite_url, reply="no JSON here", every=1), evolution_run="r")
-    with caplog.at_level(logging.WARNING, logger="trainer.evolution"):
+    with caplog.at_level(logging.WARNING, logger="rubricsvc.evolution.loop"):
         for step in (0, 1):
             rewards, metrics = _step(reward, step)
             assert rewards == pytest.approx([1.0, 0.75, 0.25, 0.0])  # the persistent rubric
@@ -161,6 +170,69 @@ def test_a_failing_generator_is_counted_and_training_goes_on(
             assert metrics["evolution/active"] == 0
     reward.evolution.close()  # type: ignore[union-attr]
     assert "the generator failed for 1 of 1 prompts" in caplog.text
+
+
+FLAT_JUDGE = JudgeSpec(
+    name="flat-judge", backend="scripted", mode=VerdictMode.CRITERION_PROB
+)  # "Yes" likely for every response: no criterion it judges separates a group
+
+
+def test_after_a_judge_refresh_the_evolution_judges_with_the_swapped_judge(
+    sqlite_url: str,
+) -> None:
+    """A refresh swaps the reward's judge (``JudgeRefresh._swap``: the scorer's settings name
+    the student) before step 0. The new criteria are then judged by the swapped judge, which
+    finds no spread in any: all three are born inactive. Judged by the judge the run started
+    with, two would have been added (the first test)."""
+    approve_rubrics(sqlite_url, BLUE, judges=[BLUE_JUDGE, FLAT_JUDGE])
+    reward = RubricReward(_settings(sqlite_url, every=1), evolution_run="refreshed")
+    # What JudgeRefresh._swap does to each scorer of the reward's judge.
+    reward.scorer.settings = reward.scorer.settings.model_copy(
+        update={"judge": "flat-judge", "mode": None}
+    )
+    rewards, metrics = _step(reward, 0)
+    assert rewards == pytest.approx([1.0, 0.75, 0.25, 0.0])  # check criteria: no judge
+    assert (metrics["evolution/new"], metrics["evolution/active"]) == (0, 0)
+    assert reward.evolution is not None
+    (report,) = reward.evolution.last_reports
+    assert report.born_inactive == [
+        "Names a colour of the water",
+        "Describes the waves",
+        "Is one sentence long",
+    ]
+    assert set(report.spreads.values()) == {0.0}
+    reward.evolution.close()
+
+
+def test_a_judge_outage_in_training_prunes_nothing_and_is_counted(sqlite_url: str) -> None:
+    """Step 0 leaves two evolved criteria active. At step 1 the reward's judge is down (every
+    call fails: infrastructure), so the evolved criteria's verdicts in the group are failures
+    that say nothing of the rollouts: the step prunes and adds nothing."""
+    approve_rubrics(sqlite_url, BLUE, judges=[BLUE_JUDGE, FAILING_JUDGE])
+    reward = RubricReward(_settings(sqlite_url, every=1), evolution_run="outage")
+    _, metrics = _step(reward, 0)
+    assert metrics["evolution/active"] == 2
+    reward.scorer.settings = reward.scorer.settings.model_copy(
+        update={"judge": "always-fails", "mode": None}
+    )
+    _, metrics = _step(reward, 1)
+    assert metrics["evolution/judge_failures"] == 1
+    assert (metrics["evolution/pruned"], metrics["evolution/new"]) == (0, 0)
+    assert metrics["evolution/active"] == 2
+    assert reward.evolution is not None
+    (report,) = reward.evolution.last_reports
+    assert report.judge_failed and report.error is not None
+    assert report.error.startswith("8 of the group's verdicts failed")  # 2 criteria x 4
+    reward.evolution.close()
+    engine = make_engine(sqlite_url)
+    try:
+        with session_scope(engine) as session:
+            states = [c.state for c in session.scalars(select(EvolvedCriterion))]
+            assert states.count(EvolvedState.ACTIVE) == 2
+            outcomes = [s.outcome for s in session.scalars(select(EvolutionStep))]
+            assert outcomes == [StepOutcome.EVOLVED, StepOutcome.JUDGE_FAILED]
+    finally:
+        engine.dispose()
 
 
 def test_direction_agreement_by_hand() -> None:

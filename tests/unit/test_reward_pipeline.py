@@ -105,7 +105,8 @@ def test_the_work_bound_names_the_figure_its_parts_and_the_bound() -> None:
 def test_a_group_is_projected_at_its_size_with_its_evolved_criteria() -> None:
     """A group holds ``size`` rollouts: a request of fewer projects their judgments up to the
     size; a request of more is judged in several groups of ``size``, so one of them is
-    projected, plus ``max_new`` evolved criteria over each of its rollouts."""
+    projected, plus the evolved criteria over each of its rollouts (``new_criteria``: those
+    the set may still gain and the ``max_new`` its step judges)."""
     bounded = pipeline(bounds=Bounds(max_reward_judgments=10))
     # 2 rollouts of 2 judgments each, groups of 4: 8 judgments, no evolution: admitted.
     bounded.bound_group(Workload(judgments=4), rollouts=2, size=4)

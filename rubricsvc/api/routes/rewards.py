@@ -23,6 +23,7 @@ from math import ceil
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
+from starlette.concurrency import run_in_threadpool
 
 from rubricsvc.api.boundary import CheckedRoute
 from rubricsvc.api.deps import app_state, require, require_with_query_key
@@ -37,6 +38,7 @@ from rubricsvc.api.schemas import (
 )
 from rubricsvc.api.state import AppState
 from rubricsvc.apikeys import Scope
+from rubricsvc.db import session_scope
 from rubricsvc.judging.aggregation import DEFAULT_MIN_COVERAGE, AggregationName
 from rubricsvc.judging.failures import empty_counts
 from rubricsvc.models import ApiKey
@@ -104,6 +106,22 @@ def group_policy(
     )
 
 
+async def check_run(state: AppState, policy: GroupPolicy | None, key: ApiKey | None) -> None:
+    """403 where ``key`` may not create or use the call's evolution run (``store.served_run``):
+    decided before any rollout waits. A server without evolution refuses the run itself."""
+    run = policy.evolution if policy is not None else None
+    evolution = state.evolution
+    if run is None or evolution is None:
+        return
+    who = None if key is None else (key.name, list(key.scopes))
+
+    def check() -> None:
+        with session_scope(state.engine) as session:
+            evolution.run_for(session, run, who)
+
+    await run_in_threadpool(check)
+
+
 def reward_requests(body: RewardsIn) -> list[RewardRequest]:
     """The requests of a ``/v1/rewards`` body, one per item."""
     return [
@@ -138,6 +156,14 @@ async def serve_rewards(state: AppState, body: RewardsIn, key: ApiKey | None) ->
     rewarded because the judge was unavailable: 503 with Retry-After."""
     drafts = drafts_allowed(state.settings.scoring, key, body.include_drafts, "body.include_drafts")
     pipeline = state.rewards
+    policy = group_policy(
+        state,
+        body.group_size,
+        body.evolution,
+        any(item.group is not None for item in body.items),
+        "body",
+    )
+    await check_run(state, policy, key)
     call = pipeline.call(
         body.judge,
         body.mode,
@@ -145,13 +171,7 @@ async def serve_rewards(state: AppState, body: RewardsIn, key: ApiKey | None) ->
         min_coverage=body.min_coverage,
         include_drafts=drafts,
         source=body.source,
-        group=group_policy(
-            state,
-            body.group_size,
-            body.evolution,
-            any(item.group is not None for item in body.items),
-            "body",
-        ),
+        group=policy,
     )
     answer = await answered(pipeline.serve(call, reward_requests(body), refuse_unavailable=True))
     return RewardsOut.model_validate(answer.batch, from_attributes=True)
@@ -173,6 +193,7 @@ async def rewards(
 async def serve_openrlhf(
     state: AppState,
     body: OpenRLHFIn,
+    key: ApiKey | None = None,
     *,
     judge: str,
     aggregation: str,
@@ -201,6 +222,9 @@ async def serve_openrlhf(
         else:
             requests.append(RewardRequest(completion=response, prompt=prompt))
     pipeline = state.rewards
+    # One rollout per request: the server's group size applies to every request.
+    gathering = group_policy(state, group_size, evolution, True, "query")
+    await check_run(state, gathering, key)
     call = pipeline.call(
         judge,
         None,
@@ -208,8 +232,7 @@ async def serve_openrlhf(
         min_coverage=min_coverage,
         include_drafts=state.settings.scoring.use_drafts,  # the client cannot ask
         source="openrlhf",
-        # One rollout per request: the server's group size applies to every request.
-        group=group_policy(state, group_size, evolution, True, "query"),
+        group=gathering,
     )
     answer = await answered(pipeline.serve(call, requests, fill_masked=policy), "query")
     results = answer.batch.results
@@ -237,14 +260,11 @@ async def serve_openrlhf(
     )
 
 
-@router.post(
-    "/v1/openrlhf/reward",
-    response_model=OpenRLHFOut,
-    dependencies=[Depends(require_with_query_key(Scope.SCORE))],
-)
+@router.post("/v1/openrlhf/reward", response_model=OpenRLHFOut)
 async def openrlhf_reward(
     body: OpenRLHFIn,
     state: AppState = Depends(app_state),
+    key: ApiKey = Depends(require_with_query_key(Scope.SCORE)),
     judge: str = Query("embedded", min_length=1, description="The judge config to score with."),
     aggregation: Annotated[AggregationName, Query()] = "rar",
     min_coverage: float = Query(DEFAULT_MIN_COVERAGE, ge=0, le=1),
@@ -279,6 +299,7 @@ async def openrlhf_reward(
     return await serve_openrlhf(
         state,
         body,
+        key,
         judge=judge,
         aggregation=aggregation,
         min_coverage=min_coverage,
