@@ -3,7 +3,9 @@
 ``rubricsvc train diff RECORDED RERUN`` compares the run directories' logs record by record
 (metrics.jsonl and gold.jsonl by step, samples.jsonl and alarms.jsonl in order), leaving out
 only what measures time. Equal means equal: no tolerance, since a drift at the 7th digit in
-step 1 grows into other samples by step 25. Where they differ, it names the first step, its
+step 1 grows into other samples by step 25. A figure only the re-run logs (one added to the
+code since the record was made) is listed apart and does not count against it; one the record
+has and the re-run lacks does. Where they differ, it names the first step, its
 differing figures and what differs between the two runs' environments (environment.json:
 processor, kernels, threads, library versions), which tells a machine's numerics from code
 that depends on something it should not.
@@ -44,6 +46,7 @@ class Difference:
 class RunDiff:
     counts: dict[str, int] = field(default_factory=dict)  # records compared per log
     differences: list[Difference] = field(default_factory=list)
+    added: set[str] = field(default_factory=set)  # figures only the re-run logs
     environment: list[str] | None = None  # None: a run has no environment.json
 
     @property
@@ -64,6 +67,10 @@ class RunDiff:
             lines += [f"  {d.line()}" for d in self.differences[:shown]]
             if len(self.differences) > shown:
                 lines.append(f"  ... and {len(self.differences) - shown} more")
+        if self.added:
+            lines.append(
+                f"figures only the re-run logs (not compared): {', '.join(sorted(self.added))}"
+            )
         if self.environment is None:
             lines.append("environments: not recorded for both runs (no environment.json)")
         elif self.environment:
@@ -84,13 +91,16 @@ def diff_runs(recorded: Path, rerun: Path) -> RunDiff:
     for log in COMPARED:
         old, new = read_log(recorded, log), read_log(rerun, log)
         result.counts[log] = max(len(old), len(new))
-        result.differences += _diff_log(log, old, new)
+        result.differences += _diff_log(log, old, new, result.added)
     result.environment = _environment_differences(recorded, rerun)
     return result
 
 
 def _diff_log(
-    log: str, recorded: Sequence[dict[str, Any]], rerun: Sequence[dict[str, Any]]
+    log: str,
+    recorded: Sequence[dict[str, Any]],
+    rerun: Sequence[dict[str, Any]],
+    added: set[str],
 ) -> list[Difference]:
     by_step = log in (METRICS, GOLD)
     differences = []
@@ -105,6 +115,9 @@ def _diff_log(
             continue
         for key in sorted(set(old) | set(new), key=lambda k: (k != "step", k)):
             if _timing(key) or old.get(key) == new.get(key):
+                continue
+            if key not in old:
+                added.add(f"{log}:{key}")
                 continue
             differences.append(Difference(log, where, key, old.get(key), new.get(key)))
     return differences

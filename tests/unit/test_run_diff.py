@@ -64,6 +64,19 @@ def test_the_first_differing_step_and_the_environments_differences_are_named(
     assert [d.line() for d in short.differences] == ["metrics.jsonl step 2: only in the record"]
     assert short.environment is None
 
+    # A figure the code logs since the record was made is listed, not held against it; one
+    # the re-run no longer logs is a difference.
+    newer = [{**s, "evolution/judge_failures": 0.0} for s in STEPS]
+    grown = diff_runs(recorded, _run(tmp_path / "newer", newer, None))
+    assert grown.identical and grown.added == {"metrics.jsonl:evolution/judge_failures"}
+    assert (
+        "figures only the re-run logs (not compared): metrics.jsonl:evolution/judge_failures"
+        in (grown.summary())
+    )
+    fewer = [{k: v for k, v in s.items() if k != "loss"} for s in STEPS]
+    lost = diff_runs(recorded, _run(tmp_path / "fewer", fewer, None))
+    assert [(d.key, d.rerun) for d in lost.differences] == [("loss", None), ("loss", None)]
+
 
 def test_numerics_differences_name_library_versions_but_not_rubricsvcs_own() -> None:
     before = {"packages": {"torch": "2.13.0", "transformers": "5.18.0", "rubricsvc": "0.1.0"}}
