@@ -171,7 +171,7 @@ async def _serve_rewards(state: AppState, key: ApiKey, body: RewardsIn) -> BaseM
 async def _serve_openrlhf(
     state: AppState, key: ApiKey, body: OpenRLHFIn, **query: Any
 ) -> BaseModel:
-    return await serve_openrlhf(state, body, **query)
+    return await serve_openrlhf(state, body, key, **query)
 
 
 def query_model(route: APIRoute) -> type[BaseModel]:

@@ -369,9 +369,9 @@ def test_an_openrlhf_request_is_served_in_front_of_fastapi_as_the_route_would(
     served: list[Any] = []
     serve = direct.serve_openrlhf
 
-    async def counted(state: Any, body: Any, **query: Any) -> Any:
+    async def counted(state: Any, body: Any, key: Any, **query: Any) -> Any:
         served.append(query)
-        return await serve(state, body, **query)
+        return await serve(state, body, key, **query)
 
     monkeypatch.setattr(direct, "serve_openrlhf", counted)
     client, keys = api

@@ -83,10 +83,16 @@ async def answered(
 
 
 def group_policy(
-    state: AppState, size: int | None, evolution: str | None, gathers: bool, where: str
+    state: AppState,
+    size: int | None,
+    evolution: str | None,
+    gathers: bool,
+    where: str,
+    key: ApiKey | None,
 ) -> GroupPolicy | None:
     """How a call's rollouts are gathered: by ``size`` (else the server's group size where the
-    call ``gathers`` or names an evolution run), or not at all."""
+    call ``gathers`` or names an evolution run), or not at all; into groups of ``key``'s
+    rollouts only, so that no client joins (or reads its rollouts into) another's group."""
     api = state.settings.api
     if size is None and (gathers or evolution is not None):
         size = api.reward_group_size
@@ -100,7 +106,11 @@ def group_policy(
             )
         return None
     return GroupPolicy(
-        size, api.reward_group_timeout_s, evolution, stale_after=api.reward_group_stale_claim_s
+        size,
+        api.reward_group_timeout_s,
+        evolution,
+        owner=None if key is None else f"key:{key.id}",
+        stale_after=api.reward_group_stale_claim_s,
     )
 
 
@@ -151,6 +161,7 @@ async def serve_rewards(state: AppState, body: RewardsIn, key: ApiKey | None) ->
             body.evolution,
             any(item.group is not None for item in body.items),
             "body",
+            key,
         ),
     )
     answer = await answered(pipeline.serve(call, reward_requests(body), refuse_unavailable=True))
@@ -173,6 +184,7 @@ async def rewards(
 async def serve_openrlhf(
     state: AppState,
     body: OpenRLHFIn,
+    key: ApiKey | None,
     *,
     judge: str,
     aggregation: str,
@@ -209,7 +221,7 @@ async def serve_openrlhf(
         include_drafts=state.settings.scoring.use_drafts,  # the client cannot ask
         source="openrlhf",
         # One rollout per request: the server's group size applies to every request.
-        group=group_policy(state, group_size, evolution, True, "query"),
+        group=group_policy(state, group_size, evolution, True, "query", key),
     )
     answer = await answered(pipeline.serve(call, requests, fill_masked=policy), "query")
     results = answer.batch.results
@@ -237,14 +249,11 @@ async def serve_openrlhf(
     )
 
 
-@router.post(
-    "/v1/openrlhf/reward",
-    response_model=OpenRLHFOut,
-    dependencies=[Depends(require_with_query_key(Scope.SCORE))],
-)
+@router.post("/v1/openrlhf/reward", response_model=OpenRLHFOut)
 async def openrlhf_reward(
     body: OpenRLHFIn,
     state: AppState = Depends(app_state),
+    key: ApiKey = Depends(require_with_query_key(Scope.SCORE)),
     judge: str = Query("embedded", min_length=1, description="The judge config to score with."),
     aggregation: Annotated[AggregationName, Query()] = "rar",
     min_coverage: float = Query(DEFAULT_MIN_COVERAGE, ge=0, le=1),
@@ -279,6 +288,7 @@ async def openrlhf_reward(
     return await serve_openrlhf(
         state,
         body,
+        key,
         judge=judge,
         aggregation=aggregation,
         min_coverage=min_coverage,
