@@ -12,11 +12,14 @@ ends (killed, crashed), so no heartbeat has to be written and nothing waits for 
 
 - PostgreSQL: a session advisory lock (``GROUP_CALLERS``, token) on a connection the process
   keeps open for this; its session ends, and the lock with it, when the process's socket
-  closes. Another process asks with ``pg_try_advisory_xact_lock``, released at its commit.
+  closes. Another process asks with ``pg_try_advisory_xact_lock_shared``, released at its
+  commit: shared, so that several asking at once (retries of one dead process's rollouts)
+  do not take each other for the holder.
 - SQLite (one host by nature): an exclusive ``flock`` on the file ``<token>.lock`` in the
   folder ``<database>-groups``, released by the kernel when the process exits; another
-  process probes it with a lock of its own that fails while the holder lives (a file that
-  is not there: its holder is gone). A probe that gets the lock deletes the file.
+  process probes it with a shared lock of its own, which fails while the holder lives (a
+  file that is not there: its holder is gone) and never while another only probes. A probe
+  that gets the lock deletes the file.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ class Callers:
             return True
         if self.engine.dialect.name == "postgresql":
             free = session.scalar(
-                text("SELECT pg_try_advisory_xact_lock(:space, :token)"),
+                text("SELECT pg_try_advisory_xact_lock_shared(:space, :token)"),
                 {"space": GROUP_CALLERS, "token": token},
             )
             return not free
@@ -112,7 +115,7 @@ class Callers:
         except FileNotFoundError:
             return False
         try:
-            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except OSError:
             return True  # its process holds it
         else:

@@ -8,6 +8,8 @@ chat it is shown, so that how often each rollout was judged is counted, not assu
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +26,7 @@ from rubricsvc.db import make_engine, session_scope
 from rubricsvc.judging.config import JudgeSpec, VerdictMode
 from rubricsvc.models import RewardGroupMember
 from rubricsvc.models.base import utcnow
+from rubricsvc.scoring.group_callers import Callers
 from tests.api_harness import api_client, bearer
 from tests.helpers import approve_rubrics
 
@@ -259,3 +262,42 @@ def test_a_retry_of_a_rollout_whose_caller_is_gone_takes_its_row_over(
     breeze = next(r for r in stored if r.request["completion"] == "Breeze.")
     assert gale.batch == breeze.batch and gale.caller != 424242
     assert gale.collected_at is not None
+
+
+def test_a_process_is_alive_while_it_runs_and_gone_once_killed_whoever_asks_at_once(
+    database_url: str,
+) -> None:
+    """Whether a rollout's process is gone, asked by two transactions open at once (two
+    retries of one killed process's rollouts): both see it alive while it runs, both see it
+    gone once it was killed."""
+    script = (
+        "import sys, time\n"
+        "from rubricsvc.db import make_engine\n"
+        "from rubricsvc.scoring.group_callers import Callers\n"
+        "print(Callers(make_engine(sys.argv[1])).token(), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", script, database_url], stdout=subprocess.PIPE, text=True
+    )
+    engine = make_engine(database_url)
+    try:
+        assert process.stdout is not None
+        token = int(process.stdout.readline())
+        askers = [Callers(engine), Callers(engine)]
+
+        def both_ask() -> list[bool]:
+            with session_scope(engine) as first, session_scope(engine) as second:
+                return [a.alive(s, token) for a, s in zip(askers, (first, second), strict=True)]
+
+        assert both_ask() == [True, True]
+        process.kill()
+        process.wait()
+        deadline = time.monotonic() + 10  # PostgreSQL ends the session on the closed socket
+        while (answer := both_ask()) != [False, False] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert answer == [False, False]
+    finally:
+        process.kill()
+        process.wait()
+        engine.dispose()
