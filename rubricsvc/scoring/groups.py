@@ -52,6 +52,7 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import logging
 import threading
 import time
 import uuid
@@ -61,7 +62,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, and_, delete, or_, select, update
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from rubricsvc import jsontext
@@ -75,6 +76,8 @@ from rubricsvc.scoring.coalescing import CheckRequests, split_batch
 from rubricsvc.scoring.group_callers import Callers
 from rubricsvc.scoring.rewards import RewardBatch, RewardRequest, RewardResult
 from rubricsvc.scoring.scorer import JudgingTally
+
+log = logging.getLogger(__name__)
 
 COMPLETE, TIMED_OUT = "complete", "timed_out"
 # Rows answered (or left unanswered past their time-out) this many group time-outs ago, by
@@ -187,7 +190,12 @@ class GroupGatherer:
                 return _assembled(ready)
             waiting = {key for key, i in zip(keys, ids, strict=True) if answers[i] is None}
             for key in sorted(waiting):
-                await self.to_thread(self._judge_ready, key, policy, run)
+                try:
+                    await self.to_thread(self._judge_ready, key, policy, run)
+                except SQLAlchemyError as err:
+                    # Trying to judge a group (or to answer its failure) met the database
+                    # busy or gone: this caller's rows are as they were; it looks again.
+                    log.warning("reward group %s not judged now: %s", key[:12], err)
             await asyncio.sleep(self.poll)
 
     # A caller's own writes: joining, collecting.
@@ -269,7 +277,9 @@ class GroupGatherer:
                 mark(session)
         except OperationalError as err:
             if not _busy(err):
-                raise
+                # The answers were stored and read: the caller gets them whatever the mark.
+                log.warning("reward group rows %s not marked collected: %s", ids, err)
+                return
             threading.Thread(target=self._write, args=(mark, policy), daemon=True).start()
 
     def _write(self, work: Callable[[Session], Written], policy: GroupPolicy) -> Written:
