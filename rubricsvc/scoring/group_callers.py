@@ -59,8 +59,10 @@ class Callers:
         with self._guard:
             if self._token is None or self._pid != os.getpid():
                 self._pid = os.getpid()
-                self._token = secrets.randbelow(2**31 - 1) + 1
-                self._hold(self._token)
+                token = secrets.randbelow(2**31 - 1) + 1
+                while not self._hold(token):  # another live process drew it: draw again
+                    token = secrets.randbelow(2**31 - 1) + 1
+                self._token = token
             return self._token
 
     def alive(self, session: Session, token: int) -> bool:
@@ -88,22 +90,32 @@ class Callers:
                 self._file = None
             self._token = None
 
-    def _hold(self, token: int) -> None:
+    def _hold(self, token: int) -> bool:
+        """Take ``token``'s lock; False where another process holds it."""
         if self.engine.dialect.name == "postgresql":
             held = self.engine.connect()
-            held.execute(
-                text("SELECT pg_advisory_lock(:space, :token)"),
+            taken = held.scalar(
+                text("SELECT pg_try_advisory_lock(:space, :token)"),
                 {"space": GROUP_CALLERS, "token": token},
             )
             held.commit()  # a session lock outlives the transaction; none stays open
+            if not taken:
+                held.close()
+                return False
             self._held = held
-            return
+            return True
         folder = _lock_folder(self.engine)
         if folder is None or fcntl is None:
-            return  # an in-memory database: one process, every token its own
+            return True  # an in-memory database: one process, every token its own
         folder.mkdir(parents=True, exist_ok=True)
-        self._file = os.open(folder / f"{token}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        descriptor = os.open(folder / f"{token}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(descriptor)
+            return False
+        self._file = descriptor
+        return True
 
     def _file_held(self, token: int) -> bool:
         folder = _lock_folder(self.engine)

@@ -301,3 +301,25 @@ def test_a_process_is_alive_while_it_runs_and_gone_once_killed_whoever_asks_at_o
         process.kill()
         process.wait()
         engine.dispose()
+
+
+def test_a_process_that_draws_a_live_processs_token_draws_again(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = make_engine(database_url)
+    first, second = Callers(engine), Callers(engine)
+    try:
+        taken = first.token()
+        draws = iter([taken - 1, taken % (2**31 - 2)])  # randbelow(n) + 1: ``taken``, then not
+        monkeypatch.setattr(
+            "rubricsvc.scoring.group_callers.secrets.randbelow", lambda _: next(draws)
+        )
+        drawn = second.token()
+        monkeypatch.undo()
+        assert drawn != taken
+        with session_scope(engine) as session:  # each holds its own lock
+            assert Callers(engine).alive(session, taken) and Callers(engine).alive(session, drawn)
+    finally:
+        first.close()
+        second.close()
+        engine.dispose()
