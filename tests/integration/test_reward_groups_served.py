@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import threading
 import time
@@ -148,6 +149,10 @@ def test_groups_hold_under_a_slow_judge_two_workers_and_a_killed_one(
     finally:
         server.stop()
     assert len(killed) == 1  # while the rollouts were in flight
+    # No request was answered with an error (the clients' retries would hide one): the
+    # requests the killed worker held were cut off, not answered.
+    answered = re.findall(r'"POST [^"]+ HTTP/1\.1" (\d{3})', server.log_path.read_text())
+    assert answered and set(answered) == {"200"}, sorted(set(answered))
     texts = [t for texts in [*openrlhf.values(), *verl.values()] for t in texts]
     # Every rollout answered with its own reward: "howled" likely Yes, the others not.
     for text, reward in zip(texts, rewards, strict=True):
