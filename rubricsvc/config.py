@@ -159,9 +159,11 @@ class ApiSettings(BaseSettings):
     # judged as it is, under the current set, and its answers say ``timed_out``.
     reward_group_size: int | None = Field(default=None, ge=2, le=1024)
     reward_group_timeout_s: float = Field(default=120.0, gt=0)
-    # A group claimed for judging but still unanswered this long after (its claimer died or
-    # hung) is claimed again by a waiting caller of the group and judged once by it. Unset:
-    # four group time-outs. Set it above the longest a group's judging may take.
+    # Rows of reward groups answered this long ago, or unanswered this long past their
+    # time-out, are deleted; and a gathered request's own writes wait this long at most for
+    # SQLite's writer while groups are judged. (A group's claim is its judging transaction's
+    # locks: kept while its holder works, given up when the holder is gone.) Unset: four
+    # group time-outs. Set it above the longest a group's judging may take.
     reward_group_stale_claim_s: float | None = Field(default=None, gt=0)
     # Evolving rubrics for reward requests that name an evolution run (``evolution``): the
     # settings of ``reward.evolution`` (docs/evolving-rubrics.md) as JSON, ``every`` 1 (each

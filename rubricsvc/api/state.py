@@ -145,6 +145,8 @@ class AppState:
             # running finishes, so nothing is left half-written when the engine goes.
             self._jobs.shutdown(wait=True, cancel_futures=True)
         self.judges.close_all()
+        if self.rewards.groups is not None:
+            self.rewards.groups.close()  # its lock (and PostgreSQL session) before the engine
         if self.failed_auth is not None:
             self.failed_auth.close()
         self.engine.dispose()

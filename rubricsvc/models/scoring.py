@@ -144,8 +144,9 @@ class RewardGroupMember(Base):
     until the group is complete (or its time is up), then judges the group as one batch.
 
     Rows, not a process's memory: every ``serve`` worker sees the same groups, and a group
-    outlives a server restart. ``batch`` is set when one process claims the group to judge
-    it; ``answer`` holds this member's part of the judged batch, read by whoever waits.
+    outlives a server restart. ``batch`` (the judged batch's token), ``claimed_at`` (when)
+    and ``answer`` (this member's part of the batch, read by whoever waits) are written in
+    the transaction that judged the group: no row is ever claimed without its answer.
     """
 
     __tablename__ = "reward_group_members"
@@ -163,3 +164,8 @@ class RewardGroupMember(Base):
     batch: Mapped[str | None] = mapped_column(String(36), index=True)
     claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
     answer: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    # The process whose caller waits on this row (``scoring.group_callers``; migration 0019),
+    # and when that caller read its answer: an equal request that comes while the row is
+    # uncollected and its process gone is the row's retry, not a rollout of its own.
+    caller: Mapped[int | None] = mapped_column(Integer)
+    collected_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

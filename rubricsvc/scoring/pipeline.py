@@ -27,12 +27,12 @@ Every caller that computes rewards runs these stages, in this order (each a meth
    A gathered group of an evolution run is routed first to each prompt's current evolved
    version (``GroupEvolution.route``).
 6. ``aggregate`` and ``answer``: each masked reward's stand-ins (its prompt's and the
-   judge's means); a complete group of an evolution run then evolves its prompt's set by
-   one step in the same transaction (``GroupEvolution.evolve``; not where the judge was
-   unavailable for every item: that answer changes no rubric); then what the caller asked
-   back: ``JudgeUnavailable`` where no item got
-   a reward because the judge was unavailable, a number for every item where a trainer needs
-   one (``fill_masked``).
+   judge's means; in a gathered group, its group's mean); a complete group of an evolution
+   run then evolves its prompt's set by one step in the same transaction
+   (``GroupEvolution.evolve``; not where the judge was unavailable for every item: that
+   answer changes no rubric); then what the caller asked back: ``JudgeUnavailable`` where
+   no item got a reward because the judge was unavailable, a number for every item where a
+   trainer needs one (``fill_masked``).
 
 Stages 4 to 6's reads and writes are one transaction. Callers differ only in how they call
 it: the API (``api.state``) passes its HTTP bounds, end tokens, the coalescing window and its
@@ -62,7 +62,7 @@ from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.prompts import prompt_hash
 from rubricsvc.scoring.admission import TooMuchWork, bound_work
 from rubricsvc.scoring.coalescing import Gatherer, JudgedAlone, Ungatherable, compares
-from rubricsvc.scoring.groups import GroupGatherer, GroupPolicy, RecordGroup
+from rubricsvc.scoring.groups import GroupGatherer, GroupPolicy, TakeGroup
 from rubricsvc.scoring.judge_configs import find_reward_judge
 from rubricsvc.scoring.rewards import (
     MaskedReward,
@@ -431,32 +431,38 @@ class RewardPipeline:
             self.judged(batch)
         return batch
 
-    def judge_group(
-        self,
-        call: RewardCall,
-        requests: list[RewardRequest],
-        complete: bool,
-        record: RecordGroup,
-    ) -> RewardBatch:
-        """A gathered group as one batch (a judge that compares completions compares the
-        group's): routed to its evolution run's current set, stored, judged, aggregated,
-        when ``complete`` evolved, and its answers recorded (``record``), in one transaction.
-        A group that timed out is judged under the current set and evolves nothing."""
+    def judge_group(self, call: RewardCall, take: TakeGroup) -> RewardBatch | None:
+        """The group ``take`` gives as one batch (a judge that compares completions compares
+        the group's): taken, routed to its evolution run's current set, stored, judged,
+        aggregated, when complete evolved, and its answers recorded, in one transaction,
+        whose locks are the group's claim (``scoring.groups``). A group that timed out is
+        judged under the current set and evolves nothing. None: this process writes another
+        batch of the judge on SQLite; its caller tries again rather than queue for it."""
         assert call.group is not None
         run = call.group.evolution
         spec = self.resolve_judge(call)
-        with self._writer(call.judge), session_scope(self.engine) as session:
-            if run is not None:
-                assert self.evolution is not None
-                requests = self.evolution.route(session, run, requests)
-            completion_ids = self.store(session, call, requests)
-            batch = self.judge(session, spec, call, requests, completion_ids)
-            self.aggregate(session, batch)
-            # A group the judge failed whole is answered 503 or masked: it changes no rubric.
-            if run is not None and complete and judge_unavailable(batch) is None:
-                assert self.evolution is not None
-                self.evolution.evolve(session, run, spec, requests, batch)
-            record(session, batch)
+        writer = self._writer_lock(call.judge)
+        if writer is not None and not writer.acquire(blocking=False):
+            return None
+        try:
+            with session_scope(self.engine) as session:
+                taken = take(session)
+                requests = taken.requests
+                if run is not None:
+                    assert self.evolution is not None
+                    requests = self.evolution.route(session, run, requests)
+                completion_ids = self.store(session, call, requests)
+                batch = self.judge(session, spec, call, requests, completion_ids)
+                self.aggregate(session, batch)
+                # A group the judge failed whole is answered 503 or masked: it changes no
+                # rubric.
+                if run is not None and taken.complete and judge_unavailable(batch) is None:
+                    assert self.evolution is not None
+                    self.evolution.evolve(session, run, spec, requests, batch)
+                taken.record(session, batch)
+        finally:
+            if writer is not None:
+                writer.release()
         if self.judged is not None:
             self.judged(batch)
         return batch
@@ -516,8 +522,12 @@ class RewardPipeline:
         return RewardAnswer(batch, filled_rewards(requests, batch, fill_masked))
 
     def _writer(self, judge: str) -> AbstractContextManager[object]:
+        lock = self._writer_lock(judge)
+        return nullcontext() if lock is None else lock
+
+    def _writer_lock(self, judge: str) -> threading.Lock | None:
         if self.engine.dialect.name != "sqlite":
-            return nullcontext()
+            return None
         with self._writers_guard:
             return self._writers.setdefault(judge, threading.Lock())
 
@@ -544,7 +554,8 @@ def filled_rewards(
     """A number for every item, for a trainer that needs one (OpenRLHF): a masked reward is
     ``masked``, or with ``mean`` the mean of its prompt's other rewards in the request; one
     rollout of a prompt alone (as OpenRLHF sends them) has none, and its prompt's stored mean
-    stands in (``rewards.fill_masked_by_prompt``). Never a refusal."""
+    stands in (for a rollout judged in a gathered group: its group's mean)
+    (``rewards.fill_masked_by_prompt``). Never a refusal."""
     keys = [r.prompt_id if r.prompt_id is not None else prompt_hash(r.messages()) for r in requests]
     stored = {
         r.completion_id: r.prompt_mean

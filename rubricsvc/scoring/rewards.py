@@ -92,8 +92,10 @@ class RewardResult:
     # A jury's: 1 - the spread of its members' scores (None for a single judge), to weight by.
     confidence: float | None = None
     # Where the reward is masked: the mean of the scores its prompt's completions have under
-    # this judge and aggregation (``prompt_means``), if any. A trainer that needs a number for
-    # every sample (verl, OpenRLHF) sends it, so the sample moves nothing: never a 0.
+    # this judge and aggregation (``prompt_means``), if any; for a rollout judged in a
+    # gathered group (``scoring.groups``), the mean of its group's rewards, judged with it
+    # under one set. A trainer that needs a number for every sample (verl, OpenRLHF) sends
+    # it, so the sample moves nothing: never a 0.
     prompt_mean: float | None = None
     # Where the reward is masked and nothing of its prompt has a score yet (the first rollout
     # of a prompt, sent alone): the mean of every score under this judge and aggregation

@@ -1,6 +1,7 @@
-"""Reward groups gathered by the API (``scoring.groups``): a claim whose claimer died is taken
-over and judged once, a group that never fills is judged under the current set after its
-time-out and evolves nothing, and ``/v1/rewards`` gathers by its items' ``group``.
+"""Reward groups gathered by the API (``scoring.groups``): rows a claimer that died left
+unanswered are judged by the next caller, a group that never fills is judged under the
+current set after its time-out and evolves nothing, and ``/v1/rewards`` gathers by its
+items' ``group``.
 
 The rubric is check criteria (no model), the judge scripted: the route is what is tested."""
 
@@ -51,7 +52,12 @@ def url(database_url: str) -> str:
     return database_url
 
 
-def test_a_claim_left_by_a_dead_process_is_taken_over_and_its_group_judged(url: str) -> None:
+def test_rows_a_dead_process_left_claimed_and_unanswered_are_judged_by_the_next_caller(
+    url: str,
+) -> None:
+    """A claim is the judging transaction's locks: a process that dies while judging leaves
+    its rows unanswered, and the next caller of the group judges them. Rows an older server
+    left marked claimed (a batch token, no answer) are taken the same way."""
     engine = make_engine(url)
     with api_client(url, [BLUE], reward_group_stale_claim_s=30) as (client, keys):
         auth = bearer(keys["score"])
@@ -63,32 +69,23 @@ def test_a_claim_left_by_a_dead_process_is_taken_over_and_its_group_judged(url: 
             template = session.scalars(select(RewardGroupMember)).first()
             assert template is not None
             key, request = template.group_key, dict(template.request)
-            # A process claimed a group of "g" an hour ago and died before answering it;
-            # another's claim is a second old: still its claimer's.
-            long_ago = utcnow() - timedelta(hours=1)
+            # A process claimed a group of "g" a second ago and died before answering it.
+            moment = utcnow() - timedelta(seconds=1)
             dead = [
                 RewardGroupMember(
                     group_key=key,
                     group_size=2,
                     request={**request, "completion": text},
-                    created_at=long_ago,
+                    created_at=moment,
                     batch="dead-claimer",
-                    claimed_at=long_ago,
+                    claimed_at=moment,
                 )
                 for text in ("A blue wave.", "A grey wave.")
             ]
-            live = RewardGroupMember(
-                group_key=key,
-                group_size=2,
-                request={**request, "completion": "A calm sea."},
-                created_at=utcnow(),
-                batch="live-claimer",
-                claimed_at=utcnow() - timedelta(seconds=1),
-            )
-            session.add_all([*dead, live])
+            session.add_all(dead)
             session.flush()
-            dead_ids, live_id = [row.id for row in dead], live.id
-        # A caller of the same group takes the dead claim over, judges that group, then its own.
+            dead_ids = [row.id for row in dead]
+        # A caller of the same group judges the dead claimer's group, then its own.
         second = client.post(
             "/v1/rewards",
             json=_body(["Blue water.", "Grey water."], "g", group_size=2),
@@ -102,7 +99,7 @@ def test_a_claim_left_by_a_dead_process_is_taken_over_and_its_group_judged(url: 
                 select(RewardGroupMember).where(RewardGroupMember.id.in_(dead_ids))
             ).all()
             batches = {row.batch for row in rows}
-            assert len(batches) == 1 and batches != {"dead-claimer"}  # claimed again, together
+            assert len(batches) == 1 and batches != {"dead-claimer"}  # judged again, together
             answers = {row.request["completion"]: row.answer for row in rows}
             assert all(
                 a is not None and a["result"]["group_status"] == "complete"
@@ -111,11 +108,8 @@ def test_a_claim_left_by_a_dead_process_is_taken_over_and_its_group_judged(url: 
             # Judged as any rollout is: the blue one scores above the grey one, nothing masked.
             blue, grey = (answers[t]["result"]["reward"] for t in ("A blue wave.", "A grey wave."))  # type: ignore[index]
             assert blue is not None and grey is not None and blue > grey
-            # The live claim is left to its claimer.
-            still = session.get(RewardGroupMember, live_id)
-            assert still is not None and still.batch == "live-claimer" and still.answer is None
-            # Three groups judged, each in one batch, and the live claim.
-            assert len(set(session.scalars(select(RewardGroupMember.batch)).all())) == 4
+            # Three groups judged, each in one batch.
+            assert len(set(session.scalars(select(RewardGroupMember.batch)).all())) == 3
     finally:
         engine.dispose()
 

@@ -28,7 +28,9 @@ failures outside the response's reach below the coverage floor) is returned as
 other extra keys, as it does the failed judgments by class (``failures_infrastructure``,
 ``failures_judge``, ``failures_response``). By default (``"mean"``) that is the mean of the
 scores its prompt's responses have under this judge (the rollouts of its group judged so far
-included), so the response moves nothing under GRPO's group-normalized advantages. When
+included; over ``via: http`` with a group size, its group's mean: the server gathered the
+group and judged it under one set), so the response moves nothing under GRPO's
+group-normalized advantages. When
 nothing of its prompt has a score yet (the first rollout of a prompt, sent alone), the mean of
 every score under this judge stands in, the nearest estimate of its group's mean; 0.0 only
 when the judge has no score at all (``masked_fallback: 1.0`` says either). A number

@@ -85,10 +85,16 @@ async def answered(
 
 
 def group_policy(
-    state: AppState, size: int | None, evolution: str | None, gathers: bool, where: str
+    state: AppState,
+    size: int | None,
+    evolution: str | None,
+    gathers: bool,
+    where: str,
+    key: ApiKey | None,
 ) -> GroupPolicy | None:
     """How a call's rollouts are gathered: by ``size`` (else the server's group size where the
-    call ``gathers`` or names an evolution run), or not at all."""
+    call ``gathers`` or names an evolution run), or not at all; into groups of ``key``'s
+    rollouts only, so that no client joins (or reads its rollouts into) another's group."""
     api = state.settings.api
     if size is None and (gathers or evolution is not None):
         size = api.reward_group_size
@@ -102,7 +108,11 @@ def group_policy(
             )
         return None
     return GroupPolicy(
-        size, api.reward_group_timeout_s, evolution, stale_after=api.reward_group_stale_claim_s
+        size,
+        api.reward_group_timeout_s,
+        evolution,
+        owner=None if key is None else f"key:{key.id}",
+        stale_after=api.reward_group_stale_claim_s,
     )
 
 
@@ -162,6 +172,7 @@ async def serve_rewards(state: AppState, body: RewardsIn, key: ApiKey | None) ->
         body.evolution,
         any(item.group is not None for item in body.items),
         "body",
+        key,
     )
     await check_run(state, policy, key)
     call = pipeline.call(
@@ -193,7 +204,7 @@ async def rewards(
 async def serve_openrlhf(
     state: AppState,
     body: OpenRLHFIn,
-    key: ApiKey | None = None,
+    key: ApiKey | None,
     *,
     judge: str,
     aggregation: str,
@@ -223,7 +234,7 @@ async def serve_openrlhf(
             requests.append(RewardRequest(completion=response, prompt=prompt))
     pipeline = state.rewards
     # One rollout per request: the server's group size applies to every request.
-    gathering = group_policy(state, group_size, evolution, True, "query")
+    gathering = group_policy(state, group_size, evolution, True, "query", key)
     await check_run(state, gathering, key)
     call = pipeline.call(
         judge,
