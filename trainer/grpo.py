@@ -26,7 +26,13 @@ from trainer.monitors import GoldMonitor, SaturationTracker
 from trainer.recording import RecordingReward
 from trainer.rewards import PROMPT_ID_COLUMN, RandomControlReward, RubricReward
 from trainer.rundir import EVOLUTION_HISTORY, RunDirectory
-from trainer.scorers import judge_loads, make_scorer, release_provider, shared_provider
+from trainer.scorers import (
+    closed_with_the_run,
+    judge_loads,
+    make_scorer,
+    release_provider,
+    shared_provider,
+)
 
 if TYPE_CHECKING:
     from trainer.evolution import RubricEvolution
@@ -208,9 +214,12 @@ def train(config: TrainConfig, say: Callable[[str], None] = log.info) -> TrainRe
     # process share its judges, each model (and device and dtype) loaded once.
     held = shared_provider(config.reward, None)
     try:
-        return _train(config, say, messages, torch, Dataset, GRPOConfig, GRPOTrainer)
+        with closed_with_the_run():
+            try:
+                return _train(config, say, messages, torch, Dataset, GRPOConfig, GRPOTrainer)
+            finally:
+                say(f"judge models loaded in this process: {judge_loads()}")
     finally:
-        say(f"judge models loaded in this process: {judge_loads()}")
         release_provider(held)
 
 

@@ -7,10 +7,11 @@ only, and build their database engine, judge backend or HTTP client on first use
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -249,12 +250,41 @@ def _result_from_json(item: dict[str, Any]) -> RewardResult:
     )
 
 
+# The scorers each run in progress made (``closed_with_the_run``), innermost run last.
+_RUN_SCORERS: list[list[Any]] = []
+
+
+@contextlib.contextmanager
+def closed_with_the_run() -> Iterator[None]:
+    """Every scorer ``make_scorer`` makes within the block is closed when it ends: a run's
+    reward, monitors and labellers give their judge models back, so that a later run in the
+    same process (a notebook, a test) loads its own and ``judge_loads`` counts only those."""
+    made: list[Any] = []
+    with _SHARED_LOCK:
+        _RUN_SCORERS.append(made)
+    try:
+        yield
+    finally:
+        with _SHARED_LOCK:
+            _RUN_SCORERS.remove(made)
+        for scorer in made:
+            close = getattr(scorer, "close", None)
+            if close is not None:
+                close()
+
+
 def make_scorer(settings: ScorerSettings, limits: JudgeLimits | None = None) -> Scorer:
     """The scorer ``settings.via`` names; in process, behind ``limits`` (see InProcessScorer)."""
+    scorer: Scorer
     if settings.via == ScorerVia.HTTP:
-        return HttpScorer(settings)
-    if settings.via == ScorerVia.CELERY:
+        scorer = HttpScorer(settings)
+    elif settings.via == ScorerVia.CELERY:
         from trainer.celery_scorer import CeleryScorer
 
-        return CeleryScorer(settings)
-    return InProcessScorer(settings, limits)
+        scorer = CeleryScorer(settings)
+    else:
+        scorer = InProcessScorer(settings, limits)
+    with _SHARED_LOCK:
+        if _RUN_SCORERS:
+            _RUN_SCORERS[-1].append(scorer)
+    return scorer
