@@ -122,6 +122,8 @@ format: $(STAMP)
 TEST_WORKERS ?= 3
 XDIST := --numprocesses=$(TEST_WORKERS) --dist=loadfile --no-loadscope-reorder
 test: setup lint browser
+	@echo "==> Making the tiny test models (tests/tiny_model.py: the embedded model's architecture, random weights)"
+	@$(BIN)/python -m tests.tiny_model
 	@echo "==> pytest ($(TEST_WORKERS) processes)"
 	$(BIN)/pytest $(XDIST)
 

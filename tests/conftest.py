@@ -32,6 +32,10 @@ from tests.requirements import (  # noqa: F401 - IN_CI is imported from here too
     uses,
 )
 
+# Servers a test process shares between modules (the vLLM server, tests/shared_servers.py);
+# pytester, for the tests of the suite's own fixtures.
+pytest_plugins = ["tests.shared_servers", "pytester"]
+
 # vLLM compiles two sampler helpers with torch.compile (the ranks of logprobs, sampling with a
 # temperature): on CPU, gcc builds their kernels and a 150 MB precompiled header on a machine's
 # first run, which every CI run is. Nothing here is about torch.compile, and they run alike

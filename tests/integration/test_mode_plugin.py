@@ -1,6 +1,8 @@
 """A verdict mode from outside the package: defined and registered in this file alone, then
 used to score a rubric in this process and on a Celery worker that loads this file as a
-plugin (``RUBRICSVC_PLUGINS``), with the embedded model judging both times.
+plugin (``RUBRICSVC_PLUGINS``), with the same model judging both times: the tiny judge of the
+embedded model's architecture (tests/tiny_model.py), since the mode's path is under test, not
+what the model says.
 
 The toy mode asks one question per completion, whether the response meets the whole rubric
 (every criterion, no pitfall), and scores the probability of "Yes"; its scores are stored
@@ -29,11 +31,11 @@ from rubricsvc.models import Score
 from rubricsvc.neutral import judged
 from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection
+from tests.tiny_model import tiny_judge_dir
 from tests.workers_harness import (
     REPO,
     MakeCluster,
     load_examples,
-    require_embedded_model,
     score_via_celery,
 )
 
@@ -101,7 +103,9 @@ class AllMet:
 
 modes.register_mode(AllMet())
 
-TOY_JUDGE = JudgeSpec(name="toy", mode=TOY)
+
+def toy_judge() -> JudgeSpec:
+    return JudgeSpec(name="toy", mode=TOY, backend="transformers", model=str(tiny_judge_dir()))
 
 
 @pytest.fixture
@@ -112,9 +116,9 @@ def plugin_env() -> Iterator[dict[str, str]]:
 
 def test_the_toy_mode_is_registered_and_hashed_apart() -> None:
     assert TOY in modes.mode_names()
-    other = JudgeSpec(name="toy", mode="criterion-prob")
-    assert TOY_JUDGE.sampling() == {}  # decodes = False, as criterion-prob
-    assert TOY_JUDGE.config_hash() != other.config_hash()  # the mode's name is hashed
+    toy, other = JudgeSpec(name="toy", mode=TOY), JudgeSpec(name="toy", mode="criterion-prob")
+    assert toy.sampling() == {}  # decodes = False, as criterion-prob
+    assert toy.config_hash() != other.config_hash()  # the mode's name is hashed
 
 
 def _stored_scores(url: str) -> dict[int, tuple[str, float | None, str]]:
@@ -130,19 +134,18 @@ def _stored_scores(url: str) -> dict[int, tuple[str, float | None, str]]:
 def test_a_plugin_mode_scores_in_process_and_on_a_celery_worker(
     make_cluster: MakeCluster, plugin_env: dict[str, str], tmp_path: Path
 ) -> None:
-    require_embedded_model()
-
     # In this process: the mode registered above, through the library's own scoring.
     local = make_cluster("redis", **plugin_env)
-    load_examples(local, (TOY_JUDGE,))
+    load_examples(local, (toy_judge(),))
     engine = db.make_engine(local.database_url)
+    judge = toy_judge()
     with BackendProvider.from_settings(Settings()) as provider, db.session_scope(engine) as session:
         report = score(
             session,
-            TOY_JUDGE,
+            judge,
             Selection(prompt_external_ids=(PROMPT,)),
             ScoreOptions(),
-            provider.factory(TOY_JUDGE),
+            provider.factory(judge),
         )
     engine.dispose()
     assert (report.aggregation, report.judgments, report.computed, report.failed) == (
@@ -160,7 +163,7 @@ def test_a_plugin_mode_scores_in_process_and_on_a_celery_worker(
 
     # On a worker that knows the mode only through RUBRICSVC_PLUGINS.
     remote = make_cluster("redis", **plugin_env)
-    load_examples(remote, (TOY_JUDGE,))
+    load_examples(remote, (toy_judge(),))
     remote.start_worker("toy").wait_ready(timeout=120)
     job = score_via_celery(remote, "--prompt", PROMPT, judge="toy").json()
     assert (job["judgments"], job["computed"], job["failed"]) == (3, 3, 0)
@@ -177,7 +180,7 @@ def test_a_worker_without_the_plugin_refuses_the_mode_by_name(
     make_cluster: MakeCluster,
 ) -> None:
     cluster = make_cluster("redis", RUBRICSVC_PLUGINS=__name__, PYTHONPATH=str(REPO))
-    load_examples(cluster, (TOY_JUDGE,))
+    load_examples(cluster, (toy_judge(),))
     bare = make_cluster("redis", database_url=cluster.database_url)
     result = bare.cli("score", "--judge", "toy", "--via", "inprocess", "--json")
     assert result.code != 0

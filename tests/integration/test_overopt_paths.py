@@ -1,8 +1,10 @@
 """The over-optimization lab's proxy reward through each path a run can take: in process,
 the HTTP API (`via: http`) and Celery workers (`via: celery`), each on a database of its own
-(so no path reads another's cached judgments), all with the embedded judge in criterion-prob
-on each prompt's `{prompt_id}/proxy` rubric. The same completions get the same rewards to
-1e-6. The completions are the task set's hand-written answers to four training prompts."""
+(so no path reads another's cached judgments), all with one judge in criterion-prob on each
+prompt's `{prompt_id}/proxy` rubric. The same completions get the same rewards to 1e-6. The
+completions are the task set's hand-written answers to four training prompts. The judge is the
+tiny one of the embedded model's architecture (tests/tiny_model.py): the paths are under test,
+not its verdicts, which differ between the answers as a real judge's do."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import pytest
 from rubricsvc import db
 from tests.cli_runner import cli_ok
 from tests.integration.test_trainer_rewards import running_api
-from tests.requirements import prepared_model_dir
+from tests.tiny_model import add_tiny_judge
 from tests.workers_harness import REDIS_URL, Cluster, clean_redis, redis_unavailable, require
 from trainer.config import ScorerSettings, ScorerVia
 from trainer.overopt import Split, load_task_set
@@ -28,7 +30,8 @@ pytestmark = [pytest.mark.model, pytest.mark.postgres, pytest.mark.broker, pytes
 
 ROOT = Path(__file__).resolve().parents[2]
 OVEROPT = ROOT / "examples" / "overopt"
-PROXY = {"judge": "embedded", "mode": "criterion-prob", "rubric": "{prompt_id}/proxy"}
+JUDGE = "tiny"
+PROXY = {"judge": JUDGE, "mode": "criterion-prob", "rubric": "{prompt_id}/proxy"}
 
 # Run in a process of its own: the Celery app reads the broker settings when it is imported.
 CELERY_SCRIPT = """
@@ -53,14 +56,17 @@ def batch() -> dict[str, Any]:
     }
 
 
-def with_lab_rubrics(url: str) -> str:
+def with_lab_rubrics(url: str, folder: Path) -> str:
+    """The lab's rubrics and the tiny judge in the database at ``url``."""
     cli_ok("rubrics", "add", str(OVEROPT / "rubrics.yaml"), database_url=url)
+    add_tiny_judge(url, folder, JUDGE)
     return url
 
 
 @pytest.fixture
-def in_process(sqlite_url: str) -> list[float | None]:
-    settings = ScorerSettings(database_url=with_lab_rubrics(sqlite_url), include_drafts=True)
+def in_process(sqlite_url: str, tmp_path: Path) -> list[float | None]:
+    database = with_lab_rubrics(sqlite_url, tmp_path)
+    settings = ScorerSettings(database_url=database, include_drafts=True)
     return RubricReward(settings.model_copy(update=PROXY))(**batch())
 
 
@@ -71,7 +77,7 @@ def api(
     path = tmp_path / "api.sqlite"
     path.write_bytes(migrated_sqlite_template.read_bytes())
     # The lab's rubrics are unreviewed drafts: rewarding with them needs the review scope.
-    database = with_lab_rubrics(f"sqlite:///{path}")
+    database = with_lab_rubrics(f"sqlite:///{path}", tmp_path)
     with running_api(database, monkeypatch, 120, scopes=("score", "review")) as base_url:
         yield base_url
 
@@ -82,7 +88,6 @@ def test_the_proxy_reward_is_the_same_in_process_over_http_and_on_celery_workers
     make_postgres_database: Callable[[], str],
     tmp_path: Path,
 ) -> None:
-    prepared_model_dir()
     assert len(in_process) == 8 and None not in in_process
     assert len(set(in_process)) > 4  # the judge tells the answers apart
 
@@ -93,10 +98,10 @@ def test_the_proxy_reward_is_the_same_in_process_over_http_and_on_celery_workers
     require(redis_unavailable())
     url = make_postgres_database()
     db.upgrade(url)
-    with_lab_rubrics(url)
+    with_lab_rubrics(url, tmp_path)
     cluster = Cluster(url, REDIS_URL, tmp_path)
     try:
-        cluster.start_worker("embedded").wait_ready(timeout=300)
+        cluster.start_worker(JUDGE).wait_ready(timeout=300)
         proc = subprocess.run(
             [
                 sys.executable,

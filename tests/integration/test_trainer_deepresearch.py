@@ -1,6 +1,7 @@
 """GRPO in the deep-research environment, end to end on CPU: `rubricsvc train` runs TRL's own
-GRPOTrainer with ``environment_factory`` on examples/deepresearch (the embedded
-SmolLM2-135M-Instruct as policy and as judge, a real migrated SQLite database), and each reward
+GRPOTrainer with ``environment_factory`` on examples/deepresearch (tiny random models of the
+embedded model's architecture as policy and judge, tests/tiny_model.py: the rewards' plumbing is
+under test, not what either says; a real migrated SQLite database), and each reward
 it logged is what the same rollout gets when stored with `rubricsvc completions add` and scored
 with `rubricsvc score`. Kept as small as a run can be: one question, two rollouts a step, two
 steps, short generations, one torch thread."""
@@ -17,7 +18,8 @@ import yaml
 
 from tests.cli_runner import run_cli
 from tests.helpers import approve_rubrics
-from tests.requirements import prepared_model_dir, require_module
+from tests.requirements import require_module
+from tests.tiny_model import add_tiny_judge, tiny_model_dir
 from trainer.agent_reward import agent_reward
 from trainer.config import RewardWeights
 
@@ -25,6 +27,7 @@ pytestmark = [pytest.mark.model, pytest.mark.slow]
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "deepresearch"
 TASK = "dr-loop-exits"
+JUDGE = "tiny"
 
 
 def _rubrics(task: str) -> list[dict[str, Any]]:
@@ -36,7 +39,7 @@ def _scores(sqlite_url: str, rubric: str) -> dict[str, float | None]:
     """`rubricsvc score` of the replayed completions against ``rubric``, by external id."""
     result = run_cli(
         "score",
-        "--judge", "embedded",
+        "--judge", JUDGE,
         "--mode", "criterion-prob",
         "--rubric", rubric,
         "--source", "replay",
@@ -55,8 +58,9 @@ def test_trls_grpo_trainer_in_the_environment_logs_the_rewards_rubricsvc_score_g
 ) -> None:
     require_module("trl", "trainer")
     require_module("bm25s", "trainer")
-    model_dir = prepared_model_dir()
+    model_dir = tiny_model_dir()
     approve_rubrics(sqlite_url, *_rubrics(TASK))
+    add_tiny_judge(sqlite_url, tmp_path, JUDGE)
     config = {
         "name": "agent",
         "policy": str(model_dir),
@@ -65,7 +69,7 @@ def test_trls_grpo_trainer_in_the_environment_logs_the_rewards_rubricsvc_score_g
         "agent": {
             "options": {"corpus": str(EXAMPLE / "corpus.jsonl"), "tool_budget": 2},
         },
-        "reward": {"judge": "embedded", "mode": "criterion-prob", "rubric": "{prompt_id}/proxy"},
+        "reward": {"judge": JUDGE, "mode": "criterion-prob", "rubric": "{prompt_id}/proxy"},
         "grpo": {
             "num_generations": 2,
             "per_device_train_batch_size": 2,

@@ -1,6 +1,9 @@
-"""GRPO on TRL with rubric rewards, end to end on CPU: the real SmolLM2-135M-Instruct as policy
-and as judge, a real migrated SQLite database, real TRL. Kept small (short completions, few
-steps, one torch thread: on a busy 2-core machine one thread is several times faster)."""
+"""GRPO on TRL with rubric rewards, end to end on CPU: a real migrated SQLite database, real TRL,
+and as policy a tiny random model of SmolLM2-135M-Instruct's architecture and tokenizer
+(tests/tiny_model.py): these tests are about the loop, not what the policy says. The judge is
+the tiny one where only a criterion's verdict is needed, the embedded SmolLM2-135M where its
+text must parse (group mode's rankings) or the API serves it. Kept small (short completions,
+few steps, one torch thread: on a busy 2-core machine one thread is several times faster)."""
 
 from __future__ import annotations
 
@@ -14,7 +17,8 @@ import yaml
 from tests.cli_runner import run_cli
 from tests.helpers import check_criterion
 from tests.integration.test_trainer_rewards import seed
-from tests.requirements import prepared_model_dir, require_module
+from tests.requirements import require_module
+from tests.tiny_model import add_tiny_judge, tiny_model_dir
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
@@ -48,16 +52,19 @@ def _load_weights(folder: Path) -> dict[str, Any]:
     return weights
 
 
-@pytest.mark.slow(seconds=75)
 def test_rubricsvc_train_runs_grpo_and_the_policy_changes(sqlite_url: str, tmp_path: Path) -> None:
+    """The loop, not what the models say: tiny random models of the embedded model's
+    architecture as policy and judge (tests/tiny_model.py), whose replies end at varied lengths
+    and whose verdicts differ between them, so the rewards of a group differ."""
     require_module("trl", "trainer")
-    model_dir = prepared_model_dir()
+    model_dir = tiny_model_dir()
     seed(sqlite_url, GREETING, HELD_OUT)
+    judge = add_tiny_judge(sqlite_url, tmp_path)
     config = {
         "name": "five",
         "policy": str(model_dir),
         "prompts": ["grpo-greet"],
-        "reward": {"judge": "embedded"},  # SmolLM2-135M judges the judge criterion
+        "reward": {"judge": judge},  # the tiny judge judges the judge criterion
         "grpo": {
             "num_generations": 4,
             "per_device_train_batch_size": 4,
@@ -69,7 +76,7 @@ def test_rubricsvc_train_runs_grpo_and_the_policy_changes(sqlite_url: str, tmp_p
             "gold": {
                 # Each prompt's own rubric: grpo/held-out for the held-out prompt and, for the
                 # training completions scored every step, the training rubric itself.
-                "scorer": {"judge": "embedded"},
+                "scorer": {"judge": judge},
                 "prompts": ["grpo-team"],
                 "every": 5,
             }
@@ -85,7 +92,9 @@ def test_rubricsvc_train_runs_grpo_and_the_policy_changes(sqlite_url: str, tmp_p
     assert result.code == 0, result.stderr[-3000:]
     assert "beta=0.0" in result.stdout and "epsilon_high=0.28" in result.stdout
     # The reward, its monitors and the gold scorer name one judge: its model is loaded once.
-    assert "judge models loaded in this process: 1" in result.stdout + result.stderr
+    assert "judge models loaded in this process: 1" in result.stdout + result.stderr, result.stdout[
+        -600:
+    ]
 
     run = tmp_path / "runs" / "five"
     resolved = yaml.safe_load((run / "config.yaml").read_text())
@@ -133,7 +142,7 @@ def test_a_masked_score_reaches_trl_as_none_and_is_left_out_of_the_loss(
     from trainer.config import ScorerSettings
     from trainer.rewards import AsyncRubricReward
 
-    model_dir = prepared_model_dir()
+    model_dir = tiny_model_dir()  # the policy: what it says is not under test
     seed(sqlite_url, GREETING, STORM)
     torch.set_num_threads(1)
     # The judge of this run always fails: the storm rubric (a judged criterion only) is
@@ -229,7 +238,7 @@ def test_rubricsvc_train_rewards_a_step_with_group_mode(sqlite_url: str, tmp_pat
     from rubricsvc.models import Completion, JudgeConfig, Judgment, Score
     from tests.helpers import read_database
 
-    model_dir = prepared_model_dir()
+    model_dir = tiny_model_dir()  # the policy: what it says is not under test
     seed(sqlite_url, GREETING)
     config = {
         "name": "group",
@@ -294,7 +303,7 @@ def test_trls_grpo_trainer_with_the_async_reward_over_http_gets_the_apis_rewards
     from trainer.config import ScorerSettings, ScorerVia
     from trainer.rewards import AsyncRubricReward
 
-    model_dir = prepared_model_dir()
+    model_dir = tiny_model_dir()  # the policy: what it says is not under test
     seed(sqlite_url, GREETING)
     torch.set_num_threads(1)
     received: list[tuple[str, float | None]] = []

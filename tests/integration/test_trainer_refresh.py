@@ -1,5 +1,6 @@
-"""Judge refresh in a real ``rubricsvc train`` run on CPU: the bundled model as policy and
-judge, GRPO on TRL, the run's own completions labelled by the gold checks, a student distilled
+"""Judge refresh in a real ``rubricsvc train`` run on CPU: tiny random models of the embedded
+model's architecture as policy and judge (tests/tiny_model.py: the swap is under test, not what
+either says), GRPO on TRL, the run's own completions labelled by the gold checks, a student distilled
 by ``judges distill`` and gated. Two tiny runs (3 steps, one refresh at step 2, a one-step
 student) whose gates are decided by their thresholds, not by what the student learned: one
 that every student passes (the gain's interval above -1), one that none can (an agreement of
@@ -28,12 +29,14 @@ from rubricsvc.models import (
 from tests.cli_runner import run_cli
 from tests.helpers import check_criterion, read_database
 from tests.integration.test_trainer_rewards import seed
-from tests.requirements import prepared_model_dir, require_module
+from tests.requirements import require_module
+from tests.tiny_model import add_tiny_judge, tiny_model_dir
 from trainer.refresh import label_balance
 from trainer.report import compare_runs
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
+JUDGE = "tiny"
 HELLO = {"type": "contains", "text": "hello"}
 FRIEND = {"type": "regex", "pattern": "(?i)friend"}
 WIND = {"type": "contains", "text": "wind"}
@@ -61,9 +64,9 @@ def _rubrics() -> list[dict[str, Any]]:
 def _config(tmp_path: Path, name: str, gate: dict[str, float]) -> Path:
     config = {
         "name": name,
-        "policy": str(prepared_model_dir()),
+        "policy": str(tiny_model_dir()),
         "prompts": ["rf-greet", "rf-storm"],
-        "reward": {"judge": "embedded", "rubric": "{prompt_id}/proxy"},
+        "reward": {"judge": JUDGE, "rubric": "{prompt_id}/proxy"},
         "grpo": {
             "num_generations": 2,
             "per_device_train_batch_size": 4,
@@ -72,7 +75,7 @@ def _config(tmp_path: Path, name: str, gate: dict[str, float]) -> Path:
         },
         "monitors": {
             "gold": {
-                "scorer": {"judge": "embedded", "rubric": "{prompt_id}/gold"},
+                "scorer": {"judge": JUDGE, "rubric": "{prompt_id}/gold"},
                 "prompts": ["rf-team"],
                 "every": 3,
             }
@@ -134,7 +137,7 @@ def _check_refresh(run: Path, database_url: str, decision: str, swapped: bool) -
     (refresh,) = _lines(run / "refreshes.jsonl")
     assert refresh["step"] == 2 and refresh["labeller"] == "gold"
     assert refresh["decision"] == decision and refresh["swapped"] is swapped
-    assert refresh["judge_before"]["judge"] == "embedded"
+    assert refresh["judge_before"]["judge"] == JUDGE
     student = refresh["student"]
     assert student["judge"] == f"{run.name}-refresh-2"
     gate = refresh["gate"]
@@ -180,6 +183,7 @@ def test_a_refresh_swaps_the_judge_only_when_its_gate_passes(
 ) -> None:
     require_module("trl", "trainer")
     seed(sqlite_url, *_rubrics())
+    add_tiny_judge(sqlite_url, tmp_path, JUDGE)
 
     # Checked before the next run: with the same seed, both runs write the same completions
     # up to the refresh, and the same policy update makes their step 3 alike too.

@@ -86,7 +86,7 @@ def _config(tiny: Path, output_dir: Path) -> dict[str, Any]:
     }
 
 
-@pytest.mark.slow(seconds=120)
+@pytest.mark.slow(seconds=30)
 def test_an_evolving_pool_run_re_runs_to_the_digit_under_another_hash_seed(
     sqlite_url: str, tmp_path: Path
 ) -> None:

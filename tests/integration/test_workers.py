@@ -30,6 +30,7 @@ from rubricsvc.models import (
 )
 from tests.cli_runner import CliResult
 from tests.requirements import require_module
+from tests.tiny_model import tiny_judge_dir
 from tests.workers_harness import (
     Cluster,
     MakeCluster,
@@ -39,7 +40,6 @@ from tests.workers_harness import (
     load_examples,
     private_postgres,
     private_redis,
-    require_embedded_model,
     score_via_celery,
     seed,
     tally,
@@ -279,10 +279,11 @@ def _snapshot(url: str) -> tuple[object, ...]:
 def test_failing_backend_calls_end_as_failed_judgments_never_as_scores(
     make_cluster: MakeCluster,
 ) -> None:
-    """The real model behind a fault injector failing 30% of requests at random."""
-    require_embedded_model()
+    """A model behind a fault injector failing 30% of requests at random: the tiny judge of the
+    embedded model's architecture (tests/tiny_model.py), read by the transformers backend."""
     flaky = JudgeSpec(
         name="flaky",
+        model=str(tiny_judge_dir()),
         backend="faulty",
         backend_options={"inner": "transformers", "failure_rate": 0.3, "seed": 11},
         retries=1,
@@ -352,17 +353,19 @@ def _assert_failures_are_masked(
 def test_in_process_and_celery_scores_are_identical(
     make_cluster: MakeCluster, make_postgres_database: Callable[[], str]
 ) -> None:
-    """The same examples scored by the embedded model in this process and on a worker."""
-    require_embedded_model()
+    """The same examples scored by the same model in this process and on a worker: the tiny
+    judge of the embedded model's architecture (tests/tiny_model.py), read by the transformers
+    backend as the embedded one is; the two paths are under test, not its verdicts."""
+    judge = JudgeSpec(name="tiny", backend="transformers", model=str(tiny_judge_dir()))
     inprocess = make_cluster("redis")
-    load_examples(inprocess)
-    local = inprocess.cli("score", "--judge", "embedded", "--via", "inprocess", "--json")
+    load_examples(inprocess, (judge,))
+    local = inprocess.cli("score", "--judge", judge.name, "--via", "inprocess", "--json")
     assert local.code == 0, local.stderr
 
     remote_cluster = make_cluster("redis")
-    load_examples(remote_cluster)
-    remote_cluster.start_worker("embedded").wait_ready(timeout=120)
-    remote = score_via_celery(remote_cluster, judge="embedded")
+    load_examples(remote_cluster, (judge,))
+    remote_cluster.start_worker(judge.name).wait_ready(timeout=120)
+    remote = score_via_celery(remote_cluster, judge=judge.name)
 
     def by_completion(result: CliResult) -> dict[str, tuple[object, ...]]:
         report = result.json()
