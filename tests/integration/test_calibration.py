@@ -1,6 +1,8 @@
-"""``rubricsvc judges calibrate`` on the real embedded judge and a few HealthBench records: the
-map is fitted on some prompts and measured on the others, the calibrated judge is a new config
-holding the map, and its verdicts are the map of the judge's own values."""
+"""``rubricsvc judges calibrate`` on a few HealthBench records: the map is fitted on some prompts
+and measured on the others, the calibrated judge is a new config holding the map, and its
+verdicts are the map of the judge's own values. The judge calibrated is the tiny one of the
+embedded model's architecture (tests/tiny_model.py): the calibration is under test, not the
+judge's figures."""
 
 from __future__ import annotations
 
@@ -11,17 +13,16 @@ import pytest
 from sqlalchemy import select
 
 from rubricsvc.judging.calibration import CalibrationMap
-from rubricsvc.judging.config import BUILTIN_JUDGES
 from rubricsvc.models import Judgment, JudgmentStatus, Label
 from rubricsvc.scoring.judge_configs import latest_judge_config, stored_spec
 from tests.cli_runner import cli_error, cli_ok
 from tests.helpers import read_database
-from tests.requirements import prepared_model_dir
+from tests.tiny_model import add_tiny_judge
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data/healthbench_m42_sample/data/sample"
-# Records with short conversations and few criteria (25 labels on 6 prompts), so the 135M judge
-# gets through them, twice, in about a minute on a CPU.
+# Records with short conversations and few criteria (25 labels on 6 prompts).
 RECORDS = (60, 21, 31, 85, 2, 87)
+JUDGE = "tiny"
 
 
 def _import_labels(tmp_path: Path, database_url: str) -> None:
@@ -47,13 +48,13 @@ def test_a_judge_of_another_mode_is_refused(sqlite_url: str, tmp_path: Path) -> 
 @pytest.mark.model
 @pytest.mark.slow
 def test_calibrate_stores_a_calibrated_judge(sqlite_url: str, tmp_path: Path) -> None:
-    prepared_model_dir()
     _import_labels(tmp_path, sqlite_url)
+    add_tiny_judge(sqlite_url, tmp_path, JUDGE)
     report = cli_ok(
         "judges",
         "calibrate",
         "--judge",
-        "embedded",
+        JUDGE,
         "--labels",
         "healthbench-grader",
         "--method",
@@ -82,11 +83,12 @@ def test_calibrate_stores_a_calibrated_judge(sqlite_url: str, tmp_path: Path) ->
     # A new judge config whose hash covers the map.
     calibration = CalibrationMap.model_validate(report["calibration"])
     name = report["calibrated_judge"]["name"]
-    assert name == "embedded-calibrated"
-    assert report["use"] == "rubricsvc score --judge embedded-calibrated"
+    assert name == f"{JUDGE}-calibrated"
+    assert report["use"] == f"rubricsvc score --judge {JUDGE}-calibrated"
     row = read_database(sqlite_url, lambda s: latest_judge_config(s, name))
+    plain_row = read_database(sqlite_url, lambda s: latest_judge_config(s, JUDGE))
     assert row.config_hash == report["calibrated_judge"]["config_hash"]
-    assert row.config_hash != BUILTIN_JUDGES["embedded"].config_hash()
+    assert row.config_hash != plain_row.config_hash
     assert stored_spec(row).calibration == calibration
     assert row.settings["hashed"]["calibration"] == calibration.model_dump()
     assert row.settings["origin"]["calibrated"]["after"]["ece"] == report["after"]["ece"]
@@ -113,7 +115,6 @@ def test_calibrate_stores_a_calibrated_judge(sqlite_url: str, tmp_path: Path) ->
             j.criterion_id: j for j in read_database(sqlite_url, lambda s: list(s.scalars(query)))
         }
 
-    plain_row = read_database(sqlite_url, lambda s: latest_judge_config(s, "embedded"))
     calibrated, plain = judgments(row.id), judgments(plain_row.id)
     assert calibrated and set(calibrated) == set(plain)
     for criterion_id, judgment in calibrated.items():

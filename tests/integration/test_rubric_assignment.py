@@ -4,8 +4,10 @@ judge, and a shared `--rubric` never widens the selection.
 
 The data: the Auto-J scenario rubrics (tests/data/autoj) and 20 PandaLM pairs turned into 40
 completions that name their scenario rubric (tests/data/pandalm_autoj, see its SOURCE.txt).
-The 40-completion run is scored by the embedded model (one model load for all 40, counted),
-and by a scripted judge on each database, where the selection and counts are what is tested.
+Four prompts' pairs are scored by a model judge (one model load for all, counted): the tiny one
+of the embedded model's architecture (tests/tiny_model.py), whose forward pass the rubrics'
+long prompts cost milliseconds; the 40-completion run by a scripted judge on each database,
+where the selection and counts are what is tested.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from rubricsvc.models import Completion, Judgment, Prompt, RubricAssignment, Rub
 from rubricsvc.scoring.selection import Selection, select_work
 from tests.cli_runner import cli_error, cli_ok, run_cli
 from tests.helpers import add_scripted_judge
+from tests.tiny_model import add_tiny_judge
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 AUTOJ = DATA / "autoj"
@@ -43,28 +46,28 @@ def _count(url: str, model: type) -> int:
         engine.dispose()
 
 
-# The embedded model's share of the forty pairs: the first pair of each of the first four
+# The model judge's share of the forty pairs: the first pair of each of the first four
 # rubrics in the file. What the forty check beyond the model (selection, dry runs, the cache,
 # one invocation for every rubric version) does not depend on the judge: the scripted judge's
-# test below checks it on each database, at a fifth of the embedded model's cost.
-EMBEDDED_PROMPTS = ("pandalm/0", "pandalm/4", "pandalm/6", "pandalm/16")
+# test below checks it on each database.
+MODEL_PROMPTS = ("pandalm/0", "pandalm/4", "pandalm/6", "pandalm/16")
 
 
 @pytest.mark.model
-@pytest.mark.slow(seconds=35)
-def test_the_embedded_model_scores_pairs_under_four_rubrics_in_one_run(
+def test_a_model_judge_scores_pairs_under_four_rubrics_in_one_run(
     sqlite_url: str, tmp_path: Path
 ) -> None:
-    """The embedded model scores four prompts' pairs, each under its own Auto-J rubric, in one
+    """A model judge scores four prompts' pairs, each under its own Auto-J rubric, in one
     invocation with one model load: every score ok and in [0, 1]; then all from the cache."""
     url = sqlite_url
+    judge = add_tiny_judge(url, tmp_path)
     cli_ok("rubrics", "import", "--format", "autoj", str(AUTOJ), database_url=url)
     cli_ok("completions", "add", str(PAIRS / "completions.jsonl"), database_url=url)
-    chosen = [r for r in _records() if r["prompt_external_id"] in EMBEDDED_PROMPTS]
+    chosen = [r for r in _records() if r["prompt_external_id"] in MODEL_PROMPTS]
     expected = {r["external_id"]: f"{r['rubric']}@1" for r in chosen}
     assert len(chosen) == 8 and len(set(expected.values())) == 4
-    flags = [flag for prompt in EMBEDDED_PROMPTS for flag in ("--prompt", prompt)]
-    command = ("score", "--judge", "embedded", "--include-drafts", *flags, "--json")
+    flags = [flag for prompt in MODEL_PROMPTS for flag in ("--prompt", prompt)]
+    command = ("score", "--judge", judge, "--include-drafts", *flags, "--json")
     run = cli_ok(*command, database_url=url).json()
     assert run["model_loads"] == 1 and run["failed"] == 0
     assert run["computed"] == run["judgments"] > 0 and run["cached"] == 0

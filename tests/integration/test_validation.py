@@ -26,7 +26,7 @@ from rubricsvc.models import (
 from rubricsvc.validation.metrics import majority
 from tests.cli_runner import cli_error, cli_ok
 from tests.helpers import read_database
-from tests.requirements import prepared_model_dir
+from tests.tiny_model import add_tiny_judge
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 PANDALM = DATA / "pandalm"
@@ -112,20 +112,22 @@ def test_the_bootstrap_resamples_prompts(sqlite_url: str) -> None:
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_the_embedded_judge_compares_pairs_in_both_orders(sqlite_url: str, tmp_path: Path) -> None:
+def test_a_model_judge_compares_pairs_in_both_orders(sqlite_url: str, tmp_path: Path) -> None:
     """Pairwise mode on labelled PandaLM pairs: both orders judged and stored; position
-    consistency and agreement recomputed from the stored judgments."""
-    prepared_model_dir()
+    consistency and agreement recomputed from the stored judgments. The judge is the tiny one
+    of the embedded model's architecture (tests/tiny_model.py; its head gives the pairwise
+    choices 1, 2 and 0 graded probabilities): the bookkeeping is under test, not its verdicts."""
+    name = add_tiny_judge(sqlite_url, tmp_path)
     folder = _pandalm_slice(tmp_path / "pandalm", 8)
     cli_ok("labels", "import", "pandalm", str(folder), database_url=sqlite_url)
     report = _evaluate(
-        sqlite_url, "--judge", "embedded", "--mode", "pairwise", "--labels", "pandalm-human"
+        sqlite_url, "--judge", name, "--mode", "pairwise", "--labels", "pandalm-human"
     )
     assert report["n_labelled"] == 8 and report["mode"] == "pairwise"
 
     def recompute(session: Session) -> tuple[int, int, int, int]:
         judge = session.scalars(
-            select(JudgeConfig).where(JudgeConfig.name == "embedded:pairwise")
+            select(JudgeConfig).where(JudgeConfig.name == f"{name}:pairwise")
         ).one()
         version = session.scalars(select(RubricVersion)).one()  # pandalm/general
         labels = list(session.scalars(select(Label)))
@@ -180,7 +182,7 @@ def test_the_embedded_judge_compares_pairs_in_both_orders(sqlite_url: str, tmp_p
     assert judgments <= 16  # one judgment per distinct ordered pair, repeats shared
 
     again = _evaluate(
-        sqlite_url, "--judge", "embedded", "--mode", "pairwise", "--labels", "pandalm-human"
+        sqlite_url, "--judge", name, "--mode", "pairwise", "--labels", "pandalm-human"
     )
     assert again["correct"] == report["correct"]
     assert read_database(sqlite_url, recompute)[3] == judgments  # all from the cache

@@ -1,7 +1,8 @@
-"""`rubricsvc judges evaluate` with pointwise and scalar labels: the embedded judge measured
-against them through the real command, every figure recomputed from stored rows. (Pairwise
-labels and the published PandaLM verdicts: test_validation.py; a module of its own, so that
-the two minutes of judging here run beside those.)"""
+"""`rubricsvc judges evaluate` with pointwise and scalar labels: a probability judge measured
+against them through the real command, every figure recomputed from stored rows. The judge is
+the tiny one of the embedded model's architecture (tests/tiny_model.py): the measurement is
+under test, not the judge's figures (the embedded judge's own are in docs/validation.md).
+(Pairwise labels and the published PandaLM verdicts: test_validation.py.)"""
 
 from __future__ import annotations
 
@@ -16,15 +17,17 @@ from rubricsvc.models import JudgeConfig, Judgment, JudgmentStatus, Label
 from tests.cli_runner import EXAMPLES, add_examples, cli_ok
 from tests.helpers import read_database
 from tests.integration.test_validation import HEALTHBENCH_FILE, _evaluate
-from tests.requirements import prepared_model_dir
+from tests.tiny_model import add_tiny_judge
+
+JUDGE = "tiny"
 
 
 @pytest.mark.model
 @pytest.mark.slow
 def test_pointwise_labels_measure_a_probability_judge(sqlite_url: str, tmp_path: Path) -> None:
-    """The HealthBench grader's verdicts as labels, the embedded judge's probabilities against
-    them: accuracy, kappa, F1 and ECE over the judged items, and a report folder with plots."""
-    prepared_model_dir()
+    """The HealthBench grader's verdicts as labels, a judge's probabilities against them:
+    accuracy, kappa, F1 and ECE over the judged items, and a report folder with plots."""
+    add_tiny_judge(sqlite_url, tmp_path, JUDGE)
     lines = HEALTHBENCH_FILE.read_text(encoding="utf-8").splitlines()[:2]
     sample = tmp_path / "judge_responses.jsonl"
     sample.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -34,7 +37,7 @@ def test_pointwise_labels_measure_a_probability_judge(sqlite_url: str, tmp_path:
         "judges",
         "evaluate",
         "--judge",
-        "embedded",
+        JUDGE,
         "--labels",
         "healthbench-grader",
         "--json",
@@ -48,7 +51,7 @@ def test_pointwise_labels_measure_a_probability_judge(sqlite_url: str, tmp_path:
 
     def pairs(session: Session) -> list[tuple[float, float | None]]:
         labels = list(session.scalars(select(Label)))
-        judge = session.scalars(select(JudgeConfig).where(JudgeConfig.name == "embedded")).one()
+        judge = session.scalars(select(JudgeConfig).where(JudgeConfig.name == JUDGE)).one()
         found = []
         for label in labels:
             judgment = session.scalars(
@@ -80,7 +83,7 @@ def test_pointwise_labels_measure_a_probability_judge(sqlite_url: str, tmp_path:
 @pytest.mark.slow
 def test_scalar_labels_correlate_with_scores(sqlite_url: str, tmp_path: Path) -> None:
     """Scores on a 1-5 scale against the judge's scores: correlations over judged items."""
-    prepared_model_dir()
+    add_tiny_judge(sqlite_url, tmp_path, JUDGE)
     add_examples(sqlite_url)
     scores = {"demo-strong": 5, "demo-medium": 3, "demo-weak": 1}
     lines = (EXAMPLES / "completions.jsonl").read_text(encoding="utf-8").splitlines()
@@ -106,7 +109,7 @@ def test_scalar_labels_correlate_with_scores(sqlite_url: str, tmp_path: Path) ->
     cli_ok(
         "labels", "import", "jsonl", str(labels), "--name", "demo-scalar", database_url=sqlite_url
     )
-    report = _evaluate(sqlite_url, "--judge", "embedded", "--labels", "demo-scalar")
+    report = _evaluate(sqlite_url, "--judge", JUDGE, "--labels", "demo-scalar")
     assert report["kind"] == "scalar"
     assert report["n_labelled"] == sum(1 for r in records if r["source"] in scores)
     for name in ("pearson", "spearman", "kendall"):
