@@ -532,6 +532,7 @@ def contrast_report(
     """Per criterion: its yes and no labels on each side (training before and after balancing),
     and whether it has contrast (both values); the share of criteria that have."""
     before, after, held = _counts(train), _counts(kept), _counts(test)
+    prompt_of = {i.criterion_id: i.prompt_id for i in [*train, *test]}
     rows = []
     for criterion_id in sorted(set(before) | set(held)):
         criterion = labelled.criteria[criterion_id]
@@ -540,7 +541,7 @@ def contrast_report(
         rows.append(
             {
                 "criterion_id": criterion_id,
-                "prompt": _criterion_prompt(labelled, criterion_id, train, test),
+                "prompt": _prompt_name(labelled.prompts[prompt_of[criterion_id]]),
                 "text": criterion.text,
                 "side": "+".join(sides),
                 "train_before": _yes_no(before.get(criterion_id)),
@@ -557,13 +558,6 @@ def contrast_report(
         "contrast_share": round(with_contrast / len(rows), 4) if rows else 0.0,
         "one_valued": [row["criterion_id"] for row in rows if row["one_valued"]],
     }
-
-
-def _criterion_prompt(
-    labelled: Labelled, criterion_id: int, train: Sequence[Item], test: Sequence[Item]
-) -> str:
-    prompt_id = next(i.prompt_id for i in [*train, *test] if i.criterion_id == criterion_id)
-    return _prompt_name(labelled.prompts[prompt_id])
 
 
 def _yes_no(counts: Counter[bool] | None) -> dict[str, int]:
