@@ -8,6 +8,7 @@ import typer
 
 from rubricsvc.cli.context import CliExit, console, db_session
 from rubricsvc.cli.importing import print_report, stored_counts
+from rubricsvc.cli.labels_build import labels_build
 from rubricsvc.cli.render import build_table, dumps
 from rubricsvc.importers.healthbench import LABEL_SET as HEALTHBENCH_LABEL_SET
 from rubricsvc.importers.healthbench import import_healthbench_labels
@@ -141,3 +142,6 @@ def labels_show(
                 + (f"{agreement:.2%}" if agreement is not None else "n/a (one labeller each)")
             )
     console.print("\n".join(lines), soft_wrap=True, markup=False)
+
+
+labels_app.command("build")(labels_build)

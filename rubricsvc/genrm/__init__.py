@@ -1,0 +1,1 @@
+"""Training data for a generative reward model: criterion-level labels with contrast."""
