@@ -287,10 +287,6 @@ class JurySpec(BaseModel):
                 )
         return self
 
-    def adapter_sha256(self) -> str | None:
-        """The sha256 of the adapter's files when the spec was validated (None: no adapter)."""
-        return self._adapter_sha256
-
     def hashed_settings(self) -> dict[str, Any]:
         return {
             # Each sample is a judge config of its own (its seed): the jury is exactly them.
