@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from rubricsvc.errors import ValidationFailed
@@ -32,3 +34,15 @@ def content_hash(value: Any) -> str:
             f"cannot hash: {describe_refusal(refusal) if refusal else 'text is not Unicode'}"
         ) from None
     return hashlib.sha256(data).hexdigest()
+
+
+def files_sha256(paths: Iterable[Path]) -> str:
+    """Hex sha256 over each file's name and bytes, in the order given: what a folder of
+    weights holds, so equal files hash equal wherever the folder is."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.name.encode())
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()

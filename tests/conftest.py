@@ -165,7 +165,9 @@ def _model_loads_need_the_model_mark() -> Iterator[None]:
     def checked(original: Any, loads: Any) -> Any:
         def init(self: Any, *args: Any, **kwargs: Any) -> None:
             uses("model")
-            with loads():
+            # An adapter is merged into the weights it loads: they must be its own, never the
+            # cached base another backend serves.
+            with contextlib.nullcontext() if kwargs.get("adapter") else loads():
                 original(self, *args, **kwargs)
 
         return init

@@ -9,7 +9,8 @@ are answered from this process's cache, keyed by the folder, its files' sizes an
 times, and the call's arguments. Everything else the backend does when made (placement, choice
 tokens, the run's count of model loads) runs as before. What is trained (the trainer's policy,
 a distilled student) is loaded outside a backend's construction and never comes from here; so
-is anything another thread loads meanwhile.
+is anything another thread loads meanwhile, and the model of a backend made with an adapter,
+which merging writes into.
 """
 
 from __future__ import annotations

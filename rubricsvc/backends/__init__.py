@@ -12,6 +12,7 @@ from rubricsvc.backends.registry import (
     RegisteredBackend,
     backend_names,
     backends_that,
+    check_adapter_backend,
     find_backend,
     get_backend,
     hashed_backend_options,
@@ -20,6 +21,7 @@ from rubricsvc.backends.registry import (
     places_model,
     register_backend,
     replays_only,
+    takes_adapter,
 )
 
 # The built-in backends, registered as a plugin's are; their modules are imported on first use.
@@ -29,6 +31,7 @@ register_backend(
     runs_embedded_model=True,
     loads_model_in_process=True,
     places_model=True,
+    takes_adapter=True,
     operational_options=("batch_size", "prefix_reuse", "threads", "token_budget"),
 )
 register_backend(
@@ -74,11 +77,16 @@ class BackendChoice(Protocol):
 
 
 def backend_from_spec(spec: BackendChoice, model_dir: str | Path | None = None) -> JudgeBackend:
-    """The backend ``spec`` names, configured with its model and options (``model_dir``: see
-    ``create_backend``)."""
+    """The backend ``spec`` names, configured with its model, adapter and options
+    (``model_dir``: see ``create_backend``). A judge's adapter on a backend that cannot apply
+    one is refused: served without it, the base would answer under the adapter's config hash."""
     options = dict(spec.backend_options)
     if spec.model is not None:
         options["model"] = spec.model
+    adapter = getattr(spec, "adapter", None)  # a judge's; a generator has none
+    check_adapter_backend(str(getattr(spec, "name", "")), spec.backend, adapter)
+    if adapter is not None:
+        options["adapter"] = adapter
     return create_backend(spec.backend, model_dir=model_dir, **options)
 
 
@@ -92,6 +100,7 @@ __all__ = [
     "backend_from_spec",
     "backend_names",
     "backends_that",
+    "check_adapter_backend",
     "create_backend",
     "find_backend",
     "get_backend",
@@ -101,4 +110,5 @@ __all__ = [
     "places_model",
     "register_backend",
     "replays_only",
+    "takes_adapter",
 ]

@@ -50,7 +50,7 @@ def config_key(spec: Any) -> str:
 
 
 def loaded_backend_key(spec: BackendChoice) -> str:
-    """One backend per thing loaded: the backend, its model and options (what
+    """One backend per thing loaded: the backend, its model, adapter and options (what
     ``backend_from_spec`` builds from), so configs that differ only in how they use the model
     (mode, template, sampling, or drafting rubrics instead of judging) share it."""
     return content_hash(
@@ -58,12 +58,20 @@ def loaded_backend_key(spec: BackendChoice) -> str:
             "backend": spec.backend,
             "model": spec.model,
             "revision": getattr(spec, "revision", None),
+            # An adapter is merged into the model it loads: by its contents, as the config
+            # hash has it, so a judge with one never shares the base's backend.
+            "adapter": _adapter_hash(spec),
             # ``device`` and ``dtype`` as resolved: ``auto`` and what it names load one model.
             "backend_options": loaded_options(
                 places_model(spec.backend), dict(spec.backend_options)
             ),
         }
     )
+
+
+def _adapter_hash(spec: BackendChoice) -> str | None:
+    hashed = getattr(spec, "adapter_sha256", None)  # a judge's; a generator has no adapter
+    return hashed() if callable(hashed) else None
 
 
 class KeptView:

@@ -42,6 +42,9 @@ class RegisteredBackend:
     # Takes ``device`` and ``dtype`` options (``placement``): hashed as they resolve on the
     # machine that hashes (never ``auto``), since precision changes verdicts.
     places_model: bool = False
+    # Applies a judge's LoRA ``adapter`` (a folder) to its model; a judge with an adapter is
+    # refused by every other backend, which would serve the base without it.
+    takes_adapter: bool = False
     # Options that change speed or plumbing but never a verdict: not hashed into a config.
     operational_options: frozenset[str] = frozenset()
 
@@ -65,6 +68,7 @@ def register_backend(
     loads_model_in_process: bool = False,
     replays_only: bool = False,
     places_model: bool = False,
+    takes_adapter: bool = False,
     operational_options: Iterable[str] = (),
 ) -> RegisteredBackend:
     """Make a backend known as ``name`` (a name registered again is replaced). ``factory`` is
@@ -82,6 +86,7 @@ def register_backend(
         loads_model_in_process=loads_model_in_process,
         replays_only=replays_only,
         places_model=places_model,
+        takes_adapter=takes_adapter,
         operational_options=frozenset(operational_options),
     )
     _BACKENDS[name] = registered
@@ -144,6 +149,24 @@ def places_model(name: str) -> bool:
     registered: its options are hashed as given)."""
     registered = _BACKENDS.get(name)
     return registered is not None and registered.places_model
+
+
+def takes_adapter(name: str) -> bool:
+    """Whether backend ``name`` applies a judge's LoRA adapter (False for a name not
+    registered)."""
+    registered = _BACKENDS.get(name)
+    return registered is not None and registered.takes_adapter
+
+
+def check_adapter_backend(judge: str, backend: str, adapter: str | None) -> None:
+    """Refuse, in one line naming ``judge``, an adapter on a backend that cannot apply one."""
+    if adapter is None or takes_adapter(backend):
+        return
+    takers = ", ".join(b for b in _BACKENDS if _BACKENDS[b].takes_adapter) or "none"
+    raise ValidationFailed(
+        f"judge {judge!r} has an adapter ({adapter}), which backend {backend!r} cannot apply: "
+        f"serve it with a backend that takes one ({takers}), or merge it into a model folder"
+    )
 
 
 def hashed_backend_options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ Choice probabilities come from one forward pass. Requests that share a ``group``
 their long prefix (the judged prompt and response, then one criterion each): the prefix's
 key/value cache is computed once and reused for every criterion of the group. Generation
 requests with a ``json_schema`` are decoded to it (``guided``), as vLLM and OpenAI servers do.
+A judge's LoRA ``adapter`` is merged into the model when it loads (``adapters``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rubricsvc.backends.adapters import merge_adapter
 from rubricsvc.backends.base import BackendError, ContextLengthError
 from rubricsvc.backends.guided import GuidedDecoder
 from rubricsvc.backends.placement import resolve
@@ -63,6 +65,7 @@ class TransformersBackend:
         device: str = "auto",
         dtype: str = "auto",
         token_budget: int | None = None,
+        adapter: str | Path | None = None,
     ) -> None:
         torch, transformers = _import_torch()
         self._torch = torch
@@ -78,9 +81,13 @@ class TransformersBackend:
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(path)
         self.choices = ChoiceTokens(self.tokenizer, self.model)
         # float32 on the CPU (``auto``): bfloat16 output of small models degenerates there.
-        self.lm = transformers.AutoModelForCausalLM.from_pretrained(
+        lm = transformers.AutoModelForCausalLM.from_pretrained(
             path, dtype=getattr(torch, self.placement.dtype)
-        ).to(self.device)
+        )
+        if adapter is not None:
+            # Merged before the model moves to its device: one pass, then served as the base is.
+            lm = merge_adapter(lm, Path(adapter))
+        self.lm = lm.to(self.device)
         self.lm.eval()
         self._keeps_logits = "logits_to_keep" in inspect.signature(self.lm.forward).parameters
         self.batch_size = batch_size

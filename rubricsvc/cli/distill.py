@@ -120,6 +120,11 @@ def _print(report: dict[str, Any]) -> None:
         f"{training['examples']} examples ({training['left_out']} left out as too long), "
         f"{training['steps']} steps, {training['seconds']:.0f} s; run folder {report['run_dir']}"
     )
+    if training.get("adapter_bytes") is not None:
+        console.print(
+            f"LoRA adapter: {training['adapter_bytes'] / 1e6:.1f} MB in {training['model_dir']} "
+            "(served on the base model)"
+        )
     rows = [
         [
             role,

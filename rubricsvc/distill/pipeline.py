@@ -2,14 +2,14 @@
 
 The run folder holds everything needed to trust or repeat the run: ``run.json`` (the resolved
 settings, the source, the split and the data snapshot hash), ``examples.jsonl`` (each target
-and its side), ``metrics.jsonl`` and ``loss.png``, ``checkpoints/`` and the student ``model/``.
+and its side), ``metrics.jsonl`` and ``loss.png``, ``checkpoints/`` and the student ``model/``
+(a LoRA student's: its adapter alone, served on the base).
 A second run with the same folder and data resumes: from the last checkpoint while training,
 past training once the model is saved, past registration once the judge is stored.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from rubricsvc.backends.adapters import adapter_bytes
 from rubricsvc.distill.examples import (
     Source,
     Split,
@@ -38,6 +39,7 @@ from rubricsvc.distill.training import (
     train_student,
 )
 from rubricsvc.errors import ConflictError, ValidationFailed
+from rubricsvc.hashing import files_sha256
 from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec, VerdictMode
 from rubricsvc.models import JudgeConfig, JudgeGate, JudgeGateStatus
 from rubricsvc.scoring.judge_configs import ensure_judge_config, latest_judge_config, stored_spec
@@ -61,14 +63,7 @@ class DistillRequest:
 def weights_sha256(folder: Path) -> str:
     """The hash of a model folder's weight files: a judge config's revision, so retrained
     weights at the same path are another judge and no cached verdict is replayed for them."""
-    digest = hashlib.sha256()
-    files = sorted([*folder.glob("*.safetensors"), *folder.glob("*.bin")])
-    for path in files:
-        digest.update(path.name.encode())
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
+    return files_sha256(sorted([*folder.glob("*.safetensors"), *folder.glob("*.bin")]))
 
 
 def model_spec(name: str, folder: Path) -> JudgeSpec:
@@ -77,6 +72,19 @@ def model_spec(name: str, folder: Path) -> JudgeSpec:
         backend="transformers",
         model=str(folder.resolve()),
         revision=weights_sha256(folder),
+        mode=STUDENT_MODE.value,
+    )
+
+
+def adapter_spec(name: str, base: Path, adapter: Path) -> JudgeSpec:
+    """A LoRA student: the base model (pinned by its weights' hash) with the run's adapter,
+    which the config hash covers by its contents."""
+    return JudgeSpec(
+        name=name,
+        backend="transformers",
+        model=str(base.resolve()),
+        revision=weights_sha256(base),
+        adapter=str(adapter.resolve()),
         mode=STUDENT_MODE.value,
     )
 
@@ -144,13 +152,21 @@ def distill(
         training = {**asdict(result), "model_dir": str(result.model_dir)}
         plot_loss(request.run_dir / "metrics.jsonl", request.run_dir / "loss.png")
         (request.run_dir / "training.json").write_text(json.dumps(training, indent=2) + "\n")
-    student = model_spec(request.into, model_dir)
     base = _base_spec(session, request)
     lineage = {
         **run,
         "base_model": {"path": str(request.base.resolve()), "revision": base.revision},
         "training": training,
     }
+    if request.settings.lora is not None:
+        student = adapter_spec(request.into, request.base, model_dir)
+        lineage["adapter"] = {
+            "path": student.adapter,
+            "sha256": student.adapter_sha256(),
+            "bytes": adapter_bytes(model_dir),
+        }
+    else:
+        student = model_spec(request.into, model_dir)
     row = ensure_judge_config(session, student, origin={"distilled": lineage})
     if session.scalar(select(JudgeGate.id).where(JudgeGate.judge_config_id == row.id)) is None:
         session.add(JudgeGate(judge_config_id=row.id, status=JudgeGateStatus.CANDIDATE, report={}))
@@ -221,7 +237,7 @@ def _run_record(
             "test_targets": len(split.test),
         },
         "student_mode": STUDENT_MODE.value,
-        "settings": request.settings.model_dump(),
+        "settings": request.settings.recorded(),
     }
 
 

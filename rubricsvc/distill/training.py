@@ -10,6 +10,9 @@ position is the verdict's in every row of a batch.
 On a CPU a 135M model's backward pass through all layers costs ~3x its forward pass;
 ``trainable_layers`` trains only the top decoder layers (and the final norm), which makes
 training ~3x cheaper where every layer would be too slow.
+
+With ``lora`` the student is the frozen base with a LoRA adapter (peft), and the run saves
+the adapter alone: a judge of a few megabytes on a base every machine already has.
 """
 
 from __future__ import annotations
@@ -23,11 +26,29 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rubricsvc.backends.adapters import adapter_bytes
 from rubricsvc.distill.examples import NO, YES, Example
 from rubricsvc.errors import ValidationFailed, missing_extra
 from rubricsvc.fileformats import jsonl_lines
 
 Progress = Callable[[int, int], None]
+
+
+# The Llama architecture's attention and MLP projections (the bundled model's, and most
+# decoder-only models' in transformers): every linear layer of a decoder layer.
+LLAMA_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class LoraSettings(BaseModel):
+    """A LoRA student: the base stays frozen, a low-rank adapter on ``target_modules`` trains,
+    and the run saves the adapter alone (megabytes, where a full copy is the base's size)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    r: int = Field(default=8, ge=1)  # the adapter's rank: its size grows with it
+    alpha: float = Field(default=16.0, gt=0)  # the update is scaled by alpha / r
+    dropout: float = Field(default=0.05, ge=0, lt=1)
+    target_modules: tuple[str, ...] = Field(default=LLAMA_PROJECTIONS, min_length=1)
 
 
 class DistillSettings(BaseModel):
@@ -47,6 +68,9 @@ class DistillSettings(BaseModel):
     # the student still judges long prompts when it serves.
     max_length: int = Field(default=1024, ge=16)
     trainable_layers: int | None = Field(default=None, ge=1)  # None: every layer trains
+    # Set: the student is the base with a LoRA adapter, and only the adapter trains (on the
+    # top ``trainable_layers`` layers when that is set too).
+    lora: LoraSettings | None = None
     soft_targets: bool = True  # False: the teacher's P(met) rounded to 1 or 0
     seed: int = 0
     save_steps: int = Field(default=50, ge=1)
@@ -67,6 +91,14 @@ class DistillSettings(BaseModel):
     # completion per prompt, so no criterion can be contrasted. A judge refresh turns it on.
     within_criteria: bool = False
 
+    def recorded(self) -> dict[str, Any]:
+        """The settings as ``run.json`` records them: ``lora`` only when set, so a run folder
+        from before LoRA students still resumes."""
+        settings = self.model_dump()
+        if self.lora is None:
+            del settings["lora"]
+        return settings
+
 
 @dataclass(frozen=True)
 class TrainingResult:
@@ -77,6 +109,7 @@ class TrainingResult:
     seconds: float
     final_loss: float | None
     resumed_from: str | None
+    adapter_bytes: int | None = None  # a LoRA student's adapter on disk (None: a full model)
 
 
 def _imports() -> tuple[Any, Any, Any]:
@@ -146,7 +179,10 @@ def train_student(
     transformers.utils.logging.disable_progress_bar()
     transformers.set_seed(settings.seed)
     model = transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    _freeze_lower_layers(model, settings.trainable_layers)
+    if settings.lora is not None:
+        model = _with_adapter(model, settings.lora, settings.trainable_layers)
+    else:
+        _freeze_lower_layers(model, settings.trainable_layers)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
     from datasets import Dataset
@@ -208,6 +244,7 @@ def train_student(
     output = trainer.train(resume_from_checkpoint=last)
     seconds = time.monotonic() - started
     model_dir = run_dir / "model"
+    # A peft model saves its adapter alone (adapter_config.json, adapter_model.safetensors).
     trainer.save_model(str(model_dir))
     tokenizer.save_pretrained(str(model_dir))
     final_loss = output.training_loss if output is not None else None
@@ -219,7 +256,36 @@ def train_student(
         seconds,
         float(final_loss) if final_loss is not None else None,
         last,
+        adapter_bytes(model_dir) if settings.lora is not None else None,
     )
+
+
+def _with_adapter(model: Any, lora: LoraSettings, trainable: int | None) -> Any:
+    """``model`` frozen under a fresh LoRA adapter (only on the top ``trainable`` decoder
+    layers when given: the backward pass then stops there, as with a full student)."""
+    try:
+        import peft
+    except ImportError as err:
+        raise missing_extra(
+            err, "a LoRA student needs peft (the trainer extra)", "trainer"
+        ) from None
+    layers: list[int] | None = None
+    if trainable is not None:
+        count = int(model.config.num_hidden_layers)
+        layers = list(range(max(0, count - trainable), count))
+    config = peft.LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        layers_to_transform=layers,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    try:
+        return peft.get_peft_model(model, config)
+    except ValueError as err:  # e.g. target modules the model does not have
+        raise ValidationFailed(f"lora: {err}") from None
 
 
 def _freeze_lower_layers(model: Any, trainable: int | None) -> None:

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import enum
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from rubricsvc import neutral
-from rubricsvc.backends import hashed_backend_options, places_model
+from rubricsvc.backends import (
+    check_adapter_backend,
+    find_backend,
+    hashed_backend_options,
+    places_model,
+)
+from rubricsvc.backends.adapters import adapter_sha256
 from rubricsvc.backends.placement import check_options
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.hashing import content_hash
@@ -50,6 +57,9 @@ class JudgeSpec(BaseModel):
     backend: str = "transformers"
     model: str | None = None  # None: the backend's default (the embedded model)
     revision: str | None = None
+    # A LoRA adapter's folder (peft's save_pretrained), merged into the model when it loads;
+    # hashed by its files' contents (``adapter_sha256``), so it is part of the judge.
+    adapter: str | None = None
     mode: ModeName = VerdictMode.CRITERION_PROB.value
     template: str | None = None  # a bundled template name or a file path; None: the mode's
     max_tokens: int = Field(default=160, ge=1)  # for modes that decode
@@ -81,6 +91,7 @@ class JudgeSpec(BaseModel):
     # applied to every verdict; hashed when set, so an uncalibrated judge's hash is unchanged.
     calibration: CalibrationMap | None = None
     _template: PromptTemplate = PrivateAttr()
+    _adapter_sha256: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -110,6 +121,19 @@ class JudgeSpec(BaseModel):
                 check_options(options.get("device", "auto"), options.get("dtype", "auto"))
             except ValidationFailed as err:
                 raise ValueError(str(err)) from None
+        return self
+
+    @model_validator(mode="after")
+    def _adapter_is_readable(self) -> JudgeSpec:
+        # Hashed once, like the template is read once: the hash then never reads a file.
+        if self.adapter is None:
+            return self
+        try:
+            if find_backend(self.backend) is not None:  # a plugin's not loaded here: when built
+                check_adapter_backend(self.name, self.backend, self.adapter)
+            self._adapter_sha256 = adapter_sha256(Path(self.adapter))
+        except ValidationFailed as err:
+            raise ValueError(str(err)) from None
         return self
 
     @model_validator(mode="after")
@@ -145,6 +169,10 @@ class JudgeSpec(BaseModel):
         needs ``model_validate``, as ``with_mode`` does, not ``model_copy``)."""
         return self._template
 
+    def adapter_sha256(self) -> str | None:
+        """The sha256 of the adapter's files when the spec was validated (None: no adapter)."""
+        return self._adapter_sha256
+
     def hashed_settings(self) -> dict[str, Any]:
         """What determines a verdict: the config hash covers exactly this."""
         if self.jury is not None:
@@ -175,6 +203,8 @@ class JudgeSpec(BaseModel):
             # Only when set: every config without one keeps the hash it always had.
             **({"calibration": self.calibration.model_dump()} if self.calibration else {}),
             **({"reference": True} if self.reference else {}),
+            # The adapter's contents, not its path: what it makes the model say.
+            **({"adapter_sha256": self.adapter_sha256()} if self.adapter else {}),
         }
 
     def sampling(self) -> dict[str, Any]:

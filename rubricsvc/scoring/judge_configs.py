@@ -30,7 +30,7 @@ def to_row(spec: JudgeSpec, origin: dict[str, Any] | None = None) -> JudgeConfig
         name=spec.name,
         config_hash=spec.config_hash(),
         backend=spec.backend,
-        model=_model_label(spec)[:300],
+        model=_model_label(spec),
         revision=spec.revision,
         template_hash=settings.get("template_sha256"),
         verdict_mode=JURY_BACKEND if spec.jury is not None else spec.mode,
@@ -43,13 +43,20 @@ def to_row(spec: JudgeSpec, origin: dict[str, Any] | None = None) -> JudgeConfig
     )
 
 
-def _model_label(spec: JudgeSpec) -> str:
-    """What ``judges list`` shows as the model: a jury's members, combination and samples."""
+def _model_label(spec: JudgeSpec, model: str | None = None) -> str:
+    """What ``judges list`` shows as the model (``model``: another name of the same folder): a
+    jury's members, combination and samples; a judge's adapter, by its hash, so the weights
+    a gate holds for (``_same_weights``) are the base's and the adapter's together."""
     if spec.jury is None:
-        return spec.model or "(embedded)"
+        label = model or spec.model or "(embedded)"
+        hashed = spec.adapter_sha256()
+        if hashed is None:
+            return label[:300]
+        adapter = f" + adapter {hashed[:16]}"
+        return label[: 300 - len(adapter)] + adapter
     jury = spec.jury
     samples = f" x {jury.samples} samples" if jury.samples > 1 else ""
-    return f"{jury.combine} of {', '.join(m.name for m in jury.members)}{samples}"
+    return f"{jury.combine} of {', '.join(m.name for m in jury.members)}{samples}"[:300]
 
 
 def member_config(session: Session, spec: JudgeSpec) -> JudgeConfig:
@@ -136,14 +143,14 @@ def find_reward_judge(session: Session, name: str, mode: str | None = None) -> J
 def _same_weights(spec: JudgeSpec) -> list[ColumnElement[bool]]:
     """Where a stored config serves the weights ``spec`` serves, whatever its mode, template
     or sampling: the same backend (those that load the model in process alike: the same model
-    and revision are the same weights in each), model and revision. A spec with no revision
+    and revision are the same weights in each), model (with its adapter) and revision. A spec with no revision
     serves whatever the model is now, so a config of any revision of it counts."""
     in_process = backends_that(loads_model_in_process=True)
     loads_here = spec.backend in in_process
     backends = set(in_process) if loads_here else {spec.backend}
-    models = {_model_label(spec)[:300]}
+    models = {_model_label(spec)}
     if loads_here and spec.model and Path(spec.model).exists():
-        models.add(str(Path(spec.model).resolve())[:300])  # a student is stored resolved
+        models.add(_model_label(spec, str(Path(spec.model).resolve())))  # a student's is resolved
     where: list[ColumnElement[bool]] = [
         JudgeConfig.backend.in_(sorted(backends)),
         JudgeConfig.model.in_(sorted(models)),
@@ -215,14 +222,15 @@ def load_judge_file(path: Path, session: Session | None = None) -> list[JudgeSpe
     """The judges of a YAML or JSON file. A jury may name its members (``members: [embedded,
     other]``): each name is the judge it names when the file is read (stored, built in, or
     earlier in the file), given as its settings, so the stored jury holds its members whole;
-    naming needs ``session``."""
+    naming needs ``session``. A relative ``adapter`` is a folder beside the file (stored
+    resolved), so a file committed with its adapter registers it from any working folder."""
     specs: list[JudgeSpec] = []
     for location, data in read_records(path):
         items = data.get("judges", data) if isinstance(data, dict) else data
         for item in items if isinstance(items, list) else [items]:
             try:
                 item = _members_by_name(session, item, {s.name: s for s in specs})
-                specs.append(JudgeSpec.model_validate(item))
+                specs.append(JudgeSpec.model_validate(_adapter_beside(item, path.parent)))
             except ValidationError as err:
                 raise ValidationFailed(f"{location}: {describe_validation_error(err)}") from None
             except RubricsvcError as err:
@@ -250,3 +258,17 @@ def _members_by_name(session: Session | None, item: Any, earlier: dict[str, Judg
             spec = find_judge(session, member)
         resolved.append(spec.model_dump(mode="json"))
     return {**item, "jury": {**item["jury"], "members": resolved}}
+
+
+def _adapter_beside(item: Any, folder: Path) -> Any:
+    """``item`` (and its jury's members) with a relative ``adapter`` path resolved against
+    ``folder``, the file's."""
+    if not isinstance(item, dict):
+        return item
+    jury = item.get("jury")
+    if isinstance(jury, dict) and isinstance(jury.get("members"), list):
+        members = [_adapter_beside(member, folder) for member in jury["members"]]
+        item = {**item, "jury": {**jury, "members": members}}
+    if isinstance(item.get("adapter"), str):
+        item = {**item, "adapter": str((folder / item["adapter"]).resolve())}
+    return item

@@ -266,10 +266,87 @@ def test_a_single_prompt_cannot_be_split(sqlite_url: str, tmp_path: Path) -> Non
 
 
 @pytest.mark.model
+@pytest.mark.slow(seconds=20)
+def test_a_lora_student_is_an_adapter_on_its_base(sqlite_url: str, tmp_path: Path) -> None:
+    """With ``lora`` the run saves the adapter alone, and the student is registered as the
+    base model with that adapter (its hash in the config and the lineage), then gated; the base
+    judge, whose weights the student shares but for the adapter, is not gated with it."""
+    require_module("peft", "trainer")
+    from rubricsvc.backends.adapters import adapter_sha256
+
+    base = tiny_judge_dir()
+    _import(tmp_path, sqlite_url)
+    run_dir = tmp_path / "run"
+    settings = {**TINY, "lora": {"r": 2, "target_modules": ["q_proj", "v_proj"]}}
+    report = cli_ok(
+        "judges", "distill", "--teacher", "imported", "--base", str(base),
+        "--into", "tiny-lora", "--split", "prompt:0.5",
+        "--config", str(_config(tmp_path, settings)), "--run-dir", str(run_dir), "--json",
+        database_url=sqlite_url, timeout=900,
+    ).json()  # fmt: skip
+
+    model_dir = run_dir / "model"
+    saved = {path.name for path in model_dir.iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= saved
+    # No copy of the base's weights (training_args.bin is the Trainer's settings).
+    weights = {n for n in saved if n.endswith((".safetensors", ".bin"))} - {"training_args.bin"}
+    assert weights == {"adapter_model.safetensors"}, saved
+    training = report["training"]
+    assert training["steps"] == 2
+    assert training["adapter_bytes"] == sum(
+        (model_dir / name).stat().st_size
+        for name in ("adapter_config.json", "adapter_model.safetensors")
+    )
+    assert training["adapter_bytes"] < (base / "model.safetensors").stat().st_size / 10
+
+    row = read_database(sqlite_url, lambda s: latest_judge_config(s, "tiny-lora"))
+    spec = stored_spec(row)
+    assert spec.model == str(base.resolve()) and spec.adapter == str(model_dir.resolve())
+    assert spec.revision == row.settings["origin"]["distilled"]["base_model"]["revision"]
+    lineage = row.settings["origin"]["distilled"]
+    assert lineage["adapter"]["sha256"] == adapter_sha256(model_dir) == spec.adapter_sha256()
+    assert row.settings["hashed"]["adapter_sha256"] == spec.adapter_sha256()
+    assert lineage["settings"]["lora"]["r"] == 2
+
+    # The gate judged the held-out prompts with the base and the student, and refused it.
+    gate = report["gate"]
+    assert report["status"] == "rejected"
+    assert gate["base"]["config_hash"] != gate["student"]["config_hash"] == row.config_hash
+    for role in ("base", "student"):
+        assert gate[role]["n_judged"] == gate[role]["n_labelled"] > 0
+    assert "rejected of its promotion gate" in cli_error(
+        "score", "--judge", "tiny-lora", database_url=sqlite_url
+    )
+    # The base model's judge serves the same base weights without the adapter: not gated.
+    listed = cli_ok("judges", "list", database_url=sqlite_url).stdout.splitlines()
+    assert any("tiny-lora-base" in line and "rejected" not in line for line in listed)
+    cli_ok(
+        "judges", "evaluate", "--judge", "tiny-lora", "--labels", "distill/tiny-lora/held-out",
+        database_url=sqlite_url, timeout=600,
+    )  # fmt: skip
+
+
+def test_lora_settings_are_recorded_only_when_set() -> None:
+    from rubricsvc.distill.training import LLAMA_PROJECTIONS, DistillSettings
+
+    assert "lora" not in DistillSettings().recorded()  # an older run folder still resumes
+    lora = DistillSettings.model_validate({"lora": {"r": 4}})
+    assert lora.recorded()["lora"]["target_modules"] == LLAMA_PROJECTIONS
+    with pytest.raises(ValueError, match=r"lora\.rank"):
+        DistillSettings.model_validate({"lora": {"rank": 4}})
+
+
+@pytest.mark.model
 @pytest.mark.slow
-def test_an_interrupted_training_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
+@pytest.mark.parametrize("lora", [None, {"r": 2}], ids=["full", "lora"])
+def test_an_interrupted_training_resumes_from_its_last_checkpoint(
+    tmp_path: Path, lora: dict[str, int] | None
+) -> None:
     from rubricsvc.distill.examples import Example, Target
     from rubricsvc.distill.training import DistillSettings, load_tokenizer, train_student
+
+    if lora is not None:
+        require_module("peft", "trainer")
 
     base = tiny_judge_dir()
     tokenizer = load_tokenizer(base)
@@ -277,10 +354,10 @@ def test_an_interrupted_training_resumes_from_its_last_checkpoint(tmp_path: Path
         Example(Target(1, i, i, float(i % 2)), tokenizer.encode(f"Is {i} odd? Answer Yes or No."))
         for i in range(6)
     ]
-    settings = DistillSettings(
-        max_steps=3, gradient_accumulation_steps=1, trainable_layers=1, save_steps=1,
-        logging_steps=1,
-    )  # fmt: skip
+    settings = DistillSettings.model_validate({
+        "max_steps": 3, "gradient_accumulation_steps": 1, "trainable_layers": 1, "save_steps": 1,
+        "logging_steps": 1, "lora": lora,
+    })  # fmt: skip
     first = train_student(base, examples, tmp_path, settings)
     assert first.steps == 3 and first.resumed_from is None
     # As if the run had stopped after its second step: the third checkpoint never written.

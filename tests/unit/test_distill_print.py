@@ -77,3 +77,10 @@ def test_the_students_coverage_of_the_labels_is_printed_against_its_floor() -> N
     )
     # A report stored before the gate had a floor prints without the line.
     assert "verdicts cover" not in _printed(_report(None, gated=False))
+
+
+def test_a_lora_students_adapter_size_is_printed_and_a_full_students_is_not() -> None:
+    report = _report(None, gated=False)
+    assert "adapter" not in _printed(report)
+    report["training"] = {**report["training"], "adapter_bytes": 2_345_678, "model_dir": "/m"}
+    assert "LoRA adapter: 2.3 MB in /m (served on the base model)" in _printed(report)
