@@ -96,6 +96,7 @@ def test_openai_only_last(openai_only):
 """
 
 
+@pytest.mark.slow(seconds=20)  # inner pytest runs, one of them with xdist's processes
 @pytest.mark.parametrize("processes", [0, 2])
 def test_the_shared_vllm_server_outlives_all_its_users(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, processes: int
