@@ -34,7 +34,7 @@ def group_agreement(
     samples also hold its ``persistent_reward`` and ``evolved_reward`` parts). ``interval``
     False leaves the interval out (None): its bootstrap is most of the time a run's
     agreement takes, and tables of many runs show only the figure."""
-    credit, clusters = _pair_credits(samples, proxy)
+    credit, clusters = pair_credits(samples, proxy)
 
     def share(indices: Sequence[int]) -> float | None:
         return statistics.fmean(credit[i] for i in indices) if indices else None
@@ -47,7 +47,7 @@ def group_agreement(
     )
 
 
-def _pair_credits(
+def pair_credits(
     samples: Sequence[dict[str, Any]], proxy_field: str = "rubric_reward"
 ) -> tuple[list[float], list[tuple[Any, Any]]]:
     """Each pair of a group's completions that gold tells apart: 1 when the proxy orders it
@@ -102,7 +102,7 @@ def agreement_change(
     found_before, found_after = group_agreement(before), group_agreement(after)
     if found_before.agreement is None or found_after.agreement is None:
         return AgreementChange(found_before, found_after, None, None)
-    sides = [_by_group(*_pair_credits(before)), _by_group(*_pair_credits(after))]
+    sides = [_by_group(*pair_credits(before)), _by_group(*pair_credits(after))]
     rng = random.Random(seed)
     values = []
     for _ in range(resamples):
