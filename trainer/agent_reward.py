@@ -3,15 +3,19 @@ completion's, scored by the platform, mixed with what the trajectory shows.
 
 Four components, each in [0, 1] and each logged on its own (``reward/<name>``), mixed by
 configurable weights (DR Tulu's by default: rubric 0.5, citations 0.2, format 0.2, search turns
-0.1; ``reward = sum(w x v) / sum(w)`` over the components with a weight):
+0.1; ``reward = sum(w x v) / sum(w)`` over the components with a weight). The weights follow the
+components that exist: without a citations rubric (``agent.citations_rubric: null``) there is
+no citations component and its weight is left out, so the reward is the weighted mean of the
+other components (``AgentSettings.component_weights``):
 
 - ``rubric``: the platform's score of the final answer against the question's rubric
   (``reward.rubric``, judged criteria and trajectory criteria; the stored completion carries
   the trajectory and documents, so trajectory checks and criteria read them).
 - ``citations``: the platform's score against the question's citations rubric
   (``agent.citations_rubric``, a ``kind: citations`` criterion): each cited claim checked
-  against the cited document among those the agent opened; a label naming a document it never
-  opened has no document, so that claim counts as unsupported.
+  against the cited document among those the agent opened, as the agent saw it (an opened
+  document is stored as the environment showed it, cut to ``result_chars``); a label naming a
+  document it never opened has no document, so that claim counts as unsupported.
 - ``format``: 1 when the rollout ends in a written answer and no call of the policy's own
   ended the research (a bad call, an empty search, the tool budget spent); else 0.
 - ``search_turns``: the searches that returned results, over ``agent.target_searches``,
@@ -37,6 +41,7 @@ from trainer.config import AgentSettings, RewardWeights, ScorerSettings
 from trainer.environments.deepresearch import SEARCH
 from trainer.environments.rollouts import Rollout
 from trainer.rewards import LogMetric, RubricReward, log_rubric_metrics
+from trainer.scorers import Scorer
 
 
 def successful_searches(trajectory: Sequence[dict[str, Any]]) -> int:
@@ -72,7 +77,9 @@ def agent_reward(
     target_searches: int,
 ) -> tuple[float | None, Components]:
     """The reward of a stored rollout from its platform scores (``rubric``, ``citations``:
-    None where masked) and its trajectory; None when a weighted platform score is masked."""
+    None where masked) and its trajectory; None when a weighted platform score is masked.
+    ``weights``: those of the components that exist (``AgentSettings.component_weights``: no
+    citations weight without a citations rubric)."""
     components = Components(
         rubric=rubric,
         citations=citations,
@@ -146,8 +153,15 @@ class AgentReward(RubricReward):
 
     __name__ = "agent"
 
-    def __init__(self, settings: ScorerSettings, agent: AgentSettings, environment: str) -> None:
-        super().__init__(settings)
+    def __init__(
+        self,
+        settings: ScorerSettings,
+        agent: AgentSettings,
+        environment: str,
+        *,
+        scorer: Scorer | None = None,
+    ) -> None:
+        super().__init__(settings, scorer=scorer)
         self.agent = agent
         self.environment = environment
         self.last_rollouts: list[Rollout] = []
@@ -193,7 +207,7 @@ class AgentReward(RubricReward):
                 citations[index].reward if citations else None,
                 r.text,
                 r.trajectory,
-                self.agent.weights,
+                self.agent.component_weights(),
                 self.agent.target_searches,
             )
             rewards.append(reward)
@@ -217,7 +231,7 @@ class AgentReward(RubricReward):
     def _citations(self, requests: list[RewardRequest], ids: Sequence[Any]) -> list[RewardResult]:
         """The citations rubric's results (none when it has no weight or no rubric)."""
         template = self.agent.citations_rubric
-        if not self.agent.weights.citations or template is None:
+        if not self.agent.component_weights().citations or template is None:
             return []
         named = [
             RewardRequest(

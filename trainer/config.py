@@ -305,6 +305,26 @@ class AgentSettings(Strict):
     # environment's tool budget, plus one turn for the answer.
     max_tool_turns: int | None = Field(default=None, ge=1)
 
+    def component_weights(self) -> RewardWeights:
+        """The weights of the components that exist: without a citations rubric there is no
+        citations component, so its weight is left out (the reward, a weighted mean, is then
+        over the remaining components, on the same 0-1 scale)."""
+        if self.citations_rubric is None:
+            return self.weights.model_copy(update={"citations": 0.0})
+        return self.weights
+
+    @model_validator(mode="after")
+    def _some_component(self) -> AgentSettings:
+        weights = self.weights
+        if self.citations_rubric is None and not (
+            weights.rubric or weights.format or weights.search_turns
+        ):
+            raise ValueError(
+                "only citations has a weight, and there is no citations rubric "
+                "(citations_rubric: null): give another reward component a weight"
+            )
+        return self
+
 
 class TrainConfig(Strict):
     """One training run: policy, prompts, reward, GRPO settings, monitors and output."""

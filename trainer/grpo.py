@@ -165,7 +165,7 @@ def describe_defaults(config: TrainConfig) -> list[str]:
     if config.random_rewards:
         lines.append("random_rewards=True (control run: uniform random rewards)")
     if config.environment is not None:
-        weights = config.agent.weights.model_dump()
+        weights = config.agent.component_weights().model_dump()
         lines.append(f"environment={config.environment!r} (reward weights {weights})")
     return lines
 
