@@ -242,3 +242,24 @@ def test_a_training_config_names_an_environment_and_its_turns_follow_the_budget(
                 "agent": {"weights": {"rubric": 0, "citations": 0, "format": 0, "search_turns": 0}},
             }
         )
+
+
+def test_an_opened_document_is_stored_as_the_agent_saw_it_cut_to_result_chars() -> None:
+    """A citation is checked against the stored document: it must be the text ``open``
+    showed, so a claim supported only past ``result_chars`` is not supported."""
+    from rubricsvc.documents import DocumentRecord
+
+    env = _env(result_chars=100)
+    full = env.corpus.by_id["17"]
+    assert len(full.text) > 100 and "nearest enclosing loop" in full.text
+    shown = env.open("17")
+    messages = [
+        {"role": "assistant", "content": "", "tool_calls": [_call("open", doc_id="17")]},
+        {"role": "tool", "name": "open", "content": shown},
+        {"role": "assistant", "content": "break terminates the nearest enclosing loop [17]."},
+    ]
+    (document,) = rollout(messages, env.record).documents
+    assert document["text"] == full.text[:100] and shown.endswith(document["text"])
+    assert "nearest enclosing loop" not in document["text"]
+    # A different content from the whole document's: stored as a document of its own.
+    assert DocumentRecord(**document).digest() != DocumentRecord(**full.record()).digest()

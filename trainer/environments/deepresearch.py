@@ -9,17 +9,21 @@ method with a docstring to the policy as a tool. The final answer is the policy'
 message without a tool call. Nothing here reaches the network.
 
 The rollout's record (``env.record``) keeps every call the environment received (name,
-arguments, result) and the documents each ``open`` opened. A call with bad arguments, a search
-that finds nothing and a call past the tool budget each end the research: the result says so
-(it starts ``error:``, as a failing tool's result does, so trajectory checks see it), no later
-call runs, and the rollout is rewarded on what it had (``trainer.environments.rollouts``).
+arguments, result) and the documents each ``open`` opened, as the policy saw them: an opened
+document's text is what ``open`` showed (cut to ``result_chars``), so a citation of it is
+checked against that text, not against the rest of the document the policy never read.
+
+A call with bad arguments, a search that finds nothing and a call past the tool budget each
+end the research: the result says so (it starts ``error:``, as a failing tool's result does,
+so trajectory checks see it), no later call runs, and the rollout is rewarded on what it had
+(``trainer.environments.rollouts``).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -141,7 +145,8 @@ class RolloutRecord:
     row: dict[str, Any] = field(default_factory=dict)
     calls: list[ToolCall] = field(default_factory=list)
     ended: str | None = None  # BAD_ARGUMENTS, EMPTY_SEARCH, BUDGET, or None
-    documents: dict[str, CorpusDocument] = field(default_factory=dict)  # opened, by id
+    # Opened, by id: each as ``open`` showed it (its text cut to ``result_chars``).
+    documents: dict[str, CorpusDocument] = field(default_factory=dict)
 
     @property
     def searches(self) -> int:
@@ -197,8 +202,9 @@ class DeepResearchEnv:
         document = self.corpus.by_id.get(key)
         if document is None:
             return self._end(OPEN, arguments, BAD_ARGUMENTS, f"no document has id {doc_id!r}")
-        self.record.documents.setdefault(document.id, document)
         text = document.text[: self.settings.result_chars]
+        # What the policy saw of it: what its citations are checked against.
+        self.record.documents.setdefault(document.id, replace(document, text=text))
         return self._answer(
             OPEN, arguments, f"[{document.id}] {document.title}\n{text}", document.id
         )

@@ -115,9 +115,10 @@ def cut_at_error(trajectory: list[dict[str, Any]]) -> tuple[list[dict[str, Any]]
 def opened_documents(
     trajectory: Sequence[dict[str, Any]], record: RolloutRecord
 ) -> list[dict[str, Any]]:
-    """The documents the trajectory's ``open`` calls opened, as completion documents. A call
-    is matched to the environment's record by its result: a call the framework could not make
-    (and the environment never saw) opened nothing."""
+    """The documents the trajectory's ``open`` calls opened, as completion documents: each as
+    the environment showed it (``RolloutRecord.documents``), not the whole corpus document. A
+    call is matched to the environment's record by its result: a call the framework could not
+    make (and the environment never saw) opened nothing."""
     opened_by_result = {c.result: c.opened for c in record.calls if c.opened and not c.refused}
     documents: list[dict[str, Any]] = []
     seen: set[str] = set()
