@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
@@ -12,6 +12,9 @@ from trainer.monitors import GoldMonitor, SaturationTracker, alarm_message
 from trainer.plots import draw_plots
 from trainer.rundir import ALARMS, GOLD, METRICS, RunDirectory
 from trainer.scoredby import ScoredBy
+
+if TYPE_CHECKING:
+    from trainer.environments.held_out import EnvironmentAnswers
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +70,17 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]
         held_out: HeldOut | None = None,
         gold_every: int = 5,
         max_new_tokens: int = 64,
+        environment: EnvironmentAnswers | None = None,
     ) -> None:
+        """``environment``: a tool environment's, the held-out prompts answered through it
+        (multi-turn, with its tools, as training rollouts are); None: single-turn answers."""
         self.run = run
         self.saturation = saturation
         self.gold = gold
         self.held_out = held_out
         self.gold_every = gold_every
         self.max_new_tokens = max_new_tokens
+        self.environment = environment
         self._pending_gold: dict[str, Any] = {}
         # The judge config that scored a step's reward (RecordingReward.judge_at), logged with
         # the step: a judge refresh may swap it during the run.
@@ -86,8 +93,15 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]
     def _evaluate_gold(self, step: int, model: Any, tokenizer: Any) -> None:
         if self.gold is None or self.held_out is None or model is None or tokenizer is None:
             return
-        answers = generate_answers(model, tokenizer, self.held_out.messages, self.max_new_tokens)
-        point = self.gold.evaluate(step, self.held_out.ids, answers)
+        held_out = self.held_out
+        if self.environment is not None:
+            requests = self.environment.answer(
+                model, tokenizer, held_out.ids, held_out.messages, self.max_new_tokens
+            )
+            point = self.gold.evaluate_requests(step, requests)
+        else:
+            answers = generate_answers(model, tokenizer, held_out.messages, self.max_new_tokens)
+            point = self.gold.evaluate(step, held_out.ids, answers)
         self.run.append(GOLD, point.to_json())
         self._pending_gold = {
             "gold/train_score": point.train_score,

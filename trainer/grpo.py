@@ -35,6 +35,7 @@ from trainer.scorers import (
 )
 
 if TYPE_CHECKING:
+    from trainer.environments.held_out import EnvironmentAnswers
     from trainer.evolution import RubricEvolution
 
 log = logging.getLogger(__name__)
@@ -190,7 +191,27 @@ def run_callback(config: TrainConfig, run: RunDirectory) -> Any:
     )
     held_out = HeldOut(gold.prompts, load_prompts(gold.scorer.database_url, gold.prompts))
     max_new_tokens = gold.max_new_tokens or config.grpo.max_completion_length
-    return RunCallback(run, saturation, monitor, held_out, gold.every, max_new_tokens)
+    return RunCallback(
+        run,
+        saturation,
+        monitor,
+        held_out,
+        gold.every,
+        max_new_tokens,
+        environment=held_out_environment(config),
+    )
+
+
+def held_out_environment(config: TrainConfig) -> EnvironmentAnswers | None:
+    """In a tool environment, how the gold monitor answers its held-out prompts: through the
+    environment, with the run's options and tool-turn limit (None: single-turn answers)."""
+    if config.environment is None:
+        return None
+    import trainer.environments  # noqa: F401  (registers the built-in environments)
+    from trainer.environments.held_out import EnvironmentAnswers
+
+    turns = agent_arguments(config).get("max_tool_calling_iterations")
+    return EnvironmentAnswers(config.environment, config.agent.options, turns)
 
 
 def train(config: TrainConfig, say: Callable[[str], None] = log.info) -> TrainResult:

@@ -2,7 +2,9 @@
 
 Gold monitor. Every K steps the current policy answers a fixed set of held-out prompts; the
 same answers are scored by the training reward (training judge and rubric) and by the gold
-scorer (a second judge, or another rubric). The alarm says that the policy gets better at
+scorer (a second judge, or another rubric). In a tool environment each held-out answer is a
+rollout through the environment, as in training (trainer/environments/held_out.py): its
+final answer scored with its trajectory and opened documents. The alarm says that the policy gets better at
 pleasing its judge while getting worse by the gold standard. Two rules:
 
 - The test (``alpha`` set; a run's default, 0.05). At each evaluation the monitor tests, on two
@@ -191,18 +193,30 @@ class GoldMonitor:
     def evaluate(
         self, step: int, prompt_ids: Sequence[str], completions: Sequence[str]
     ) -> GoldPoint:
+        """The evaluation of single-turn held-out answers (``completions``)."""
         requests = [
             RewardRequest(text, prompt_id=pid)
             for pid, text in zip(prompt_ids, completions, strict=True)
         ]
+        return self.evaluate_requests(step, requests)
+
+    def evaluate_requests(self, step: int, requests: Sequence[RewardRequest]) -> GoldPoint:
+        """The evaluation of held-out answers as scoring requests, each naming its prompt by
+        id: a tool environment's carry the rollout's trajectory and opened documents, scored
+        by both scorers as a training rollout is (and kept in the point's samples)."""
         train_results = self.train.score(requests)
         gold_results = self.gold.score(requests)
         point = GoldPoint(step, mean_reward(train_results), mean_reward(gold_results))
         point.samples = [
-            {"prompt_id": pid, "completion": text, "train": t.reward, "gold": g.reward}
-            for pid, text, t, g in zip(
-                prompt_ids, completions, train_results, gold_results, strict=True
-            )
+            {
+                "prompt_id": r.prompt_id,
+                "completion": r.completion,
+                "train": t.reward,
+                "gold": g.reward,
+                **({"trajectory": r.trajectory} if r.trajectory is not None else {}),
+                **({"documents": r.documents} if r.documents is not None else {}),
+            }
+            for r, t, g in zip(requests, train_results, gold_results, strict=True)
         ]
         self.points.append(point)
         scored = [p for p in self.points if p.train_score is not None and p.gold_score is not None]
