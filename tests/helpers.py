@@ -96,14 +96,19 @@ def detached_versions(session: Session, name: str) -> list[RubricVersion]:
     return rows
 
 
-def add_scripted_judge(database_url: str, tmp_path: Path) -> None:
-    """The judge ``scripted`` (the scripted backend, mode criterion-prob), added as a user adds
-    one: a judge file through ``judges add``."""
-    judges = tmp_path / "judges.yaml"
-    judges.write_text(
-        yaml.safe_dump({"name": "scripted", "backend": "scripted", "mode": "criterion-prob"})
-    )
+def add_judge_file(database_url: str, folder: Path, entry: dict[str, Any]) -> str:
+    """The judge ``entry`` describes, added as a user adds one: a judge file (in ``folder``)
+    through ``judges add``; its name."""
+    judges = folder / f"{entry['name']}-judge.yaml"
+    judges.write_text(yaml.safe_dump({"judges": [entry]}), encoding="utf-8")
     cli_ok("judges", "add", str(judges), database_url=database_url)
+    return str(entry["name"])
+
+
+def add_scripted_judge(database_url: str, tmp_path: Path) -> None:
+    """The judge ``scripted`` (the scripted backend, mode criterion-prob)."""
+    entry = {"name": "scripted", "backend": "scripted", "mode": "criterion-prob"}
+    add_judge_file(database_url, tmp_path, entry)
 
 
 def approve_rubrics(

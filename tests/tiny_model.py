@@ -16,6 +16,7 @@ from typing import Any
 
 from rubricsvc.backends.embedded import embedded_model_dir
 from rubricsvc.config import get_settings
+from rubricsvc.judging.config import JudgeSpec
 from tests.requirements import prepared_model_dir
 
 TINY_NAME = "SmolLM2-tiny-random-v2"
@@ -26,10 +27,11 @@ TINY_JUDGE_NAME = "SmolLM2-tiny-judge-v2"
 # digits.
 VERDICT_COEFFICIENTS = {"Yes": 0.5, "No": -0.5, **{str(d): (d - 4.5) / 9 for d in range(10)}}
 # The judge's constant unit: hidden dimension 0 holds CONSTANT_UNIT at every position (the
-# embeddings put it there; no layer reads or writes it), and both verdict rows weigh it by
-# VERDICT_BIAS, so Yes and No together always carry nearly all the probability. What decides
-# between them are small random weights on the other dimensions (VERDICT_SPREAD): P(Yes)
-# varies with what the judged text says, mostly between 0.2 and 0.8, never pinned to 0 or 1.
+# embeddings put it there; no layer reads or writes it), and every verdict row weighs it by
+# VERDICT_BIAS, so the verdict tokens together always carry nearly all the probability. What
+# decides between them is the direction in which calibration prompts' last states differ,
+# scaled to a logit spread of VERDICT_SPREAD: P(Yes) varies with the judged text and the
+# criterion, mostly between 0.2 and 0.8, never pinned to 0 or 1.
 CONSTANT_UNIT = 1.0
 # The policy's chance of ending its reply (<|im_end|>) at each token, about: a random model's
 # next token is nearly uniform over 49,152, so it would never end, and a trainer that masks
@@ -237,18 +239,17 @@ def _say_only_yes_or_no(model: object, source: Path) -> None:
             head[token_id] = row
 
 
+def tiny_judge_spec(name: str = "tiny") -> JudgeSpec:
+    """The tiny judge as judge ``name``: the transformers backend on its folder."""
+    return JudgeSpec(name=name, backend="transformers", model=str(tiny_judge_dir()))
+
+
 def add_tiny_judge(database_url: str, folder: Path, name: str = "tiny") -> str:
-    """Register the tiny judge (transformers backend) as judge ``name``; return the name."""
-    import yaml
+    """Register the tiny judge as judge ``name`` with ``judges add``; return the name."""
+    from tests.helpers import add_judge_file
 
-    from tests.cli_runner import run_cli
-
-    judges = folder / f"{name}-judge.yaml"
-    entry = {"name": name, "backend": "transformers", "model": str(tiny_judge_dir())}
-    judges.write_text(yaml.safe_dump({"judges": [entry]}), encoding="utf-8")
-    result = run_cli("judges", "add", str(judges), database_url=database_url)
-    assert result.code == 0, result.stderr
-    return name
+    entry = tiny_judge_spec(name).model_dump(mode="json", include={"name", "backend", "model"})
+    return add_judge_file(database_url, folder, entry)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from rubricsvc.models import Score
 from rubricsvc.neutral import judged
 from rubricsvc.scoring.scorer import ScoreOptions, score
 from rubricsvc.scoring.selection import Selection
-from tests.tiny_model import tiny_judge_dir
+from tests.tiny_model import tiny_judge_spec
 from tests.workers_harness import (
     REPO,
     MakeCluster,
@@ -105,7 +105,8 @@ modes.register_mode(AllMet())
 
 
 def toy_judge() -> JudgeSpec:
-    return JudgeSpec(name="toy", mode=TOY, backend="transformers", model=str(tiny_judge_dir()))
+    # Validated anew (not model_copy): the mode decides the template a spec reads.
+    return JudgeSpec.model_validate({**tiny_judge_spec("toy").model_dump(), "mode": TOY})
 
 
 @pytest.fixture

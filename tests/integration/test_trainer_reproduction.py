@@ -23,7 +23,7 @@ import yaml
 
 from tests.cli_runner import EXAMPLES, run_cli
 from tests.requirements import require_module
-from tests.tiny_model import tiny_judge_dir, tiny_model_dir
+from tests.tiny_model import add_tiny_judge, tiny_model_dir
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
@@ -92,18 +92,10 @@ def test_an_evolving_pool_run_re_runs_to_the_digit_under_another_hash_seed(
 ) -> None:
     require_module("trl", "trainer")
     tiny = tiny_model_dir()
-    judges = tmp_path / "judges.yaml"
-    judges.write_text(
-        yaml.safe_dump(
-            {
-                "judges": [
-                    {"name": "tiny", "backend": "transformers", "model": str(tiny_judge_dir())}
-                ]
-            }
-        )
+    add_tiny_judge(sqlite_url, tmp_path, "tiny")
+    assert (
+        run_cli("rubrics", "add", str(OVEROPT / "rubrics.yaml"), database_url=sqlite_url).code == 0
     )
-    for args in (("rubrics", "add", str(OVEROPT / "rubrics.yaml")), ("judges", "add", str(judges))):
-        assert run_cli(*args, database_url=sqlite_url).code == 0
     runs = []
     for hash_seed in ("1", "2"):
         work = tmp_path / f"hash-{hash_seed}"

@@ -30,7 +30,7 @@ from rubricsvc.models import (
 )
 from tests.cli_runner import CliResult
 from tests.requirements import require_module
-from tests.tiny_model import tiny_judge_dir
+from tests.tiny_model import tiny_judge_dir, tiny_judge_spec
 from tests.workers_harness import (
     Cluster,
     MakeCluster,
@@ -356,7 +356,7 @@ def test_in_process_and_celery_scores_are_identical(
     """The same examples scored by the same model in this process and on a worker: the tiny
     judge of the embedded model's architecture (tests/tiny_model.py), read by the transformers
     backend as the embedded one is; the two paths are under test, not its verdicts."""
-    judge = JudgeSpec(name="tiny", backend="transformers", model=str(tiny_judge_dir()))
+    judge = tiny_judge_spec()
     inprocess = make_cluster("redis")
     load_examples(inprocess, (judge,))
     local = inprocess.cli("score", "--judge", judge.name, "--via", "inprocess", "--json")
