@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
 import uuid
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -189,6 +190,25 @@ def _fresh_canaries() -> None:
     from rubricsvc.scoring.attribution import CANARIES
 
     CANARIES.clear()
+
+
+@pytest.fixture(autouse=True)
+def _no_judge_providers_left_over(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Close the in-process scorers' shared judge providers a test left open (a scorer it
+    made and never closed): the next test in this process would otherwise share its loaded
+    models, and a run's count of the models it loaded (``judge_loads``) would include them.
+    Set RUBRICSVC_TEST_REPORT_LEAKS=1 to name the tests that leave one."""
+    yield
+    scorers = sys.modules.get("trainer.scorers")
+    if scorers is None or not scorers._SHARED:
+        return
+    with scorers._SHARED_LOCK:
+        left = list(scorers._SHARED.values())
+        scorers._SHARED.clear()
+    if os.environ.get("RUBRICSVC_TEST_REPORT_LEAKS"):
+        sys.stderr.write(f"\n{request.node.nodeid} left {len(left)} judge provider(s) open\n")
+    for provider, _users in left:
+        provider.close_all()
 
 
 @pytest.fixture(scope="session")

@@ -105,11 +105,14 @@ def _env(database_url: str, **extra: str) -> dict[str, str]:
 def test_ctrl_c_keeps_finished_batches_and_a_rerun_completes_them(
     database_url: str, tmp_path: Path
 ) -> None:
-    # 0.6 s per batch; checkpoints every 0.5 s of judging: after the first chunk (16
-    # judgments) each chunk is sized to about 0.5 s, so there are several to stop between.
-    _setup_cli(database_url, tmp_path, delay=0.6)
+    # 0.8 s per batch (a chunk is one batch); checkpoints every 0.2 s of judging: after the
+    # first chunk (16 judgments, 0.05 s each) each chunk is sized to 0.2 s, one completion's 4
+    # judgments, so 8 more chunks follow the first: the Ctrl-C sent once the first is stored
+    # has 6.4 s to land before the run would end (a loaded machine delays it; a window of one
+    # chunk was missed in CI).
+    _setup_cli(database_url, tmp_path, delay=0.8)
     args = ["score", "--judge", "slow", "--json", "--no-breakdown"]
-    env = _env(database_url, RUBRICSVC_SCORING_CHECKPOINT_SECONDS="0.5")
+    env = _env(database_url, RUBRICSVC_SCORING_CHECKPOINT_SECONDS="0.2")
     proc = subprocess.Popen(
         [sys.executable, "-m", "rubricsvc", *args],
         stdout=subprocess.PIPE,
