@@ -57,7 +57,15 @@ case $round in
     held_out=$held_out,overopt-backup,overopt-rainbow,overopt-meeting,overopt-jetlag
     round_args=(--set "monitors.gold.prompts=[$held_out]")
     ;;
-  *) echo "unknown ROUND=$round (1 or 2)" >&2; exit 1 ;;
+  3)
+    work=${1:-.overopt-run-3}
+    seeds=${SEEDS:-0 1 2 3}
+    runs=${RUNS:-control oracle baseline genrm}
+    held_out=overopt-stress,overopt-seasons,overopt-cooking,overopt-summary,overopt-cold
+    held_out=$held_out,overopt-backup,overopt-rainbow,overopt-meeting,overopt-jetlag
+    round_args=(--set "monitors.gold.prompts=[$held_out]")
+    ;;
+  *) echo "unknown ROUND=$round (1, 2 or 3)" >&2; exit 1 ;;
 esac
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
@@ -70,6 +78,8 @@ cd "$repo"  # the jury's template path is relative to the repository
 rubricsvc db upgrade
 rubricsvc rubrics add examples/overopt/rubrics.yaml > /dev/null
 rubricsvc judges add examples/overopt/judges.yaml
+# Round 3's genrm arm: the trained judge of examples/genrm (its adapter is committed).
+[ "$round" = 3 ] && rubricsvc judges add examples/genrm/judge.yaml
 sed "s#^output_dir: .*#output_dir: $work/runs#" examples/overopt/baseline.yaml > "$work/baseline.yaml"
 
 # How well the proxy's judges decide the criteria at all: each against the checks' verdicts on
@@ -156,8 +166,17 @@ settings() {
     evolving-pool) evolution_settings "--set reward.evolution.generator.backend=overopt-pool" \
       "--set reward.evolution.generator.backend_options.pool=examples/overopt/evolving_pool.yaml" \
       "--set reward.evolution.generator.backend_options.tasks=examples/overopt/tasks.yaml" ;;
+    # Round 3 (docs/overoptimization.md, "Round 3"): the ceiling, a reward that is gold
+    # itself (the checks of each prompt's gold rubric: no judge is called), and the judge
+    # trained from rubric data (examples/genrm).
+    oracle) echo "--set reward.rubric={prompt_id}/gold" ;;
+    genrm) echo "--set reward.judge=genrm" ;;
+    # Round 3's pilot: the oracle under candidate setups, seed 0, recorded as pilot runs;
+    # the setup it chooses is frozen in round3_setup below before any proxy arm runs.
+    pilot-r2) echo "--set reward.rubric={prompt_id}/gold" ;;  # round 2's setup as it was
+    pilot-len128) echo "--set reward.rubric={prompt_id}/gold --set grpo.max_completion_length=128" ;;
     *) echo "unknown run $1 (baseline, dropout, jury, refresh, refresh-within, evolving," \
-      "evolving-pool, control)" >&2; return 1 ;;
+      "evolving-pool, control, oracle, genrm, pilot-r2, pilot-len128)" >&2; return 1 ;;
   esac
 }
 
