@@ -26,6 +26,7 @@ from trainer.agreement import agreement_text, group_agreement
 from trainer.arms import arms_section
 from trainer.evolution_report import evolution_section
 from trainer.monitors import GoldPoint, divergence_tests, per_test_level, slope
+from trainer.recovered import bracketed_section
 from trainer.refresh_report import refresh_section
 from trainer.rundir import ALARMS, GOLD, METRICS, REFRESHES, SAMPLES, RunDirectory
 
@@ -575,6 +576,7 @@ def compare_runs(
         + ", ".join(f"{r.name} ({r.path})" for r in runs)
         + "\n"
         + "".join("\n" + line for line in arms_section(group_runs(runs), baseline))
+        + "".join("\n" + line for line in bracketed_section(group_runs(runs)))
         + _refreshes_compared(runs)
         + "".join(
             "\n" + line

@@ -1,0 +1,184 @@
+"""What share of the reachable gain an arm delivers, and where its proxy starts to mislead.
+
+Round 3 of the over-optimization lab (docs/overoptimization.md, "Round 3: the analysis plan")
+brackets every arm between a ``control`` arm (random rewards: the floor) and an ``oracle`` arm
+(gold itself as the reward: the ceiling of what the policy learns in the budget).
+
+- *Gold recovered* by an arm: (arm - control) / (oracle - control) on an outcome's means over
+  seeds, with a percentile bootstrap interval that resamples the seeds of the three arms
+  independently. It is a share only where the oracle beats the control (the interval of their
+  difference lies above 0); otherwise it is reported as undefined at this many seeds.
+- *Over-optimization onset* of a run: the step of its first gold-monitor alarm, and the step
+  at which training gold's moving mean peaks while the proxy's keeps rising after it.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from trainer.arms import (
+    LEVEL,
+    OUTCOMES,
+    RESAMPLES,
+    SEED,
+    TRAIN_GOLD,
+    RunRecord,
+    _quantiles,
+    arm_outcome,
+)
+
+PROXY = "rubric/reward"
+WINDOW = 5  # steps in the moving means of the onset
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """An arm's share of the oracle's gain over the control.
+
+    ``share`` is None where it is undefined (too few seeds, or the oracle not told apart from
+    the control); ``dropped`` counts the bootstrap resamples in which the oracle's resampled
+    mean did not exceed the control's (no share exists there; they are left out of the
+    interval and reported)."""
+
+    share: float | None
+    interval: tuple[float, float] | None
+    oracle_gain: tuple[float, float] | None  # the interval of oracle - control
+    dropped: int
+    reason: str = ""
+
+
+def gold_recovered(
+    arm: Sequence[float],
+    control: Sequence[float],
+    oracle: Sequence[float],
+    *,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    level: float = LEVEL,
+) -> Recovered:
+    """The share (arm - control) / (oracle - control) of the seeds' means, with its interval."""
+    if min(len(arm), len(control), len(oracle)) < 2:
+        return Recovered(None, None, None, 0, "fewer than two seeds in an arm")
+    rng = random.Random(seed)
+    shares: list[float] = []
+    gains: list[float] = []
+    dropped = 0
+    for _ in range(resamples):
+        a = statistics.fmean(rng.choices(arm, k=len(arm)))
+        c = statistics.fmean(rng.choices(control, k=len(control)))
+        o = statistics.fmean(rng.choices(oracle, k=len(oracle)))
+        gains.append(o - c)
+        if o - c > 0:
+            shares.append((a - c) / (o - c))
+        else:
+            dropped += 1
+    oracle_gain = _quantiles(gains, level)
+    if oracle_gain[0] <= 0:
+        return Recovered(
+            None, None, oracle_gain, dropped, "the oracle is not told apart from the control"
+        )
+    denominator = statistics.fmean(oracle) - statistics.fmean(control)
+    share = (statistics.fmean(arm) - statistics.fmean(control)) / denominator
+    return Recovered(share, _quantiles(shares, level), oracle_gain, dropped)
+
+
+def _moving_means(values: Sequence[float], window: int) -> list[float]:
+    return [statistics.fmean(values[max(0, i - window + 1) : i + 1]) for i in range(len(values))]
+
+
+def gold_peak_step(run: RunRecord, window: int = WINDOW) -> int | None:
+    """The step at which training gold's ``window``-step moving mean peaks, when the proxy's
+    moving mean rises after it (ends higher than at the peak); None when gold peaks at the last
+    step, the proxy does not rise after the peak, or either curve is missing."""
+    gold_steps, gold = run.training(TRAIN_GOLD)
+    proxy_steps, proxy = run.training(PROXY)
+    if len(gold) < 2 or not proxy:
+        return None
+    smoothed = _moving_means(gold, window)
+    peak = max(range(len(smoothed)), key=lambda i: (smoothed[i], -i))  # the first highest
+    if peak == len(smoothed) - 1:
+        return None
+    step = gold_steps[peak]
+    proxy_by_step = dict(zip(proxy_steps, _moving_means(proxy, window), strict=True))
+    at_peak = proxy_by_step.get(step)
+    last = proxy_by_step.get(proxy_steps[-1])
+    if at_peak is None or last is None or last <= at_peak:
+        return None
+    return step
+
+
+def first_alarm_step(run: RunRecord) -> int | None:
+    """The step of the run's first gold-monitor alarm (its test rule, replayed); None if none."""
+    alarms = run.test_alarms()
+    return min(alarms) if alarms else None
+
+
+CONTROL = "control"
+ORACLE = "oracle"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def bracketed_section(groups: Mapping[str, Sequence[RunRecord]]) -> list[str]:
+    """Markdown lines: each arm's gold recovered between the ``control`` and ``oracle`` arms on
+    the plan's gold outcomes, and each run's over-optimization onset. Empty unless both
+    brackets are among the arms."""
+    if CONTROL not in groups or ORACLE not in groups:
+        return []
+    lines = [
+        "## Gold recovered",
+        "",
+        f"Each arm's share of the oracle's gain over the control, (arm - {CONTROL}) / "
+        f"({ORACLE} - {CONTROL}) of the means over seeds, with a {LEVEL:.0%} percentile "
+        f"bootstrap interval resampling the seeds of the three arms independently "
+        f"({RESAMPLES:,} resamples, seed {SEED}); undefined where the oracle's gain over the "
+        "control has an interval reaching 0. 1.00: all of gold's reachable gain; 0: none.",
+        "",
+        "| arm | outcome | share [interval] | oracle - control [interval] | resamples left out |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for key in ("held_out_gold", "training_gold"):
+        title, measure = OUTCOMES[key]
+        control = arm_outcome(groups[CONTROL], measure).present
+        oracle = arm_outcome(groups[ORACLE], measure).present
+        for arm, runs in groups.items():
+            if arm in (CONTROL, ORACLE):
+                continue
+            found = gold_recovered(arm_outcome(runs, measure).present, control, oracle)
+            share = _share(found.share)
+            if found.interval is not None:
+                share += f" [{_share(found.interval[0])}, {_share(found.interval[1])}]"
+            elif found.reason:
+                share += f" ({found.reason})"
+            gain = (
+                "-"
+                if found.oracle_gain is None
+                else f"[{found.oracle_gain[0]:+.3f}, {found.oracle_gain[1]:+.3f}]"
+            )
+            lines.append(f"| {arm} | {title} | {share} | {gain} | {found.dropped} |")
+    lines += [
+        "",
+        "**Over-optimization onset** of each run: the step of the gold monitor's first alarm, "
+        f"and the step at which training gold's {WINDOW}-step moving mean peaks while the "
+        "proxy's rises after it (- where there is none).",
+        "",
+        "| arm | each seed: first alarm / gold peak under a rising proxy |",
+        "| --- | --- |",
+    ]
+    for arm, runs in groups.items():
+        cells = [
+            f"s{run.seed} {_step(first_alarm_step(run))} / {_step(gold_peak_step(run))}"
+            for run in sorted(runs, key=lambda r: r.seed)
+        ]
+        lines.append(f"| {arm} | {', '.join(cells)} |")
+    lines.append("")
+    return lines
+
+
+def _step(step: int | None) -> str:
+    return "-" if step is None else str(step)
