@@ -237,6 +237,7 @@ def test_the_plugin_works_from_the_cli(plugin: Plugin, sqlite_url: str) -> None:
         assert [c["value"] for c in scored["criteria"]] == pytest.approx([P_YES, P_YES])
 
 
+@pytest.mark.slow  # 5-20 s here: left out of the inner loop (make test-fast), run by make test
 def test_the_plugin_works_from_the_api(plugin: Plugin, sqlite_url: str) -> None:
     from fastapi.testclient import TestClient
 
@@ -315,6 +316,7 @@ print(json.dumps({"loaded_before": before, "loaded_after": sys.argv[2] in sys.mo
 """
 
 
+@pytest.mark.slow  # 5-20 s here: left out of the inner loop (make test-fast), run by make test
 def test_the_plugin_works_in_the_verl_adapter(plugin: Plugin, sqlite_url: str) -> None:
     """verl loads the adapter by path in a process of its own; the first reward it asks for
     loads the plugin and scores with the toy judge in that process."""

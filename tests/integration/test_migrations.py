@@ -71,6 +71,7 @@ def test_drift_check_detects_a_model_change(empty_database_url: str) -> None:
     assert any("not_migrated" in str(d) for d in diffs)
 
 
+@pytest.mark.slow  # 5-20 s here: left out of the inner loop (make test-fast), run by make test
 def test_alembic_command_line_round_trip(tmp_path: Path) -> None:
     """`alembic upgrade head / downgrade base / upgrade head` from the repository root."""
     url = f"sqlite:///{tmp_path / 'cli.sqlite'}"

@@ -12,10 +12,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "benchmarks" / "platform_time_driver.py"
 
 
+@pytest.mark.slow  # 5-20 s here: left out of the inner loop (make test-fast), run by make test
 def test_the_driver_reports_sqlites_share_of_each_path(tmp_path: Path) -> None:
     database = tmp_path / "platform.sqlite"
     done = subprocess.run(

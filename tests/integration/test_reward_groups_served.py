@@ -69,6 +69,7 @@ def _workers(supervisor: int) -> list[int]:
     return sorted(found)
 
 
+@pytest.mark.slow  # 5-20 s here: left out of the inner loop (make test-fast), run by make test
 @pytest.mark.parametrize(
     "database", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )

@@ -89,6 +89,7 @@ def post_one(client: TestClient, auth: dict[str, str], size: int, **body: Any) -
     return call
 
 
+@pytest.mark.slow  # 5-20 s here: left out of the inner loop (make test-fast), run by make test
 def test_waiting_callers_of_slow_groups_on_sqlite_are_all_answered_and_never_mixed(
     sqlite_url: str, tmp_path: Path
 ) -> None:

@@ -57,6 +57,7 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
+@pytest.mark.slow  # 5-20 s here: left out of the inner loop (make test-fast), run by make test
 def test_deepresearch_bench_rubrics_keep_every_weight(database_url: str) -> None:
     imported = _ok(
         "rubrics", "import", "--format", "deepresearch-bench", str(DRB), database_url=database_url
