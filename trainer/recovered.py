@@ -10,6 +10,7 @@ brackets every arm between a ``control`` arm (random rewards: the floor) and an 
   difference lies above 0); otherwise it is reported as undefined at this many seeds.
 - *Over-optimization onset* of a run: the step of its first gold-monitor alarm, and the step
   at which training gold's moving mean peaks while the proxy's keeps rising after it.
+- The proxy's within-group agreement with gold in windows of 10 steps, per arm over seeds.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from trainer.agreement import group_agreement
 from trainer.arms import (
     LEVEL,
     OUTCOMES,
@@ -28,10 +30,12 @@ from trainer.arms import (
     RunRecord,
     _quantiles,
     arm_outcome,
+    mean_interval,
 )
 
 PROXY = "rubric/reward"
 WINDOW = 5  # steps in the moving means of the onset
+AGREEMENT_WINDOW = 10  # steps per window of the proxy's agreement with gold
 
 
 @dataclass(frozen=True)
@@ -176,6 +180,47 @@ def bracketed_section(groups: Mapping[str, Sequence[RunRecord]]) -> list[str]:
             for run in sorted(runs, key=lambda r: r.seed)
         ]
         lines.append(f"| {arm} | {', '.join(cells)} |")
+    lines.append("")
+    return lines + agreement_windows_section(groups)
+
+
+def windowed_agreement(run: RunRecord, start: int, size: int = AGREEMENT_WINDOW) -> float | None:
+    """The proxy's within-group agreement with gold over the run's samples of steps
+    ``start`` to ``start + size - 1``; None where gold tells no pair apart there."""
+    window = [s for s in run.samples if start <= int(s.get("step", 0)) < start + size]
+    return group_agreement(window, interval=False).agreement
+
+
+def agreement_windows_section(groups: Mapping[str, Sequence[RunRecord]]) -> list[str]:
+    """Markdown lines: per arm, the proxy's within-group agreement with gold in windows of
+    ``AGREEMENT_WINDOW`` steps, the mean over seeds with a seed-resampling interval: does a
+    judge order the policy's answers worse as the policy moves? Empty without samples."""
+    last = max((int(s.get("step", 0)) for runs in groups.values() for run in runs
+                for s in run.samples), default=0)  # fmt: skip
+    if last < 1:
+        return []
+    starts = list(range(1, last + 1, AGREEMENT_WINDOW))
+    heads = [f"steps {a}-{min(a + AGREEMENT_WINDOW - 1, last)}" for a in starts]
+    lines = [
+        f"**The proxy's within-group agreement with gold, by {AGREEMENT_WINDOW}-step window**: "
+        f"the mean over seeds with a {LEVEL:.0%} interval resampling seeds.",
+        "",
+        "| arm | " + " | ".join(heads) + " |",
+        "| --- | " + " | ".join("---" for _ in heads) + " |",
+    ]
+    for arm, runs in groups.items():
+        cells = []
+        for start in starts:
+            values = [v for run in runs if (v := windowed_agreement(run, start)) is not None]
+            if not values:
+                cells.append("-")
+                continue
+            interval = mean_interval(values)
+            cells.append(
+                f"{statistics.fmean(values):.3f}"
+                + ("" if interval is None else f" [{interval[0]:.3f}, {interval[1]:.3f}]")
+            )
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     lines.append("")
     return lines
 

@@ -81,3 +81,22 @@ def test_the_section_needs_both_brackets_and_shows_each_arms_share() -> None:
     assert "0.25 [0.25, 0.25]" in row and "[+0.400, +0.400]" in row
     assert any(line.startswith("| oracle | s0 - / -, s1 - / -") for line in lines)
     assert bracketed_section({k: v for k, v in groups.items() if k != "oracle"}) == []
+
+
+def test_agreement_is_tabled_by_ten_step_window() -> None:
+    def sample(step: int, proxy: float, gold: float) -> dict[str, object]:
+        return {"step": step, "prompt_id": "p", "rubric_reward": proxy, "gold_reward": gold}
+
+    # Steps 1-10: the proxy orders the pair as gold does; steps 11-20: the other way round.
+    agreeing = [sample(3, 0.9, 1.0), sample(3, 0.1, 0.0)]
+    reversed_ = [sample(12, 0.1, 1.0), sample(12, 0.9, 0.0)]
+    groups = {
+        "control": [run("control", s, [0.3, 0.3]) for s in (0, 1)],
+        "oracle": [run("oracle", s, [0.3, 0.7]) for s in (0, 1)],
+    }
+    for one in groups["control"]:
+        one.samples.extend(agreeing + reversed_)
+    lines = bracketed_section(groups)
+    assert "| arm | steps 1-10 | steps 11-12 |" in lines
+    assert "| control | 1.000 [1.000, 1.000] | 0.000 [0.000, 0.000] |" in lines
+    assert "| oracle | - | - |" in lines  # no samples: no pair to order
