@@ -430,6 +430,17 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
 def load_config(path: Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
     """The config in ``path`` (YAML), with ``overrides`` on top (dotted keys reach into
     sections: ``grpo.seed``); one-line errors name the field."""
+    data = read_config_data(path, overrides)
+    load_configured_plugins()  # before a mode's name is checked
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as err:
+        raise ValidationFailed(f"{path}: {describe_validation_error(err)}") from None
+
+
+def read_config_data(path: Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The settings in ``path`` (YAML) with ``overrides`` set, not yet validated; the paths a
+    training config may hold (``output_dir``, ``agent.options.corpus``) relative to the file."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as err:
@@ -449,8 +460,4 @@ def load_config(path: Path, overrides: dict[str, Any] | None = None) -> TrainCon
     corpus = options.get("corpus") if isinstance(options, dict) else None
     if isinstance(options, dict) and corpus is not None and not Path(str(corpus)).is_absolute():
         options["corpus"] = str(path.parent / str(corpus))
-    load_configured_plugins()  # before a mode's name is checked
-    try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as err:
-        raise ValidationFailed(f"{path}: {describe_validation_error(err)}") from None
+    return data

@@ -37,6 +37,7 @@ from trainer.scorers import (
 if TYPE_CHECKING:
     from trainer.environments.held_out import EnvironmentAnswers
     from trainer.evolution import RubricEvolution
+    from trainer.sft_config import SftConfig
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,8 @@ class TrainResult:
     steps: int
 
 
-def policy_path(config: TrainConfig) -> str:
+def policy_path(config: TrainConfig | SftConfig) -> str:
+    """The policy's model folder: the config's, else the embedded model's."""
     if config.policy:
         return config.policy
     from rubricsvc.backends.embedded import embedded_model_dir

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +34,23 @@ FIGURES = [
 ]
 
 
+# A supervised warm start's (trainer/sft.py).
+SFT_FIGURES = [
+    ("loss.png", "Training loss per step", ["loss"]),
+    ("accuracy.png", "Next-token accuracy on the trained tokens", ["mean_token_accuracy"]),
+]
+
+
 def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
     points = [(row["step"], row[key]) for row in rows if row.get(key) is not None and "step" in row]
     return [float(s) for s, _ in points], [float(v) for _, v in points]
 
 
-def draw_plots(run: RunDirectory) -> list[Path]:
-    """Write every figure the run has data for; returns their paths."""
+def draw_plots(
+    run: RunDirectory, figures: Sequence[tuple[str, str, list[str]]] = FIGURES
+) -> list[Path]:
+    """Write every figure (of ``figures``, and the per-criterion and gold ones) the run has
+    data for; returns their paths."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on servers and CI
@@ -65,7 +76,7 @@ def draw_plots(run: RunDirectory) -> list[Path]:
         plt.close(figure)
         written.append(path)
 
-    for name, title, keys in FIGURES:
+    for name, title, keys in figures:
         save(name, title, [(key, *_series(metrics, key)) for key in keys])
     repetition = sorted({k for row in metrics for k in row if k.startswith("text/repeated_")})
     if repetition:

@@ -50,11 +50,17 @@ class RunDirectory:
         path.mkdir(parents=True, exist_ok=True)
         (path / "plots").mkdir(exist_ok=True)
 
-    def write_config(self, config: dict[str, Any], grpo_args: dict[str, Any]) -> None:
+    def write_config(
+        self,
+        config: dict[str, Any],
+        trainer_args: dict[str, Any],
+        args_name: str = "grpo_args.json",
+    ) -> None:
+        """config.yaml, and the arguments handed to TRL's trainer config in ``args_name``."""
         text = yaml.safe_dump(_clean(config), sort_keys=False, allow_unicode=True)
         (self.path / "config.yaml").write_text(text, encoding="utf-8")
-        args = json.dumps(_clean(grpo_args), indent=2, sort_keys=True, default=str)
-        (self.path / "grpo_args.json").write_text(args + "\n", encoding="utf-8")
+        args = json.dumps(_clean(trainer_args), indent=2, sort_keys=True, default=str)
+        (self.path / args_name).write_text(args + "\n", encoding="utf-8")
 
     def write_environment(self, environment: dict[str, Any]) -> None:
         text = json.dumps(_clean(environment), indent=2, sort_keys=True, default=str)

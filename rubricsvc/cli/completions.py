@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import typer
 from sqlalchemy import select
 
 from rubricsvc.assignments import apply_rules
-from rubricsvc.cli.context import console, db_session
+from rubricsvc.cli.context import console, db_session, err_console
 from rubricsvc.cli.render import (
     ASSIGN_HELP,
     RULES_HELP,
@@ -19,8 +21,10 @@ from rubricsvc.cli.render import (
 )
 from rubricsvc.completions import add_completions, load_completion_file
 from rubricsvc.models import Completion, Prompt
+from rubricsvc.scoring.selection import Selection
+from rubricsvc.sft_export import SftChoice, export_sft
 
-completions_app = typer.Typer(help="Ingest and list completions.", no_args_is_help=True)
+completions_app = typer.Typer(help="Ingest, list and export completions.", no_args_is_help=True)
 
 
 @completions_app.command("add")
@@ -90,3 +94,52 @@ def completions_list(
             f"{len(rows)} completion(s)", headers, cells, flexible="text", width=console.width
         )
         console.print(table)
+
+
+@completions_app.command("export-sft")
+def completions_export_sft(
+    judge: str = typer.Option(..., help="Rank by this judge config's stored scores (its name)."),
+    best: int = typer.Option(1, "--best", min=1, help="Completions kept per prompt: its best N."),
+    min_score: float | None = typer.Option(
+        None, "--min-score", help="Keep only completions scoring at least this."
+    ),
+    aggregation: str = typer.Option("rar", help="The scores' aggregation."),
+    rubric: list[str] = typer.Option(
+        [],
+        help="Rank by the scores under this rubric: NAME (any version), NAME@N, or a template "
+        "naming each prompt's own ('{prompt_id}/proxy'). Repeatable.",
+    ),
+    prompt: list[str] = typer.Option([], help="Only completions of prompts with this external id."),
+    source: list[str] = typer.Option([], help="Only completions from this source."),
+    completion: list[int] = typer.Option([], help="Only the completion with this id."),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Write here instead of stdout."
+    ),
+) -> None:
+    """Rejection sampling: write each prompt's best-scored completions as an SFT set, one
+    JSON line each in the chat format TRL's SFTTrainer reads ({"messages": [...]}: the
+    prompt's messages, then the completion's turns, an agent's tool calls and results
+    included), with its provenance (completion, score, judge config, rubric version).
+    Ties go to the completion stored first."""
+    selection = Selection(
+        completion_ids=tuple(completion),
+        prompt_external_ids=tuple(prompt),
+        sources=tuple(source),
+    )
+    choice = SftChoice(judge, aggregation, best, min_score, tuple(rubric))
+    with db_session() as session:
+        exported = export_sft(session, selection, choice)
+    lines = [json.dumps(row, ensure_ascii=False) + "\n" for row in exported.rows]
+    if output is None:
+        sys.stdout.write("".join(lines))
+    else:
+        output.write_text("".join(lines), encoding="utf-8")
+    prompts = len({row["provenance"]["prompt_id"] for row in exported.rows})
+    summary = f"{len(lines)} completion(s) of {prompts} prompt(s)"
+    summary += f" written to {output}" if output else ""
+    if exported.below_min_score:
+        summary += (
+            f"; {exported.below_min_score} scored prompt(s) have none at or above "
+            f"--min-score {min_score}"
+        )
+    err_console.print(summary, soft_wrap=True)

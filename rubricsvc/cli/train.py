@@ -1,6 +1,7 @@
-"""``rubricsvc train``: GRPO on TRL with rubric rewards (the trainer package), and the run
-reports: ``train CONFIG`` (short for ``train run CONFIG``), ``train report RUN``,
-``train compare RUN...`` and ``train diff RECORDED RERUN``."""
+"""``rubricsvc train``: GRPO on TRL with rubric rewards (the trainer package), its supervised
+warm start and the run reports: ``train CONFIG`` (short for ``train run CONFIG``),
+``train sft CONFIG``, ``train report RUN``, ``train compare RUN...`` and
+``train diff RECORDED RERUN``."""
 
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ class RunByDefault(TyperGroup):
 
 train_app = typer.Typer(
     cls=RunByDefault,
-    help="Train a policy with GRPO against rubric rewards, and report on runs. "
-    "`rubricsvc train CONFIG` is `rubricsvc train run CONFIG`.",
+    help="Train a policy with GRPO against rubric rewards (after a supervised warm start, "
+    "`train sft`), and report on runs. `rubricsvc train CONFIG` is `rubricsvc train run CONFIG`.",
     no_args_is_help=True,
 )
 
@@ -83,6 +84,52 @@ def train_command(
     console.print(
         f"{result.steps} step(s) done; config, metrics, samples and plots in {result.run_dir} "
         f"(proxy vs gold: {curves.name}, {document.name})"
+    )
+
+
+@train_app.command("sft")
+def sft_command(
+    config_file: Path = typer.Argument(
+        ..., help="The warm start's config (YAML), see docs/trainer.md."
+    ),
+    name: str | None = typer.Option(None, help="Run name (the run directory is OUTPUT_DIR/NAME)."),
+    max_steps: int | None = typer.Option(None, help="Override sft.max_steps."),
+    assignments: list[str] = typer.Option(
+        [],
+        "--set",
+        help="Override a setting: KEY=VALUE, a dotted key and a YAML value "
+        "(--set sft.seed=1 --set sft.learning_rate=5e-5). Repeatable.",
+    ),
+) -> None:
+    """Supervised warm start before RL: fine-tune a policy with TRL's SFTTrainer on chat rows
+    (`completions export-sft`'s, or demonstrations), the loss on the assistant's turns; the
+    run directory keeps the config, the data's sha256, the metrics and the policy."""
+    try:
+        from trainer import config as trainer_config
+        from trainer import sft, sft_config
+    except ImportError as err:
+        raise missing_extra(
+            err, "training needs the trainer extra", "trainer,transformers"
+        ) from None
+    overrides: dict[str, object] = dict(trainer_config.parse_override(a) for a in assignments)
+    if name is not None:
+        overrides["name"] = name
+    if max_steps is not None:
+        overrides["sft.max_steps"] = max_steps
+    config = sft_config.load_sft_config(config_file, overrides)
+    if config.run_dir.exists() and any(config.run_dir.iterdir()):
+        raise CliExit(f"run directory {config.run_dir} is not empty: choose another --name")
+    console.print(f"run directory: {config.run_dir}")
+    result = sft.train_sft(config, say=console.print)
+    losses = (
+        f"; loss {result.first_loss:.4f} at the first logged step, {result.last_loss:.4f} at "
+        "the last"
+        if result.first_loss is not None and result.last_loss is not None
+        else ""
+    )
+    console.print(
+        f"{result.steps} step(s) on {result.rows} row(s) in {result.seconds:.0f} s{losses}; "
+        f"the policy is in {result.policy_dir} (the `policy` of the RL run's config)"
     )
 
 

@@ -57,7 +57,10 @@ class Selection:
         return bool(self.completion_ids or self.prompt_external_ids or self.sources)
 
 
-def _completions(session: Session, selection: Selection) -> list[Completion]:
+def selected_completions(session: Session, selection: Selection) -> list[Completion]:
+    """The completions ``selection`` names (by id, prompt, source; all when it names none),
+    in id order, their prompts and documents loaded; NotFoundError for a name that matches
+    nothing stored."""
     query = (
         select(Completion)
         .options(
@@ -135,7 +138,7 @@ def select_work(
     if selection.rubric_ref is not None and not selection.version_ids:
         return _with_chosen_version(session, selection, completions)
     if completions is None:
-        completions = _completions(session, selection)
+        completions = selected_completions(session, selection)
     if selection.version_ids:
         versions = _versions_by_id(session, selection.version_ids)
         assigned = (
@@ -199,7 +202,7 @@ def _with_chosen_version(
             )
         selection = replace(selection, completion_ids=tuple(ids))
     if completions is None or not selection.narrowed:
-        completions = _completions(session, selection)
+        completions = selected_completions(session, selection)
     matched = [c for c in completions if prompt_id is None or c.prompt_id == prompt_id]
     unmatched = [c for c in completions if prompt_id is not None and c.prompt_id != prompt_id]
     return [(c, version) for c in matched], unmatched

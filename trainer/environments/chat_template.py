@@ -22,9 +22,21 @@ SMOLLM_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging
 
 
 def tool_chat_template() -> str:
+    return _smollm_variant("qwen2_5.jinja")
+
+
+def tool_training_chat_template() -> str:
+    """``tool_chat_template`` with ``{% generation %}`` markers around the assistant's turns,
+    which render the same text: TRL's training variant of the Qwen2.5 template
+    (``qwen2_5_training.jinja``) with the same system line, so that supervised fine-tuning can
+    take the loss on the assistant's turns only (``trainer/sft_data.py``)."""
+    return _smollm_variant("qwen2_5_training.jinja")
+
+
+def _smollm_variant(name: str) -> str:
     import trl
 
-    path = Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja"
+    path = Path(trl.__file__).parent / "chat_templates" / name
     template = path.read_text(encoding="utf-8")
     assert QWEN_SYSTEM in template, f"{path}: not the Qwen2.5 template this module expects"
     return template.replace(QWEN_SYSTEM, SMOLLM_SYSTEM)

@@ -1,0 +1,112 @@
+"""``rubricsvc train sft``: the supervised warm start on TRL's SFTTrainer, end to end on CPU,
+on the rows ``completions export-sft`` writes from a store (a plain answer and an agent's
+trajectory), with the tiny policy (tests/tiny_model.py): the test is about the run (its
+records, that it learns, that it re-runs to the digit), not what the policy says."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cli_runner import cli_ok, run_cli
+from tests.integration.test_sft_export import _seeded
+from tests.requirements import require_module
+from tests.tiny_model import tiny_model_dir
+
+pytestmark = [pytest.mark.model]
+
+CORPUS = Path(__file__).resolve().parents[2] / "examples" / "deepresearch" / "corpus.jsonl"
+STEPS = 4
+
+
+def _weights(folder: Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    weights: dict[str, Any] = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        weights.update(load_file(str(path)))
+    return weights
+
+
+@pytest.mark.slow(seconds=60)
+def test_a_warm_start_on_an_exported_set_learns_records_and_reruns(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    require_module("trl", "trainer")
+    _seeded(sqlite_url, tmp_path)
+    data = tmp_path / "sft.jsonl"
+    cli_ok(
+        "completions", "export-sft", "--judge", "scripted", "--best", "2", "-o", str(data),
+        database_url=sqlite_url,
+    )  # fmt: skip
+    policy = tiny_model_dir()
+    config = {
+        "name": "warm",
+        "policy": str(policy),
+        "data": data.name,  # relative to the config file
+        "environment": "deepresearch",  # the tools' schemas in every prompt, as GRPO's
+        "agent": {"options": {"corpus": str(CORPUS)}},
+        # A high rate on a tiny model: the loss must visibly fall within a few steps.
+        "sft": {"max_steps": STEPS, "per_device_train_batch_size": 4, "learning_rate": 5e-3},
+        "output_dir": "runs",
+        "threads": 1,
+    }
+    config_file = tmp_path / "sft.yaml"
+    config_file.write_text(yaml.safe_dump(config), encoding="utf-8")
+
+    first = run_cli("train", "sft", str(config_file), database_url=sqlite_url, timeout=900)
+    assert first.code == 0, first.stderr[-3000:]
+    assert "4 row(s) to train on, 0 left out" in " ".join(first.stdout.split())
+    run = tmp_path / "runs" / "warm"
+
+    recorded = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
+    assert recorded["data_sha256"] == hashlib.sha256(data.read_bytes()).hexdigest()
+    assert recorded["sft"]["seed"] == 0 and recorded["sft"]["assistant_only_loss"] is True
+    args = json.loads((run / "sft_args.json").read_text(encoding="utf-8"))
+    assert args["max_steps"] == STEPS and args["seed"] == 0
+    record = json.loads((run / "data.json").read_text(encoding="utf-8"))
+    assert record["rows"] == 4 and record["environment_tools"] == ["open", "search"]
+    assert record["training_chat_template"] == "the tool format's training variant"
+    assert (run / "environment.json").exists() and (run / "plots" / "loss.png").exists()
+
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))
+    assert metrics[-1]["loss"] < metrics[0]["loss"], [m["loss"] for m in metrics]
+
+    # The policy changed, and it is a model folder with the policy's own tokenizer.
+    before, after = _weights(policy), _weights(run / "policy")
+    assert set(before) == set(after)
+    assert any(not bool((after[k].float() == before[k].float()).all()) for k in before)
+    saved = (run / "policy" / "chat_template.jinja").read_text(encoding="utf-8")
+    assert saved == (policy / "chat_template.jinja").read_text(encoding="utf-8")
+
+    # The same config and seed again: the same figures to the digit (times aside).
+    again = run_cli(
+        "train", "sft", str(config_file), "--name", "again", database_url=sqlite_url, timeout=900
+    )
+    assert again.code == 0, again.stderr[-3000:]
+    diff = run_cli(
+        "train", "diff", str(run), str(tmp_path / "runs" / "again"), database_url=sqlite_url
+    )
+    assert diff.code == 0 and "identical to the digit" in diff.stdout, diff.stdout
+
+
+def test_a_recorded_config_refuses_other_data(sqlite_url: str, tmp_path: Path) -> None:
+    """Before any model is loaded: the data's sha256 the config names must be the file's."""
+    data = tmp_path / "rows.jsonl"
+    row = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hi"}]}
+    data.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    config_file = tmp_path / "sft.yaml"
+    config_file.write_text(
+        yaml.safe_dump({"data": str(data), "data_sha256": "0" * 64, "output_dir": "runs"}),
+        encoding="utf-8",
+    )
+    result = run_cli("train", "sft", str(config_file), database_url=sqlite_url)
+    assert result.code == 2
+    assert f"its sha256 is {hashlib.sha256(data.read_bytes()).hexdigest()}" in result.stderr
+    assert not (tmp_path / "runs" / "sft").exists()  # no run directory left behind
