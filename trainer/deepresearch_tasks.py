@@ -19,6 +19,7 @@ tasks are, ``trainer.overopt``). Three rubrics per question, named ``<id>/<part>
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,16 @@ class _Strict(BaseModel):
 class Fact(_Strict):
     text: str = Field(min_length=1)
     gold: Check
+
+
+# The corpus's markup: straight and typographic quotes, emphasis asterisks.
+_MARKUP = re.compile('[*"\u201c\u201d\u2018\u2019]')
+
+
+def plain(text: str) -> str:
+    """``text`` without the markup a fact's check should not trip on (quotes, emphasis, line
+    breaks): a document's text as a fact's check reads it."""
+    return " ".join(_MARKUP.sub("", text).split())
 
 
 def cited_pattern(doc_id: str) -> str:
