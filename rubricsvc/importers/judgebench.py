@@ -13,8 +13,9 @@ original_id, source, question, response_model, response_A, response_B, label}, l
   item ``judgebench/<pair_id>``, tags [source].
 
 The labels are judged under the shared rubric ``judgebench/correctness``. A pair whose two
-responses are the same text (one in the Claude split) cannot be a pair here: it is left out,
-and noted (JudgeBench counts it; a judge consistent across orders is never right on it).
+responses are the same text (one in the Claude split) cannot be a pair here: its completions
+are stored, its label left out, and noted (JudgeBench counts it; a judge consistent across
+orders is never right on it), and so are the judges' verdicts on it.
 
 Published decisions are ``outputs/dataset=judgebench,response_model=<model>,judge_name=
 <name>,judge_model=<model>.jsonl`` beside ``data/``: the pair (its texts optional) with
@@ -192,9 +193,6 @@ def import_judgebench(session: Session, path: Path, name: str | None = None) -> 
     labels: list[LabelInput] = []
     same_text = []
     for location, pair in records:
-        if pair.response_A == pair.response_B:
-            same_text.append(pair.pair_id)
-            continue
         prompt, stored = store_prompt_and_completions(
             session,
             location,
@@ -206,6 +204,10 @@ def import_judgebench(session: Session, path: Path, name: str | None = None) -> 
             SOURCE,
             report,
         )
+        if pair.response_A == pair.response_B:
+            # Stored (a judge's file names them), but not a pair: no label.
+            same_text.append(pair.pair_id)
+            continue
         labels.append(
             pair_label(
                 item_name(pair.pair_id),
@@ -219,8 +221,8 @@ def import_judgebench(session: Session, path: Path, name: str | None = None) -> 
             )
         )
     report.notes += [
-        f"pair {pair_id}: its two responses are the same text, not a pair: left out "
-        "(JudgeBench counts it among its pairs)"
+        f"pair {pair_id}: its two responses are the same text, not a pair: its label and "
+        "verdicts left out (JudgeBench counts it among its pairs)"
         for pair_id in same_text
     ]
     saved = save_label_set(
@@ -236,6 +238,7 @@ def import_judgebench(session: Session, path: Path, name: str | None = None) -> 
     for judge in judge_files(file, matched["model"]):
         verdicts = import_judgebench_verdicts(session, judge.path, rubric=version.ref, pairs=pairs)
         result.judges.append(tally(verdicts))
+        report.notes += [f"judge {verdicts.judge}: {note}" for note in verdicts.notes]
         report.judgments.added += verdicts.judgments_added
         report.judgments.unchanged += verdicts.judgments_already_stored
     return result
@@ -309,7 +312,7 @@ def import_judgebench_verdicts(
         )
     if skipped:
         report.notes.append(
-            f"{len(skipped)} pairs of two identical responses left out, as the labels leave them"
+            f"pairs of two identical responses left out, as the labels leave them: {len(skipped)}"
         )
     return report
 

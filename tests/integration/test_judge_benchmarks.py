@@ -340,3 +340,41 @@ def test_rewardbench2_is_imported_and_scored_by_its_rule(sqlite_url: str) -> Non
     assert figures["subsets"]["Precise IF"]["score"] == 0.5
     assert figures["subsets"]["Math"]["score"] == pytest.approx((1 / 3 + 1) / 2)
     assert figures["overall"] == pytest.approx(sum(expected.values()) / len(expected), abs=1e-12)
+
+
+def test_a_pair_of_one_text_twice_is_stored_but_not_labelled(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """JudgeBench's Claude split has a pair whose two responses are one text: not a pair the
+    platform holds. Its responses are stored, its label and the judges' verdicts on it left
+    out, and the import says so."""
+    lines = (JUDGEBENCH / "data" / f"{SPLIT}.jsonl").read_text(encoding="utf-8").splitlines()
+    pairs = [json.loads(line) for line in lines[:3]]
+    pairs[1]["response_B"] = pairs[1]["response_A"]
+    (tmp_path / "data").mkdir()
+    (tmp_path / "outputs").mkdir()
+    (tmp_path / "data" / f"{SPLIT}.jsonl").write_text(
+        "".join(json.dumps(p) + "\n" for p in pairs), encoding="utf-8"
+    )
+    published = _outputs("arena_hard", "o1-mini-2024-09-12").read_text(encoding="utf-8")
+    (tmp_path / "outputs" / _outputs("arena_hard", "o1-mini-2024-09-12").name).write_text(
+        "".join(
+            line + "\n"
+            for line in published.splitlines()
+            if json.loads(line)["pair_id"] in {p["pair_id"] for p in pairs}
+        ),
+        encoding="utf-8",
+    )
+    imported = cli_ok("labels", "import", "judgebench", str(tmp_path), database_url=sqlite_url)
+    assert f"{LABELS}: 2 labels (pairwise 2)" in imported.stdout
+    assert "completions: 6 added" in imported.stdout
+    assert f"pair {pairs[1]['pair_id']}: its two responses are the same text" in imported.stdout
+    # The judge's two decisions on each of the two pairs; those on the third left out.
+    assert "o1-mini-2024-09-12: 4 verdicts" in imported.stdout
+    assert "pairs of two identical responses left out, as the labels leave them: 1" in (
+        imported.stdout
+    )
+    figures = _evaluate(
+        sqlite_url, "--judge", "judgebench/arena_hard/o1-mini-2024-09-12", "--labels", LABELS
+    )["benchmark"]
+    assert figures["n"] == 2
