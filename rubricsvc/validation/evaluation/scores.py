@@ -59,18 +59,6 @@ def scores_of(
     return found
 
 
-def refuse_comparing_mode(judging: Judging, what: str) -> None:
-    """Scores come from a judge that judges each completion on its own (per criterion or the
-    whole rubric): one that compares completions has no score of one."""
-    mode = get_mode(judging.spec.mode)
-    if mode.compares:
-        scoring = _either(modes_that(compares=False))
-        raise ValidationFailed(
-            f"{what} need a judge that scores each completion ({scoring}); judge "
-            f"{judging.spec.name} is {judging.spec.mode}, which compares completions"
-        )
-
-
 def _imported_scores(
     judging: Judging,
     completions: Sequence[Completion],
