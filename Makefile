@@ -14,8 +14,9 @@ OPENRLHF := openrlhf==0.11.2
 # stack, torch builds, ray, tensordict, is not installed: the loader needs none of it).
 VERL := verl==0.9.1
 DEMO_DB ?= $(CURDIR)/.demo/rubricsvc.sqlite
-# The peer that B3 compares against, in an environment of its own (it pins other versions
-# of the libraries rubricsvc uses).
+# verifiers (PrimeIntellect's RL environments) in an environment of its own: it pins other
+# versions of libraries rubricsvc uses (openai < 3). The test of the verifiers example
+# (tests/integration/test_verifiers_env.py) and benchmark B3's peer run there.
 VERIFIERS_VENV := .venv-verifiers
 VERIFIERS := verifiers==0.4.0
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
@@ -35,7 +36,7 @@ UV_SOURCES := $(VENV)/.uv-sources
 UV_INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python --index-strategy unsafe-best-match \
 	--compile-bytecode $$(cat $(UV_SOURCES))
 
-.PHONY: setup demo test test-fast lint format browser bench bench-peers-env clean
+.PHONY: setup demo test test-fast lint format browser bench bench-peers-env verifiers-env clean
 
 $(BIN)/python:
 	@echo "==> Creating the virtual environment $(VENV)"
@@ -121,7 +122,7 @@ format: $(STAMP)
 # and crowd the tests bound by time-outs.
 TEST_WORKERS ?= 3
 XDIST := --numprocesses=$(TEST_WORKERS) --dist=loadfile --no-loadscope-reorder
-test: setup lint browser
+test: setup lint browser verifiers-env
 	@echo "==> Making the tiny test models (tests/tiny_model.py: the embedded model's architecture, random weights)"
 	@$(BIN)/python -m tests.tiny_model
 	@echo "==> pytest ($(TEST_WORKERS) processes)"
@@ -143,13 +144,17 @@ browser:
 		apt-get install -y -q chromium >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; \
 	else echo "==> No Chromium: the browser tests will skip (sudo apt-get install chromium)"; fi
 
-$(VERIFIERS_VENV)/.installed:
-	@echo "==> Installing $(VERIFIERS) into $(VERIFIERS_VENV) (the B3 peer, kept apart from rubricsvc)"
+# uv (from .venv) installs it with the sources pip is configured with, as setup does.
+$(VERIFIERS_VENV)/.installed: | $(STAMP)
+	@echo "==> Installing $(VERIFIERS) into $(VERIFIERS_VENV) (kept apart from rubricsvc's .venv)"
 	$(PYTHON) -m venv $(VERIFIERS_VENV)
-	$(VERIFIERS_VENV)/bin/pip install -q $(VERIFIERS)
+	@$(BIN)/uv pip install -q --python $(VERIFIERS_VENV)/bin/python --index-strategy \
+		unsafe-best-match $$(cat $(UV_SOURCES)) $(VERIFIERS)
 	@touch $@
 
-bench-peers-env: $(VERIFIERS_VENV)/.installed
+verifiers-env: $(VERIFIERS_VENV)/.installed
+
+bench-peers-env: verifiers-env
 
 # Every benchmark writes benchmarks/results/NAME-latest.json; the last step writes them into
 # docs/benchmarks.md and the README's headlines. About 32 minutes on an idle 2-core machine.

@@ -12,10 +12,15 @@ from rubricsvc.cli.labels_build import labels_build
 from rubricsvc.cli.render import build_table, dumps
 from rubricsvc.importers.healthbench import LABEL_SET as HEALTHBENCH_LABEL_SET
 from rubricsvc.importers.healthbench import import_healthbench_labels
+from rubricsvc.importers.judgebench import import_judgebench
 from rubricsvc.importers.labelled import LabelImport
 from rubricsvc.importers.labels_jsonl import import_labels_jsonl
 from rubricsvc.importers.pandalm import LABEL_SET as PANDALM_LABEL_SET
 from rubricsvc.importers.pandalm import import_pandalm
+from rubricsvc.importers.rewardbench2 import LABEL_SET as REWARDBENCH2_LABEL_SET
+from rubricsvc.importers.rewardbench2 import import_rewardbench2
+from rubricsvc.importers.rmbench import LABEL_SET as RMBENCH_LABEL_SET
+from rubricsvc.importers.rmbench import import_rmbench
 from rubricsvc.validation.labelsets import get_label_set, label_set_summary, list_label_sets
 
 labels_app = typer.Typer(
@@ -24,6 +29,11 @@ labels_app = typer.Typer(
 
 FORMATS = {
     "pandalm": f"PandaLM's test set folder (label set {PANDALM_LABEL_SET}, and two judges' verdicts)",
+    "judgebench": "a JudgeBench data file (label set judgebench-<response model>, and the "
+    "published judges' decisions in outputs/ beside data/)",
+    "rm-bench": f"RM-Bench's data (a *_filtered.json or total_dataset.json, or their folder; "
+    f"label set {RMBENCH_LABEL_SET})",
+    "rewardbench2": f"RewardBench 2's data as JSON Lines (label set {REWARDBENCH2_LABEL_SET})",
     "healthbench": f"a HealthBench judge_responses.jsonl (label set {HEALTHBENCH_LABEL_SET})",
     "jsonl": "the project's own JSON Lines (docs/validation.md, 'Label sets')",
 }
@@ -50,6 +60,12 @@ def labels_import(
     with db_session() as session:
         if fmt == "pandalm":
             result = import_pandalm(session, path, name=name or PANDALM_LABEL_SET)
+        elif fmt == "judgebench":
+            result = import_judgebench(session, path, name=name)
+        elif fmt == "rm-bench":
+            result = import_rmbench(session, path, name=name or RMBENCH_LABEL_SET)
+        elif fmt == "rewardbench2":
+            result = import_rewardbench2(session, path, name=name or REWARDBENCH2_LABEL_SET)
         elif fmt == "healthbench":
             result = import_healthbench_labels(session, path, name=name or HEALTHBENCH_LABEL_SET)
         else:

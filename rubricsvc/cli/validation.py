@@ -10,11 +10,14 @@ import typer
 from sqlalchemy import select
 
 from rubricsvc.backends.provider import BackendProvider
-from rubricsvc.cli.context import console, db_session
+from rubricsvc.cli.context import CliExit, console, db_session
 from rubricsvc.cli.progress import progress_bar
 from rubricsvc.cli.render import build_table, dumps
 from rubricsvc.config import get_settings
 from rubricsvc.importers.judge_verdicts import import_judge_verdicts
+from rubricsvc.importers.judgebench import import_judgebench_verdicts
+from rubricsvc.importers.rewardbench2 import import_rewardbench2_verdicts
+from rubricsvc.importers.rmbench import import_rmbench_verdicts
 from rubricsvc.judging.modes import mode_names
 from rubricsvc.models import JudgeAudit, JudgeConfig
 from rubricsvc.scoring.judge_configs import find_judge, gate_status, stored_spec
@@ -161,23 +164,54 @@ def _write_comparison(report: dict[str, Any], folder: Path) -> None:
     forest_plot(rows, folder / "forest.png", f"judges on {report['labels']}")
 
 
+VERDICT_FORMATS = {
+    "jsonl": "the project's own JSON Lines (docs/validation.md)",
+    "judgebench": "a JudgeBench judge's outputs file (outputs/dataset=judgebench,...jsonl)",
+    "rm-bench": "an RM-Bench results file (score_chosen, score_rejected per record)",
+    "rewardbench2": "RewardBench 2 scores (JSON Lines: id, scores, num_correct per prompt)",
+}
+
+
 def judges_import(
-    file: Path = typer.Argument(..., help="JSON Lines, one verdict per line (docs/validation.md)."),
-    judge: str = typer.Option(..., help="The imported judge's name (created if new)."),
+    file: Path = typer.Argument(..., help="The verdicts file (see --format)."),
+    judge: str | None = typer.Option(
+        None,
+        help="The imported judge's name (created if new); judgebench: default "
+        "judgebench/<judge_name>/<judge_model> from the file's name.",
+    ),
     model: str | None = typer.Option(
         None, help="The model that gave the verdicts (default: the stored judge's, else NAME)."
     ),
     rubric: str | None = typer.Option(
         None,
         help="Pairwise and scalar verdicts: the rubric version (NAME@N) they are keyed under "
-        "(default: each prompt's own newest); use the label set's.",
+        "(default: each prompt's own newest; a benchmark's: its shared rubric's newest); use "
+        "the label set's.",
+    ),
+    fmt: str = typer.Option(
+        "jsonl", "--format", help=f"One of {', '.join(VERDICT_FORMATS)}: the file's format."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
 ) -> None:
     """Store a judge's verdicts as judgments of an imported judge (only ever read, never
     called); importing the same file again adds nothing."""
+    if fmt not in VERDICT_FORMATS:
+        known = "; ".join(f"{key}: {about}" for key, about in VERDICT_FORMATS.items())
+        raise CliExit(f"unknown verdict format {fmt!r}; formats: {known}", 2)
+    if judge is None and fmt != "judgebench":
+        raise CliExit(f"--judge is required for {fmt} verdicts", 2)
     with db_session() as session:
-        report = import_judge_verdicts(session, file, judge, model=model, rubric=rubric)
+        if fmt == "judgebench":
+            report = import_judgebench_verdicts(session, file, judge, model=model, rubric=rubric)
+        elif fmt == "rm-bench":
+            assert judge is not None
+            report = import_rmbench_verdicts(session, file, judge, model=model, rubric=rubric)
+        elif fmt == "rewardbench2":
+            assert judge is not None
+            report = import_rewardbench2_verdicts(session, file, judge, model=model, rubric=rubric)
+        else:
+            assert judge is not None
+            report = import_judge_verdicts(session, file, judge, model=model, rubric=rubric)
     if as_json:
         console.print_json(dumps(report.as_dict()))
         return
@@ -200,6 +234,7 @@ def judges_import(
             f"  repeats:   {report.repeats} verdicts on content an earlier line holds "
             f"({report.conflicts} items with another verdict than their judgment's: kept per item)"
         )
+    lines += [f"  note: {note}" for note in report.notes]
     console.print("\n".join(lines), soft_wrap=True, markup=False)
 
 
@@ -265,12 +300,68 @@ def _print_evaluation(report: dict[str, Any]) -> None:
             title, ["metric", "value", "95% interval"], rows, flexible="metric", width=console.width
         )
     )
+    if report.get("benchmark"):
+        _print_benchmark(report["benchmark"])
     if report.get("ties"):
         console.print(f"ties: {report['ties']}")
     console.print(
         f"intervals: {report['interval']['resamples']} bootstrap resamples of prompts; "
         f"stored as evaluation {report.get('evaluation_id')}"
     )
+
+
+def _print_benchmark(figures: dict[str, Any]) -> None:
+    """The benchmark's own metric, as it publishes its figures."""
+    name = figures["name"]
+    rows: list[list[str]] = []
+    if "percent" in figures:  # JudgeBench: percentages, overall and per category
+        rows.append(
+            [
+                f"accuracy ({figures['correct']} of {figures['n']} pairs)",
+                f"{figures['percent']:.2f}%",
+                _interval_percent(figures.get("accuracy_ci")),
+            ]
+        )
+        for category, counts in figures["by_category"].items():
+            rows.append(
+                [
+                    f"  {category} ({counts['correct']} of {counts['n']})",
+                    f"{counts['percent']:.2f}%",
+                    "-",
+                ]
+            )
+    elif "hard" in figures:  # RM-Bench
+        for key in ("average", "hard", "normal", "easy"):
+            rows.append([key, _fmt(figures[key]), _ci(figures, key)])
+        for domain, values in figures["domains"].items():
+            rows.append(
+                [
+                    f"  {domain} ({values['n']} prompts): hard / normal / easy",
+                    f"{values['hard']:.3f} / {values['normal']:.3f} / {values['easy']:.3f}",
+                    "-",
+                ]
+            )
+    else:  # RewardBench 2
+        rows.append(
+            [
+                f"overall ({figures['n_prompts']} prompts)",
+                _fmt(figures["overall"]),
+                _ci(figures, "overall"),
+            ]
+        )
+        for subset, values in figures["subsets"].items():
+            rows.append([f"  {subset} ({values['n']})", _fmt(values["score"]), "-"])
+    title = f"{name}'s own metric (compared by {figures['compared_by']})"
+    console.print(
+        build_table(
+            title, ["metric", "value", "95% interval"], rows, flexible="metric", width=console.width
+        )
+    )
+    console.print(f"{name}: {figures['metric']}", soft_wrap=True, markup=False)
+
+
+def _interval_percent(interval: list[float] | None) -> str:
+    return f"[{100 * interval[0]:.2f}, {100 * interval[1]:.2f}]" if interval else "-"
 
 
 def _write_report(report: dict[str, Any], folder: Path) -> None:

@@ -126,9 +126,10 @@ class VerdictImport:
     judgments_added: int = 0
     judgments_already_stored: int = 0  # stored judgments the file names (some extended)
     judgments_extended: int = 0  # of those, given verdicts on items they did not hold
+    notes: list[str] = field(default_factory=list)  # what a benchmark's reader left out or kept
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "notes": list(self.notes)}
 
 
 @dataclass
@@ -161,11 +162,17 @@ def import_judge_verdicts(
     judge: str,
     model: str | None = None,
     rubric: str | None = None,
+    records: list[tuple[str, Any]] | None = None,
 ) -> VerdictImport:
     """Store the verdicts of ``path`` as judgments of the imported judge ``judge``; pairwise
     and scalar ones under the rubric version ``rubric`` (default: each prompt's own newest, as
-    ``judges evaluate`` compares a label set without one). The caller owns the transaction."""
-    lines = [(location, _parse_line(location, data)) for location, data in read_jsonl(path)]
+    ``judges evaluate`` compares a label set without one). ``records``: the file's lines
+    already read (a benchmark's own format written as this one's lines, each with its
+    location). The caller owns the transaction."""
+    read = records if records is not None else read_jsonl(path)
+    if not read:
+        raise ValidationFailed(f"{path}: no verdicts to import")
+    lines = [(location, _parse_line(location, data)) for location, data in read]
     mode = _one_mode(lines)
     spec, created = _judge_spec(session, judge, model, mode)
     report = VerdictImport(str(path), spec.name, mode, spec.model, spec.config_hash(), created)

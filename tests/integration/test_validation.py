@@ -193,9 +193,11 @@ def test_a_judge_of_the_wrong_kind_is_refused(sqlite_url: str, tmp_path: Path) -
     cli_ok("labels", "import", "pandalm", str(folder), database_url=sqlite_url)
 
     def refused(labels: str) -> str:
-        """The error of evaluating the embedded judge on the label set ``labels``."""
-        command = ("judges", "evaluate", "--judge", "embedded", "--labels", labels)
-        return cli_error(*command, database_url=sqlite_url)
+        """The error of evaluating the embedded judge in the group mode (it compares a
+        prompt's completions all at once: neither a pair's verdict nor a score of each) on the
+        label set ``labels``."""
+        command = ("judges", "evaluate", "--judge", "embedded", "--mode", "group")
+        return cli_error(*command, "--labels", labels, database_url=sqlite_url)
 
     error = refused("pandalm-human")
     assert "pass --mode pairwise" in error and len(error.splitlines()) == 1

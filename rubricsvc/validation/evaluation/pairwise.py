@@ -30,6 +30,7 @@ from rubricsvc.validation.evaluation.common import (
     _tags,
     own_rubric_versions,
 )
+from rubricsvc.validation.evaluation.scores import scores_of
 
 PAIR_LABELS = ("first", "second", "tie")  # also the order that breaks a tie between them
 
@@ -50,6 +51,10 @@ class PairObservation:
     tags: tuple[str, ...] = ()
     # Per order (this order, then the other): judged, but without a valid verdict.
     failed: tuple[bool, ...] = (False, False)
+    item: str = ""  # the label item (a benchmark's record and pair)
+    # A judge that scores completions: the two completions' scores (first, second), as the
+    # judge gave them (an imported reward model's own numbers); the verdict is their order.
+    scores: tuple[float, float] | None = None
 
     @property
     def consistent(self) -> bool | None:
@@ -120,15 +125,18 @@ def _pairwise(judging: Judging, label_set: LabelSet, items: _Items) -> list[Pair
     if not items.pairwise:
         return []
     session, spec = judging.session, judging.spec
-    if not get_mode(spec.mode).judges_pairs:
+    mode = get_mode(spec.mode)
+    if not mode.judges_pairs and mode.compares:
         pair_modes = _either(modes_that(judges_pairs=True))
         raise ValidationFailed(
-            f"pairwise labels need a judge in the {pair_modes} mode; judge {spec.name} is "
-            f"{spec.mode}: pass --mode {pair_modes}"
+            f"pairwise labels need a judge in the {pair_modes} mode, or one that scores each "
+            f"completion; judge {spec.name} is {spec.mode}: pass --mode {pair_modes}"
         )
     pairs = tuple(sorted(items.pairwise))
     completion_ids = tuple(sorted({c for pair in pairs for c in pair}))
     version_of = _pair_versions(session, label_set, items, completion_ids)
+    if not mode.judges_pairs:
+        return _pairs_by_scores(judging, items, completion_ids, version_of)
     selection = Selection(
         completion_ids=completion_ids,
         version_ids=tuple(sorted({v.id for v in version_of.values()})),
@@ -181,6 +189,48 @@ def _pairwise(judging: Judging, label_set: LabelSet, items: _Items) -> list[Pair
                 len(first.text) - len(second.text),
                 _tags(labels),
                 tuple(failed for _, failed in read),
+                labels[0].item,
+            )
+        )
+    return observations
+
+
+def _pairs_by_scores(
+    judging: Judging,
+    items: _Items,
+    completion_ids: Sequence[int],
+    version_of: dict[int, RubricVersion],
+) -> list[PairObservation]:
+    """Pairs compared by a judge that scores each completion on its own (a reward model's
+    imported scores, a rubric judge's aggregate): the one with the higher score is its
+    verdict, equal scores a tie. Nothing is shown in an order, so there are no per-order
+    figures, and a pair lacking either score has no verdict."""
+    completions = [items.completions[c] for c in completion_ids]
+    scores = scores_of(judging, completions, version_of)
+    observations = []
+    for (first_id, second_id), labels in items.pairwise.items():
+        label = m.majority([lb.verdict or "" for lb in labels])
+        if label is None:
+            continue
+        first, second = items.completions[first_id], items.completions[second_id]
+        a, b = scores.get(first_id), scores.get(second_id)
+        judged = None
+        if a is not None and b is not None:
+            judged = "first" if a.raw > b.raw else "second" if a.raw < b.raw else "tie"
+        observations.append(
+            PairObservation(
+                first.prompt_id,
+                first_id,
+                second_id,
+                label,
+                judged,
+                {"first": 1.0, "second": 0.0, "tie": 0.5}[judged] if judged else None,
+                (None, None),
+                len(first.text) - len(second.text),
+                _tags(labels),
+                (False, False),
+                labels[0].item,
+                (a.raw, b.raw) if a is not None and b is not None else None,
             )
         )
     return observations
@@ -202,6 +252,8 @@ def pairwise_figures(
         "ties": "a third class, as PandaLM's evaluation counts them: a tie agrees only with a tie",
         "n_labelled": len(observations),
         "n_judged": len(judged),
+        # A judge that scores completions is compared by its two scores (no order shown).
+        "compared_by": "scores" if any(o.scores is not None for o in observations) else "verdicts",
         **_agreement_fields(figures, clusters, predicted, truth),
     }
     right = sum(1 for o in judged if o.judged == o.label)

@@ -14,6 +14,7 @@ from rubricsvc.errors import ValidationFailed
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import JudgeEvaluation, LabelSet
 from rubricsvc.scoring.judge_configs import ensure_judge_config
+from rubricsvc.validation.benchmarks import benchmark_figures
 from rubricsvc.validation.evaluation.common import EvaluationOptions, Judging, Progress, _items
 from rubricsvc.validation.evaluation.pairwise import _pairwise, pairwise_figures
 from rubricsvc.validation.evaluation.pointwise import _pointwise, pointwise_figures
@@ -46,8 +47,10 @@ def evaluate(
     if point:
         by_kind["pointwise"] = pointwise_figures(point, options)
     pairs = _pairwise(judging, label_set, items)
+    benchmark = None
     if pairs:
         by_kind["pairwise"] = pairwise_figures(pairs, options)
+        benchmark = benchmark_figures(pairs, options)
     scalars = _scalar(judging, label_set, items)
     if scalars:
         by_kind["scalar"] = scalar_figures(scalars, options)
@@ -74,6 +77,9 @@ def evaluate(
     }
     if len(by_kind) > 1:
         report["by_kind"] = by_kind
+    if benchmark is not None:
+        # The benchmark's own published metric, from the same pairs and verdicts.
+        report["benchmark"] = benchmark
     row = JudgeEvaluation(
         judge_config_id=judge_row.id,
         label_set_id=label_set.id,

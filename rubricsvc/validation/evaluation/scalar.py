@@ -9,24 +9,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rubricsvc.errors import ValidationFailed
-from rubricsvc.judging.modes import get_mode, modes_that
 from rubricsvc.models import LabelSet, RubricVersion
-from rubricsvc.scoring.scorer import case_plan
 from rubricsvc.scoring.selection import Selection
-from rubricsvc.scoring.store import judgments_by_key
 from rubricsvc.validation import metrics as m
 from rubricsvc.validation.evaluation.common import (
     EvaluationOptions,
     Judging,
-    _either,
     _Figures,
-    _imported_verdict,
     _Items,
     _length_bias,
     _tags,
     own_rubric_versions,
 )
+from rubricsvc.validation.evaluation.scores import scores_of
 
 
 @dataclass(frozen=True)
@@ -86,36 +81,16 @@ def _imported_scores(
     """An imported holistic judge's scores (its values, in [0, 1]) of the labelled
     completions, read under the version ``judges import`` keys them under: the label set's,
     else each prompt's own (``own_rubric_versions``)."""
-    session, spec = judging.session, judging.spec
-    mode = get_mode(spec.mode)
-    if mode.per_criterion or mode.compares:
-        whole = _either(modes_that(per_criterion=False, compares=False))
-        raise ValidationFailed(
-            f"judge {spec.name} holds imported {spec.mode} verdicts: scalar labels need a judge "
-            f"that scores, or imported scalar verdicts (mode {whole})"
-        )
-    completion_ids = sorted(items.scalar)
+    completions = [items.completions[c] for c in sorted(items.scalar)]
     if label_set.rubric_version_id is not None:
-        chosen = session.get(RubricVersion, label_set.rubric_version_id)
+        chosen = judging.session.get(RubricVersion, label_set.rubric_version_id)
         assert chosen is not None
-        version_of = {items.completions[c].prompt_id: chosen for c in completion_ids}
+        version_of = {c.prompt_id: chosen for c in completions}
     else:
-        version_of, _ = own_rubric_versions(session, completion_ids)
-    key_of: dict[int, str] = {}
-    for completion_id in completion_ids:
-        completion = items.completions[completion_id]
-        version = version_of.get(completion.prompt_id)
-        if version is not None:
-            plan = case_plan(spec, judging.judge_row.config_hash, completion, version)
-            key_of[completion_id] = plan.items[0].key
-    judged = judgments_by_key(session, key_of.values())
-    scores: dict[int, list[float]] = defaultdict(list)
-    for completion_id, key in key_of.items():
-        item = items.scalar[completion_id][0].item
-        value = _imported_verdict(judged.get(key), item, pairwise=False)[1]
-        if value is not None:
-            scores[completion_id].append(value)
-    return scores
+        version_of, _ = own_rubric_versions(judging.session, [c.id for c in completions])
+    item_of = {c: labels[0].item for c, labels in items.scalar.items()}
+    found = scores_of(judging, completions, version_of, item_of)
+    return {completion_id: [score.value] for completion_id, score in found.items()}
 
 
 # --- figures --------------------------------------------------------------------------------
