@@ -21,6 +21,7 @@
 #   GENRM_PERTURB=truncate,drop_sentence,pad   perturbed copies (rubricsvc labels build)
 #   GENRM_EVAL_PER_GROUP=N  answers per held-out (step, prompt) group evaluated (default all)
 #   GENRM_EVAL_PROMPTS=a,b  held-out prompts evaluated (default all 9)
+#   GENRM_UNTIL=labels      stop after step 2 (the training database and its label set)
 # For a check of the wiring at small scale (nothing in examples/genrm/ is written):
 #   GENRM_BASE=DIR          the student's base model folder (default: the bundled model)
 #   GENRM_STEPS=N           optimizer steps, overriding distill.json's epochs
@@ -71,6 +72,8 @@ if [ ! -f "$work/labels.json" ]; then
   mv "$work/labels.json.partial" "$work/labels.json"
 fi
 echo "labels: $work/labels.json"
+# The training set alone (reinforce.sh starts the RL rung from the committed adapter this way).
+[ "${GENRM_UNTIL:-}" = labels ] && exit 0
 
 # 3. The student. The base is the bundled model (prepared from the installed package).
 base=${GENRM_BASE:-$(python -c '

@@ -20,6 +20,7 @@ from rubricsvc.cli import (
     labels,
     models,
     prompts,
+    reinforce,
     rubrics,
     score,
     scores,
@@ -51,6 +52,7 @@ judges.judges_app.command("calibrate")(calibration.judges_calibrate)
 judges.judges_app.command("distill")(distill.judges_distill)
 judges.judges_app.command("evaluate")(validation.judges_evaluate)
 judges.judges_app.command("import")(validation.judges_import)
+judges.judges_app.command("reinforce")(reinforce.judges_reinforce)
 judges.judges_app.command("compare")(validation.judges_compare)
 judges.judges_app.command("show")(validation.judges_show)
 app.add_typer(judges.judges_app, name="judges")

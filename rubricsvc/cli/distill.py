@@ -113,7 +113,6 @@ def _coverage_line(gate: dict[str, Any]) -> str | None:
 
 
 def _print(report: dict[str, Any]) -> None:
-    gate = report["gate"]
     training = report["training"]
     console.print(
         f"student {report['judge']} ({report['config_hash'][:12]}): trained on "
@@ -125,9 +124,16 @@ def _print(report: dict[str, Any]) -> None:
             f"LoRA adapter: {training['adapter_bytes'] / 1e6:.1f} MB in {training['model_dir']} "
             "(served on the base model)"
         )
+    print_gate(report["gate"], {"base": "base", "student": "student"}, "the base")
+
+
+def print_gate(gate: dict[str, Any], roles: dict[str, str], reference: str) -> None:
+    """The gate's figures: each judge's on the held-out labels, the gain over ``reference``
+    (the judge in the gate's ``base`` role), within criteria, and the decision. ``roles``:
+    how the table names the gate's ``base`` and ``student``."""
     rows = [
         [
-            role,
+            roles[role],
             gate[role]["judge"],
             f"{gate[role]['n_judged']}/{gate[role]['n_labelled']}",
             _figure(gate[role]["agreement"], gate[role]["agreement_ci"]),
@@ -147,15 +153,15 @@ def _print(report: dict[str, Any]) -> None:
     coverage = _coverage_line(gate)
     if coverage:
         console.print(coverage)
-    console.print(f"gain over the base: {_figure(gate['gain'], gate['gain_ci'])}")
+    console.print(f"gain over {reference}: {_figure(gate['gain'], gate['gain_ci'])}")
     within = gate.get("within_criteria") or {}
     if within.get("labels"):
         console.print(
             f"within criteria ({within['labels']} labels of the {within['criteria']} criteria "
             "that some held-out completions meet and others do not"
             + (f", from {within['prompts']} prompts" if within.get("prompts") else "")
-            + "): base "
-            f"{_figure(within['base_agreement'], None)}, student "
+            + f"): {roles['base']} "
+            f"{_figure(within['base_agreement'], None)}, {roles['student']} "
             f"{_figure(within['student_agreement'], None)}, gain "
             f"{_figure(within['gain'], within['gain_ci'])}"
             + ("" if gate.get("gated_within_criteria") else " (not gated)")

@@ -1,5 +1,5 @@
 """``rubricsvc judges ...``: ``list`` and ``add`` (the other judges commands are in
-``audit``, ``calibration``, ``distill`` and ``validation``)."""
+``audit``, ``calibration``, ``distill``, ``reinforce`` and ``validation``)."""
 
 from __future__ import annotations
 

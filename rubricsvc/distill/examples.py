@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from rubricsvc import neutral
-from rubricsvc.backends.types import ChoiceRequest
+from rubricsvc.backends.types import Chat, ChoiceRequest
 from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.config import JudgeSpec
@@ -211,6 +211,17 @@ def render_examples(
 ) -> list[Example]:
     """Each target's prompt as ``spec``'s mode renders it for the criterion, encoded with the
     student's chat template (the neutralizing step included) ready for the verdict token."""
+    return [
+        Example(target, neutral.encode_chat(tokenizer, chat))
+        for target, chat in render_chats(session, spec, targets)
+    ]
+
+
+def render_chats(
+    session: Session, spec: JudgeSpec, targets: Sequence[Target]
+) -> list[tuple[Target, Chat]]:
+    """Each target with the chat ``spec``'s criterion-prob mode sends for it when it serves
+    (template, mode wording and neutralized judged text), in the targets' order."""
     mode = get_mode(spec.mode)
     completions = _completions(session, [t.completion_id for t in targets])
     criteria = {
@@ -231,7 +242,7 @@ def render_examples(
     by_case: dict[tuple[int, int], list[Target]] = defaultdict(list)
     for target in targets:
         by_case[(target.completion_id, criteria[target.criterion_id].version_id)].append(target)
-    examples = []
+    chats: dict[Target, Chat] = {}
     for (completion_id, version_id), case_targets in by_case.items():
         completion = completions[completion_id]
         plan = case_plan(spec, judge_hash, completion, versions[version_id])
@@ -242,9 +253,8 @@ def render_examples(
             (call,) = mode.calls(context, [item])
             request = call.request
             assert isinstance(request, ChoiceRequest)  # a criterion-prob student
-            examples.append(Example(target, neutral.encode_chat(tokenizer, request.chat)))
-    order = {t: i for i, t in enumerate(targets)}
-    return sorted(examples, key=lambda e: order[e.target])
+            chats[target] = request.chat
+    return [(target, chats[target]) for target in targets]
 
 
 def _completions(session: Session, ids: Sequence[int]) -> dict[int, Completion]:

@@ -21,14 +21,13 @@ and a held-out set with no contrast at all is refused.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from rubricsvc.backends.base import JudgeBackend
 from rubricsvc.distill.examples import Target
-from rubricsvc.distill.training import DistillSettings
 from rubricsvc.judging.config import JudgeSpec
 from rubricsvc.models import (
     Completion,
@@ -50,6 +49,23 @@ from rubricsvc.validation.evaluation import (
 from rubricsvc.validation.labelsets import LabelInput, save_label_set
 
 FactoryOf = Callable[[JudgeSpec], Callable[[], JudgeBackend]]
+
+# What the gate is measured against, in its reasons: a distilled student's base model, or the
+# judge a later training stage started from (``judges reinforce``: the SFT judge).
+BASE_MODEL = "the base model"
+
+
+class GateSettings(Protocol):
+    """The thresholds a gate decides by (``DistillSettings``, ``ReinforceSettings``)."""
+
+    @property
+    def min_agreement(self) -> float: ...
+    @property
+    def min_gain(self) -> float: ...
+    @property
+    def min_coverage(self) -> float: ...
+    @property
+    def within_criteria(self) -> bool: ...
 
 
 def held_out_label_set(
@@ -100,12 +116,14 @@ def run_gate(
     base: JudgeSpec,
     held_out: LabelSet,
     factory_of: FactoryOf,
-    settings: DistillSettings,
+    settings: GateSettings,
     options: EvaluationOptions | None = None,
     progress: Progress | None = None,
     checkpoint: Callable[[], None] | None = None,
+    reference: str = BASE_MODEL,
 ) -> dict[str, Any]:
-    """Evaluate base and student on ``held_out``, decide, and store the decision."""
+    """Evaluate base and student on ``held_out``, decide, and store the decision. ``base`` is
+    what the student must beat; ``reference`` names it in the reasons."""
     options = options or EvaluationOptions()
     judged: dict[str, dict[str, Any]] = {}
     observed: dict[str, list[PointwiseObservation]] = {}
@@ -140,6 +158,7 @@ def run_gate(
         settings,
         within,
         coverage=judged["student"]["coverage"],
+        reference=reference,
     )
     report = {
         "labels": held_out.name,
@@ -247,14 +266,16 @@ def within_criteria(
 def decide(
     agreement: float | None,
     gain_ci: list[float] | None,
-    settings: DistillSettings,
+    settings: GateSettings,
     within: dict[str, Any] | None = None,
     *,
     coverage: float | None,
+    reference: str = BASE_MODEL,
 ) -> tuple[JudgeGateStatus, list[str]]:
     """Approve or reject, with the reasons. ``within`` (``within_criteria``'s figures) is
     gated only where ``settings.within_criteria`` asks for it. ``coverage``: the share of the
-    held-out labels the student gave a verdict on (None: no label)."""
+    held-out labels the student gave a verdict on (None: no label). ``reference``: what the
+    gain is over, as the reasons name it."""
     reasons = []
     if coverage is None or coverage < settings.min_coverage:
         shown = "none" if coverage is None else f"{coverage:.3f}"
@@ -270,7 +291,7 @@ def decide(
     if gain_ci is None or gain_ci[0] <= settings.min_gain:
         shown = "none" if gain_ci is None else f"[{gain_ci[0]:.3f}, {gain_ci[1]:.3f}]"
         reasons.append(
-            f"the gain over the base model (95% interval {shown}) is not above "
+            f"the gain over {reference} (95% interval {shown}) is not above "
             f"min_gain {settings.min_gain}"
         )
     within_ci = (within or {}).get("gain_ci")
@@ -286,7 +307,7 @@ def decide(
             reasons.append(
                 f"within criteria (the {within['labels']} labels of the {within['criteria']} "
                 "held-out criteria that some completions meet and others do not), the gain "
-                f"over the base model (95% interval {shown}) is not above min_gain "
+                f"over {reference} (95% interval {shown}) is not above min_gain "
                 f"{settings.min_gain}"
             )
     if reasons:
@@ -296,7 +317,7 @@ def decide(
     # a little worse than the base model through, and the reason says what was checked.
     reason = (
         f"agreement {agreement:.3f} reaches min_agreement {settings.min_agreement}; the gain "
-        f"over the base model (95% interval [{gain_ci[0]:.3f}, {gain_ci[1]:.3f}]) is above "
+        f"over {reference} (95% interval [{gain_ci[0]:.3f}, {gain_ci[1]:.3f}]) is above "
         f"min_gain {settings.min_gain}"
     )
     if settings.within_criteria and within and within_ci is not None:

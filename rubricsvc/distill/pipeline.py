@@ -94,15 +94,19 @@ def check_request(session: Session, request: DistillRequest) -> None:
     if (request.teacher is None) == (request.labels is None):
         raise ValidationFailed("give the targets' source: --teacher JUDGE or --labels SET (one)")
     check_base_model(request.base)
-    if request.into in BUILTIN_JUDGES:
-        raise ValidationFailed(
-            f"--into {request.into!r} is a built-in judge: name the student anew"
-        )
-    stored = latest_judge_config(session, request.into)
-    origin = (stored.settings.get("origin") or {}).get("distilled") if stored else None
-    if stored is not None and (origin is None or origin.get("run_dir") != str(request.run_dir)):
+    check_new_judge(session, request.into, request.run_dir, "distilled")
+
+
+def check_new_judge(session: Session, into: str, run_dir: Path, origin_key: str) -> None:
+    """Refuse an ``--into`` that names a judge, unless it is this run's own (``origin_key``:
+    the lineage a run of the kind records, with its run folder), which a re-run resumes."""
+    if into in BUILTIN_JUDGES:
+        raise ValidationFailed(f"--into {into!r} is a built-in judge: name the student anew")
+    stored = latest_judge_config(session, into)
+    origin = (stored.settings.get("origin") or {}).get(origin_key) if stored else None
+    if stored is not None and (origin is None or origin.get("run_dir") != str(run_dir)):
         raise ConflictError(
-            f"--into {request.into!r} names an existing judge: the student needs a new name"
+            f"--into {into!r} names an existing judge: the student needs a new name"
         )
 
 
@@ -130,13 +134,13 @@ def distill(
     render_spec = JudgeSpec(name=request.into, backend="transformers", mode=STUDENT_MODE.value)
     data_hash = snapshot_hash(session, split, render_spec)
     run = _run_record(request, source, split, data_hash)
-    _open_run_dir(request.run_dir, run, split)
+    open_run_dir(request.run_dir, run, split)
     say(
         f"{len(split.train)} training targets on {len(split.train_prompts)} prompts, "
         f"{len(split.test)} held out on {len(split.test_prompts)} prompts; data {data_hash[:12]}"
     )
     model_dir = request.run_dir / "model"
-    training = _read_json(request.run_dir / "training.json")
+    training = read_json(request.run_dir / "training.json")
     if training is None or not model_dir.is_dir():
         tokenizer = load_tokenizer(request.base)
         examples = render_examples(session, render_spec, tokenizer, split.train)
@@ -147,7 +151,11 @@ def distill(
             f"{request.settings.max_length} tokens)"
         )
         result = train_student(
-            request.base, examples, request.run_dir, request.settings, _phase(progress, "steps")
+            request.base,
+            examples,
+            request.run_dir,
+            request.settings,
+            phase_progress(progress, "steps"),
         )
         training = {**asdict(result), "model_dir": str(result.model_dir)}
         plot_loss(request.run_dir / "metrics.jsonl", request.run_dir / "loss.png")
@@ -189,7 +197,7 @@ def distill(
         factory_of,
         request.settings,
         EvaluationOptions(seed=request.settings.seed),
-        _phase(progress, "held-out verdicts"),
+        phase_progress(progress, "held-out verdicts"),
         checkpoint,
     )
     return {
@@ -205,7 +213,7 @@ def distill(
     }
 
 
-def _phase(progress: Callable[[int, int, str], None] | None, what: str) -> Progress | None:
+def phase_progress(progress: Callable[[int, int, str], None] | None, what: str) -> Progress | None:
     """``progress`` for one phase of the run, which it names (training steps, then verdicts)."""
     if progress is None:
         return None
@@ -241,9 +249,9 @@ def _run_record(
     }
 
 
-def _open_run_dir(folder: Path, run: dict[str, Any], split: Split) -> None:
+def open_run_dir(folder: Path, run: dict[str, Any], split: Split) -> None:
     """A new run folder, or the same run's to resume; another run's is refused."""
-    recorded = _read_json(folder / "run.json")
+    recorded = read_json(folder / "run.json")
     if recorded is not None:
         if recorded != json.loads(json.dumps(run)):
             raise ConflictError(
@@ -259,5 +267,5 @@ def _open_run_dir(folder: Path, run: dict[str, Any], split: Split) -> None:
                 handle.write(json.dumps({"side": side, **asdict(t)}) + "\n")
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None

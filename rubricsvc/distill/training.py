@@ -112,7 +112,7 @@ class TrainingResult:
     adapter_bytes: int | None = None  # a LoRA student's adapter on disk (None: a full model)
 
 
-def _imports() -> tuple[Any, Any, Any]:
+def training_imports() -> tuple[Any, Any, Any]:
     try:
         import torch
         import transformers
@@ -125,7 +125,7 @@ def _imports() -> tuple[Any, Any, Any]:
 
 
 def load_tokenizer(base: Path) -> Any:
-    _, transformers, _ = _imports()
+    _, transformers, _ = training_imports()
     return transformers.AutoTokenizer.from_pretrained(base)
 
 
@@ -165,7 +165,7 @@ def train_student(
 ) -> TrainingResult:
     """Fine-tune ``base`` on ``examples``; checkpoints in ``run_dir/checkpoints`` (a re-run
     resumes from the last), the model in ``run_dir/model``, the log in ``metrics.jsonl``."""
-    torch, transformers, trl = _imports()
+    torch, transformers, trl = training_imports()
     if settings.threads:
         torch.set_num_threads(settings.threads)
     kept = [e for e in examples if len(e.input_ids) <= settings.max_length]
@@ -230,7 +230,7 @@ def train_student(
         train_dataset=dataset,
         processing_class=tokenizer,
         data_collator=_LeftPadCollator(pad_id, torch),
-        callbacks=[_log_callback(log_path, progress, transformers)],
+        callbacks=[log_callback(log_path, progress, transformers)],
         verdict_ids=(yes_id, no_id),
     )
     # Without tqdm the Trainer prints every log dict to stdout; they go to metrics.jsonl.
@@ -366,7 +366,7 @@ def _verdict_trainer_class(base: Any, torch: Any) -> Any:
     return VerdictSFTTrainer
 
 
-def _log_callback(path: Path, progress: Progress | None, transformers: Any) -> Any:
+def log_callback(path: Path, progress: Progress | None, transformers: Any) -> Any:
     """A TrainerCallback that writes every log line to ``metrics.jsonl`` and moves the
     progress bar each step (made here: transformers is imported lazily)."""
 
@@ -387,14 +387,19 @@ def _log_callback(path: Path, progress: Progress | None, transformers: Any) -> A
 
 def plot_loss(metrics: Path, out: Path) -> bool:
     """The training loss by step, from ``metrics.jsonl`` (False: nothing logged to plot)."""
+    return plot_metric(metrics, out, "loss", "verdict cross-entropy", "student training loss")
+
+
+def plot_metric(metrics: Path, out: Path, key: str, ylabel: str, title: str) -> bool:
+    """One logged figure of ``metrics.jsonl`` by step (False: it was never logged)."""
     points = []
     lines = jsonl_lines(metrics.read_text(encoding="utf-8")) if metrics.is_file() else []
     for line in lines:
         if not line.strip():
             continue
         record = json.loads(line)
-        if "loss" in record:
-            points.append((record["step"], record["loss"]))
+        if key in record:
+            points.append((record["step"], record[key]))
     if not points:
         return False
     import matplotlib
@@ -405,8 +410,8 @@ def plot_loss(metrics: Path, out: Path) -> bool:
     figure, axes = plt.subplots(figsize=(6, 3.5))
     axes.plot([p[0] for p in points], [p[1] for p in points], marker=".")
     axes.set_xlabel("optimizer step")
-    axes.set_ylabel("verdict cross-entropy")
-    axes.set_title("student training loss")
+    axes.set_ylabel(ylabel)
+    axes.set_title(title)
     figure.tight_layout()
     figure.savefig(out, dpi=100)
     plt.close(figure)
