@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,12 @@ class DeepResearchTask(_Strict):
                 "criteria": criteria,
             }
         )
+
+
+def gold_score(task: DeepResearchTask, met: Sequence[bool], ids: dict[str, str]) -> float:
+    """The gold rubric's score of the verdicts ``met``: the met criteria's share of the weight."""
+    weights = [float(c["weight"]) for c in task.gold_criteria(ids)]
+    return sum(w for w, m in zip(weights, met, strict=True) if m) / sum(weights)
 
 
 def _cite_text(title: str, doc_id: str) -> str:

@@ -49,7 +49,7 @@ from typing import Any
 
 from rubricsvc.judging.readers.checks import run_check
 from rubricsvc.judging.readers.citations import extract_citations
-from trainer.deepresearch_tasks import DeepResearchTask, load_tasks, plain
+from trainer.deepresearch_tasks import DeepResearchTask, gold_score, load_tasks, plain
 from trainer.environments.deepresearch import OPEN, SEARCH, Corpus, DeepResearchSettings
 from trainer.overopt import Split
 
@@ -369,12 +369,6 @@ def ordered_answer(text: str, opened: Sequence[str]) -> str:
     rank = {doc_id: n for n, doc_id in enumerate(opened)}
     ordered = sorted(groups, key=lambda g: rank.get(g[0] or "", len(rank)))
     return " ".join(s for _, sentences in ordered for s in sentences)
-
-
-def gold_score(task: DeepResearchTask, met: Sequence[bool], ids: dict[str, str]) -> float:
-    """The gold rubric's score of the verdicts ``met``: the met criteria's share of the weight."""
-    weights = [float(c["weight"]) for c in task.gold_criteria(ids)]
-    return sum(w for w, m in zip(weights, met, strict=True) if m) / sum(weights)
 
 
 def facts_in_view(task: DeepResearchTask, documents: Sequence[dict[str, Any]]) -> list[bool]:

@@ -1,5 +1,8 @@
 """What a deep-research run's policy did, from its samples.jsonl: tool calls by name, how many
-were valid, searches, documents opened, citations and how many name an opened document.
+were valid, documents opened, citations and how many name an opened document, gold criteria
+met. Each rollout is measured as `rubricsvc train eval-agent` measures one
+(trainer/agent_metrics.py), from what the run stored of it (its trajectory ends at the first
+tool error, so calls made after one are not counted here).
 
 Usage: python examples/deepresearch/summarize.py RUN_DIR   (prints Markdown)
 """
@@ -12,53 +15,51 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from rubricsvc.judging.readers.citations import extract_citations
-from rubricsvc.judging.readers.trajectory import looks_like_error
+from trainer.agent_metrics import BY_NAME, RolloutMetrics, measure
 from trainer.deepresearch_tasks import load_tasks
+from trainer.environments.rollouts import Rollout
 
 EXAMPLE = Path(__file__).parent
 
 
-def summary(samples: list[dict[str, Any]]) -> list[str]:
-    calls: Counter[str] = Counter()
-    valid = rollouts_with_calls = answered = cited = cited_opened = opened = 0
-    for sample in samples:
-        trajectory = sample.get("trajectory") or []
-        names = [
-            str(call.get("function", {}).get("name"))
-            for m in trajectory
-            if m.get("role") == "assistant"
-            for call in m.get("tool_calls") or []
-        ]
-        calls.update(names)
-        rollouts_with_calls += bool(names)
-        valid += sum(1 for m in trajectory if m.get("role") == "tool" and not looks_like_error(m))
-        answered += bool(str(sample.get("completion") or "").strip())
-        labels = extract_citations(str(sample.get("completion") or "")).cited_labels
-        documents = {str(d.get("label")) for d in sample.get("documents") or []}
-        opened += len(documents)
-        cited += len(labels)
-        cited_opened += sum(1 for label in labels if label in documents)
-    n = len(samples)
-    total = sum(calls.values())
+def measured(samples: list[dict[str, Any]]) -> list[RolloutMetrics]:
     tasks, ids = load_tasks(EXAMPLE / "tasks.yaml", EXAMPLE / "corpus.jsonl")
     by_id = {task.id: task for task in tasks.tasks}
-    verdicts = [
-        met
-        for s in samples
-        if s.get("prompt_id") in by_id
-        for met in by_id[s["prompt_id"]].gold_verdicts(str(s.get("completion") or ""), ids)
-    ]
+    metrics = []
+    for sample in samples:
+        trajectory = sample.get("trajectory") or []
+        rollout = Rollout(
+            str(sample.get("completion") or ""), trajectory, sample.get("documents") or [], False
+        )
+        metrics.append(measure(by_id[sample["prompt_id"]], ids, rollout, trajectory))
+    return metrics
+
+
+def summary(samples: list[dict[str, Any]]) -> list[str]:
+    calls: Counter[str] = Counter(
+        str(call.get("function", {}).get("name"))
+        for sample in samples
+        for m in sample.get("trajectory") or []
+        if m.get("role") == "assistant"
+        for call in m.get("tool_calls") or []
+    )
+    metrics = measured(samples)
+    n = len(metrics)
+    with_calls = sum(1 for m in metrics if m.tool_calls)
+    rate = BY_NAME["tool_call_rate"].of(metrics) or 0.0
     by_name = ", ".join(f"{name} {count}" for name, count in calls.most_common()) or "none"
+    unparsed = sum(m.unparsed_calls for m in metrics)
     return [
-        f"- rollouts: {n} ({answered} with a written answer)",
-        f"- rollouts with a tool call: {rollouts_with_calls} ({rollouts_with_calls / n:.1%})",
-        f"- tool calls: {total} ({by_name}); valid (result reported no error): {valid}",
-        f"- documents opened: {opened}",
-        f"- citation labels in answers: {cited}; naming a document the rollout opened: "
-        f"{cited_opened}",
+        f"- rollouts: {n} ({sum(1 for m in metrics if m.answered)} with a written answer)",
+        f"- rollouts with a tool call: {with_calls} ({rate:.1%})",
+        f"- tool calls: {sum(m.tool_calls for m in metrics)} ({by_name}); valid (result "
+        f"reported no error): {sum(m.valid_calls for m in metrics)}"
+        + (f"; `<tool_call>` blocks the parser could not read: {unparsed}" if unparsed else ""),
+        f"- documents opened: {sum(m.documents_opened for m in metrics)}",
+        f"- citation labels in answers: {sum(m.cited for m in metrics)}; naming a document the "
+        f"rollout opened: {sum(m.cited_opened for m in metrics)}",
         f"- gold criteria met (the checks: key facts and supporting documents cited): "
-        f"{sum(verdicts)} of {len(verdicts)}",
+        f"{sum(m.gold_met for m in metrics)} of {sum(m.gold_criteria for m in metrics)}",
     ]
 
 

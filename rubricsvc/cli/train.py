@@ -1,10 +1,11 @@
 """``rubricsvc train``: GRPO on TRL with rubric rewards (the trainer package), its supervised
-warm start and the run reports: ``train CONFIG`` (short for ``train run CONFIG``),
-``train sft CONFIG``, ``train report RUN``, ``train compare RUN...`` and
-``train diff RECORDED RERUN``."""
+warm start, the run reports and the agent evaluations: ``train CONFIG`` (short for ``train
+run CONFIG``), ``train sft CONFIG``, ``train report RUN``, ``train compare RUN...``, ``train
+diff RECORDED RERUN``, ``train eval-agent`` and ``train eval-agent-compare EVAL...``."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,133 @@ def sft_command(
         f"{result.steps} step(s) on {result.rows} row(s) in {result.seconds:.0f} s{losses}; "
         f"the policy is in {result.policy_dir} (the `policy` of the RL run's config)"
     )
+
+
+@train_app.command("eval-agent")
+def eval_agent_command(
+    config_file: Path = typer.Option(
+        ...,
+        "--config",
+        help="A deep-research training config (train.yaml): the environment's options, the "
+        "tool-turn limit, the token budget (grpo.max_completion_length) and the policy.",
+    ),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="The evaluation's folder (the same folder resumes it)."
+    ),
+    policy: Path | None = typer.Option(
+        None,
+        help="A model folder or a run directory with policy/ (a warm start's); default: the "
+        "config's policy, else the embedded model.",
+    ),
+    trajectories: Path | None = typer.Option(
+        None,
+        help="Measure stored trajectories instead of a policy's rollouts: SFT rows "
+        "(demonstrations.jsonl, export-sft's), replayed in the environment.",
+    ),
+    tasks_file: Path | None = typer.Option(
+        None, "--tasks", help="The task set; default: tasks.yaml beside the config's corpus."
+    ),
+    split: str | None = typer.Option(
+        None,
+        help="held-out, train or all; default: held-out for a policy, all for trajectories.",
+    ),
+    questions: list[str] = typer.Option(
+        [], "--question", help="Only this question (repeatable); overrides --split."
+    ),
+    samples: int = typer.Option(1, help="Rollouts a question (more than 1 needs --temperature)."),
+    temperature: float | None = typer.Option(
+        None, help="Sample at this temperature (GRPO's sampling); default: greedy."
+    ),
+    seed: int = typer.Option(0, help="Seeds the sampled rollouts and the bootstrap."),
+    max_new_tokens: int | None = typer.Option(
+        None, help="A rollout's token budget; default: the config's grpo.max_completion_length."
+    ),
+    threads: int | None = typer.Option(None, help="Torch threads; default: the config's."),
+    assignments: list[str] = typer.Option(
+        [], "--set", help="Override a config setting: KEY=VALUE (as `train run`). Repeatable."
+    ),
+) -> None:
+    """Measure a deep-research policy on the task set's questions: each question answered in
+    the environment's tool loop (the held-out gold monitor's), greedy or sampled; tool-call
+    rate, valid-call rate, documents opened, citation precision and gold criteria met, with
+    95% bootstrap intervals over questions. --trajectories measures stored rows instead."""
+    try:
+        from trainer import agent_eval
+        from trainer import config as trainer_config
+        from trainer.grpo import policy_path
+        from trainer.overopt import Split
+    except ImportError as err:
+        raise missing_extra(
+            err, "training needs the trainer extra", "trainer,transformers"
+        ) from None
+    overrides = dict(trainer_config.parse_override(a) for a in assignments)
+    config = trainer_config.load_config(config_file, overrides)
+    if config.environment is None or "corpus" not in config.agent.options:
+        raise CliExit(f"{config_file}: not a deep-research config (environment, agent.options)")
+    corpus = Path(str(config.agent.options["corpus"]))
+    tasks_path = tasks_file or corpus.with_name("tasks.yaml")
+    chosen = split or ("all" if trajectories is not None else Split.HELD_OUT.value)
+    if chosen not in ("all", *(s.value for s in Split)):
+        raise CliExit(f"--split: held-out, train or all, not {chosen!r}")
+    selected = None if chosen == "all" or questions else Split(chosen)
+    tasks, ids = agent_eval.select_tasks(tasks_path, corpus, selected, questions)
+    if trajectories is not None:
+        if policy is not None or temperature is not None or samples != 1:
+            raise CliExit(
+                "--trajectories measures stored rows: no --policy, --samples or --temperature"
+            )
+        settings = agent_eval.stored_settings(
+            config, config_file, trajectories, tasks_path, tasks, selected, seed
+        )
+        folder = agent_eval.EvaluationFolder(output, settings)
+        evaluation = agent_eval.evaluate_stored(config, trajectories, tasks, ids, folder)
+    else:
+        policy_dir = agent_eval.resolve_policy(policy or Path(policy_path(config)))
+        decoding = agent_eval.Decoding(samples, temperature, seed)
+        budget = max_new_tokens or config.grpo.max_completion_length
+        settings = agent_eval.policy_settings(
+            config, config_file, policy_dir, tasks_path, tasks, selected, decoding, budget
+        )
+        folder = agent_eval.EvaluationFolder(output, settings)
+        model_and_tokenizer = agent_eval.load_policy(policy_dir, threads or config.threads)
+        evaluation = agent_eval.evaluate_model(
+            config,
+            *model_and_tokenizer,
+            tasks,
+            ids,
+            decoding,
+            budget,
+            folder,
+            say=lambda line: console.print(line, markup=False, highlight=False),
+        )
+    report = (output / agent_eval.REPORT).read_text(encoding="utf-8")
+    console.print(report, markup=False, highlight=False, soft_wrap=True)
+    console.print(f"wrote {output / agent_eval.EVALUATION} ({evaluation['rollouts']} rollouts)")
+
+
+@train_app.command("eval-agent-compare")
+def eval_agent_compare_command(
+    folders: list[Path] = typer.Argument(
+        ..., help="Evaluation folders (eval-agent's); the first is the baseline."
+    ),
+    output: Path = typer.Option(
+        Path("agents.md"), "--output", "-o", help="The Markdown written (and its .json)."
+    ),
+) -> None:
+    """Agent evaluations side by side, and each minus the first on the questions both
+    evaluated, with paired 95% bootstrap intervals over those questions."""
+    try:
+        from trainer import agent_eval
+    except ImportError as err:
+        raise missing_extra(err, "evaluations need the trainer extra", "trainer") from None
+    comparison, markdown = agent_eval.compare_evaluations(folders)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(markdown, encoding="utf-8")
+    output.with_suffix(".json").write_text(
+        json.dumps(comparison, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    console.print(markdown, markup=False, highlight=False, soft_wrap=True)
+    console.print(f"wrote {output} and {output.with_suffix('.json')}")
 
 
 @train_app.command("report")

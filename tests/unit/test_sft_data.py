@@ -168,3 +168,31 @@ def test_rows_are_read_with_their_sha256_and_checked(tmp_path: Path) -> None:
     templates = choose_templates(tokenizer, tool_format=False)
     with pytest.raises(ValidationFailed, match="every row is longer than max_length"):
         tokenize_rows(tokenizer, long, templates, None, 64, assistant_only=True)
+
+
+def test_the_warm_start_recipe_fits_every_demonstration() -> None:
+    """examples/deepresearch/sft.yaml trains on every demonstration (none longer than its
+    max_length), and train.yaml's completion budget holds each one's turns after its prompt,
+    so that the RL run after the warm start can write what the policy was taught."""
+    from trainer.config import load_config
+    from trainer.sft_config import load_sft_config
+
+    example = CORPUS.parent
+    config = load_sft_config(example / "sft.yaml")
+    assert config.policy is None and config.environment == "deepresearch"
+    tokenizer = _tokenizer()
+    rows = read_sft_data(config.data).rows
+    tools = environment_tools("deepresearch", config.agent.options)
+    templates = choose_templates(tokenizer, tool_format=True)
+    tokenized = tokenize_rows(
+        tokenizer, rows, templates, tools, config.sft.max_length, assistant_only=True
+    )
+    assert len(rows) == 126 and tokenized.left_out == 0
+    longest = max(len(ids) for ids in tokenized.input_ids)
+    assert 1024 < longest <= config.sft.max_length  # 1,280: a tighter bound would drop rows
+    budget = load_config(example / "train.yaml").grpo.max_completion_length
+    for row, ids in zip(rows, tokenized.input_ids, strict=True):
+        prompt = tokenizer.apply_chat_template(
+            row.prompt, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=True
+        )["input_ids"]
+        assert 256 < len(ids) - len(prompt) <= budget  # each past the 256 it had before
