@@ -323,6 +323,9 @@ def defences(config: dict[str, Any]) -> str:
         said.append(f"KL beta {config['grpo']['beta']}")
     if config.get("random_rewards"):
         said.append("random rewards (control)")
+    gold = ((config.get("monitors") or {}).get("gold") or {}).get("scorer") or {}
+    if reward.get("rubric") and reward.get("rubric") == gold.get("rubric"):
+        said.append("gold's rubric as the reward (oracle)")
     evolution = reward.get("evolution") or {}
     if evolution:
         generator = (evolution.get("generator") or {}).get("backend", "transformers")

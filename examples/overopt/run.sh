@@ -64,6 +64,10 @@ case $round in
     held_out=overopt-stress,overopt-seasons,overopt-cooking,overopt-summary,overopt-cold
     held_out=$held_out,overopt-backup,overopt-rainbow,overopt-meeting,overopt-jetlag
     round_args=(--set "monitors.gold.prompts=[$held_out]")
+    # The setup the pilot chose (docs/overoptimization.md, "Round 3: the pilot"), frozen
+    # before any proxy run: completions up to 128 tokens, the rest as round 2. The pilot's own
+    # runs (pilot-*) set their setup themselves.
+    round3_setup=(--set grpo.max_completion_length=128)
     ;;
   *) echo "unknown ROUND=$round (1, 2 or 3)" >&2; exit 1 ;;
 esac
@@ -172,12 +176,16 @@ settings() {
     oracle) echo "--set reward.rubric={prompt_id}/gold" ;;
     genrm) echo "--set reward.judge=genrm" ;;
     # Round 3's pilot: the oracle under candidate setups, seed 0, recorded as pilot runs;
-    # the setup it chooses is frozen in round3_setup below before any proxy arm runs.
+    # the setup it chose is frozen in round3_setup (above) before any proxy arm runs.
     pilot-r2) echo "--set reward.rubric={prompt_id}/gold" ;;  # round 2's setup as it was
     pilot-len128) echo "--set reward.rubric={prompt_id}/gold --set grpo.max_completion_length=128" ;;
     *) echo "unknown run $1 (baseline, dropout, jury, refresh, refresh-within, evolving," \
       "evolving-pool, control, oracle, genrm, pilot-r2, pilot-len128)" >&2; return 1 ;;
   esac
+}
+
+frozen_setup() {  # RUN: round 3's frozen setup, for every run but the pilot's
+  case $1 in pilot-*) ;; *) echo "${round3_setup[@]+"${round3_setup[@]}"}" ;; esac
 }
 
 one_run() {  # RUN SEED
@@ -190,7 +198,8 @@ one_run() {  # RUN SEED
   # shellcheck disable=SC2046
   if ! RUBRICSVC_DATABASE_URL="sqlite:///$work/$name.sqlite" rubricsvc train "$work/baseline.yaml" \
     --name "$name" --set "group=$1" --set "grpo.seed=$2" --set "reward.dropout_seed=$2" \
-    ${round_args[@]+"${round_args[@]}"} $(settings "$1") > "$work/$name.log" 2>&1; then
+    ${round_args[@]+"${round_args[@]}"} $(frozen_setup "$1") $(settings "$1") \
+    > "$work/$name.log" 2>&1; then
     echo "$name: FAILED: $(tail -n 1 "$work/$name.log")" >&2
     return 1
   fi

@@ -370,3 +370,13 @@ def test_an_evolving_runs_reward_parts_each_get_their_agreement_with_gold() -> N
     assert len(rows) == 1 and not any(line.startswith("| plain |") for line in lines)
     assert rows[0].startswith("| ev | 1.00 [") and "| 0.00 [" in rows[0]
     assert "| 0.83 [" in rows[0] and rows[0].endswith("(3 pairs) |")
+
+
+def test_a_run_rewarded_by_golds_own_rubric_is_named_the_oracle() -> None:
+    from trainer.report import defences
+
+    gold = {"gold": {"scorer": {"judge": "embedded", "rubric": "{prompt_id}/gold"}}}
+    oracle = {"reward": {"rubric": "{prompt_id}/gold"}, "monitors": gold}
+    assert defences(oracle) == "gold's rubric as the reward (oracle)"
+    proxy = {"reward": {"rubric": "{prompt_id}/proxy"}, "monitors": gold}
+    assert defences(proxy) == "none"
