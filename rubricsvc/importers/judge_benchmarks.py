@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +20,13 @@ from sqlalchemy.orm import Session
 
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.importers.common import ImportReport, ensure_completion, ensure_prompt, located
-from rubricsvc.importers.judge_verdicts import VerdictImport
-from rubricsvc.importers.labelled import JudgeTally
+from rubricsvc.importers.judge_verdicts import VerdictImport, import_judge_verdicts
+from rubricsvc.importers.labelled import JudgeTally, LabelImport
 from rubricsvc.models import Completion, LabelKind, Prompt
 from rubricsvc.prompts import prompt_hash
+from rubricsvc.rubrics.repository import resolve_version
 from rubricsvc.rubrics.schemas import CriterionSpec, Message, PromptSpec, RubricSpec
-from rubricsvc.validation.labelsets import PAIRWISE_VALUES, LabelInput
+from rubricsvc.validation.labelsets import PAIRWISE_VALUES, LabelInput, save_label_set
 
 
 def prompt_spec(prefix: str, text: str) -> PromptSpec:
@@ -99,6 +100,71 @@ def pair_label(
     )
 
 
+def chosen_over_rejected(
+    prompt: Prompt,
+    chosen: Sequence[str],
+    rejected: Sequence[str],
+    completion: Callable[[str, int], Completion],
+    item: Callable[[int, int], str],
+    tags: Callable[[int, int], Iterable[str]],
+    labeller: str,
+    location: str,
+) -> tuple[list[LabelInput], int]:
+    """Every chosen response ``i`` shown first against every rejected response ``j``, label
+    ``first`` (``completion(side, index)``: the stored response; ``item`` and ``tags``: the
+    benchmark's names for the pair); a pair holding one text twice is left out, as no judge
+    can prefer a text to itself. Also: how many were left out."""
+    labels = []
+    skipped = 0
+    for i, chosen_text in enumerate(chosen):
+        for j, rejected_text in enumerate(rejected):
+            if chosen_text == rejected_text:
+                skipped += 1
+                continue
+            labels.append(
+                pair_label(
+                    item(i, j),
+                    prompt,
+                    completion("chosen", i),
+                    completion("rejected", j),
+                    "first",
+                    labeller,
+                    tags(i, j),
+                    location,
+                )
+            )
+    return labels, skipped
+
+
+def score_value(value: float | int | list[float | int]) -> float:
+    """A results file's score: a number, or a list whose first item is the score (as some
+    reward models' outputs write it)."""
+    return float(value[0] if isinstance(value, list) else value)
+
+
+def save_pair_labels(
+    session: Session,
+    report: ImportReport,
+    name: str,
+    source: str,
+    description: str,
+    labels: list[LabelInput],
+    rubric_version_id: int,
+    same_text: int,
+) -> LabelImport:
+    """A benchmark's chosen-over-rejected labels saved as the label set ``name`` under its
+    shared rubric's version, the pairs left out for holding one text twice
+    (``chosen_over_rejected``) noted in the report."""
+    if same_text:
+        report.notes.append(
+            f"{same_text} (chosen, rejected) pairs left out: the two responses are the same text"
+        )
+    saved = save_label_set(
+        session, name, source, description, labels, rubric_version_id=rubric_version_id
+    )
+    return LabelImport(report=report, label_set=saved)
+
+
 def scale_of(scores: Iterable[float], where: str) -> list[float]:
     """The [min, max] a file's scores are stored on (a scalar verdict's value is its place in
     it; the score itself is kept): a reward model's scores have no scale of their own."""
@@ -136,6 +202,36 @@ def scalar_lines(
         for location, external_id, score in kept
     ]
     return lines, differing
+
+
+def import_scalar_verdicts(
+    session: Session,
+    path: Path,
+    judge: str,
+    lines: list[tuple[str, Any]],
+    *,
+    model: str | None,
+    rubric: str | None,
+    default_rubric: str,
+    differing: int,
+    differing_note: str,
+) -> VerdictImport:
+    """A benchmark judge's ``judges import`` lines stored as the imported judge ``judge``,
+    keyed under ``rubric`` (default: the newest version of the benchmark's shared rubric
+    ``default_rubric``); with a note of the ``differing`` responses whose repeated content
+    was scored otherwise (``"{differing} " + differing_note``), as every benchmark reports
+    them."""
+    report = import_judge_verdicts(
+        session,
+        path,
+        judge,
+        model=model,
+        rubric=rubric or resolve_version(session, default_rubric).ref,
+        records=lines,
+    )
+    if differing:
+        report.notes.append(f"{differing} {differing_note}")
+    return report
 
 
 def tally(report: VerdictImport) -> JudgeTally:

@@ -45,6 +45,7 @@ from sqlalchemy.orm import Session
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.importers.common import ImportReport, parse, read_jsonl, save_imported_rubric
 from rubricsvc.importers.judge_benchmarks import (
+    import_scalar_verdicts,
     pair_label,
     prompt_spec,
     scalar_lines,
@@ -54,9 +55,8 @@ from rubricsvc.importers.judge_benchmarks import (
     tally,
     upstream_commit,
 )
-from rubricsvc.importers.judge_verdicts import VerdictImport, import_judge_verdicts
+from rubricsvc.importers.judge_verdicts import VerdictImport
 from rubricsvc.importers.labelled import LabelImport
-from rubricsvc.rubrics.repository import resolve_version
 from rubricsvc.validation.benchmarks.judgebench import item_name
 from rubricsvc.validation.labelsets import LabelInput, save_label_set
 
@@ -297,19 +297,18 @@ def import_judgebench_verdicts(
     else:
         lines, differing = _pairwise(kept), 0
     model = model or _judge_model(kept) or (parsed.judge_model if parsed else None)
-    report = import_judge_verdicts(
+    report = import_scalar_verdicts(
         session,
         path,
         judge,
+        lines,
         model=model,
-        rubric=rubric or resolve_version(session, RUBRIC).ref,
-        records=lines,
+        rubric=rubric,
+        default_rubric=RUBRIC,
+        differing=differing,
+        differing_note="responses scored otherwise in the second order or in another pair: "
+        "the first score is kept (one verdict per content)",
     )
-    if differing:
-        report.notes.append(
-            f"{differing} responses scored otherwise in the second order or in another pair: "
-            "the first score is kept (one verdict per content)"
-        )
     if skipped:
         report.notes.append(
             f"pairs of two identical responses left out, as the labels leave them: {len(skipped)}"

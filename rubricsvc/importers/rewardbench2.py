@@ -29,19 +29,21 @@ from sqlalchemy.orm import Session
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.importers.common import ImportReport, parse, read_jsonl, save_imported_rubric
 from rubricsvc.importers.judge_benchmarks import (
-    pair_label,
+    chosen_over_rejected,
+    import_scalar_verdicts,
     prompt_spec,
+    save_pair_labels,
     scalar_lines,
+    score_value,
     shared_rubric,
     store_prompt_and_completions,
     stored_contents,
     upstream_commit,
 )
-from rubricsvc.importers.judge_verdicts import VerdictImport, import_judge_verdicts
+from rubricsvc.importers.judge_verdicts import VerdictImport
 from rubricsvc.importers.labelled import LabelImport
-from rubricsvc.rubrics.repository import resolve_version
 from rubricsvc.validation.benchmarks.rewardbench2 import item_name
-from rubricsvc.validation.labelsets import LabelInput, save_label_set
+from rubricsvc.validation.labelsets import LabelInput
 
 LABEL_SET = "rewardbench2"
 RUBRIC = "rewardbench2/general"
@@ -107,19 +109,16 @@ def import_rewardbench2(session: Session, path: Path, name: str = LABEL_SET) -> 
         added, skipped = _labels(session, location, row, report)
         labels += added
         same_text += skipped
-    if same_text:
-        report.notes.append(
-            f"{same_text} (chosen, rejected) pairs left out: the two responses are the same text"
-        )
-    saved = save_label_set(
+    return save_pair_labels(
         session,
+        report,
         name,
         f"{path}{upstream_commit(path.parent, REPOSITORY)}",
         DESCRIPTION,
         labels,
-        rubric_version_id=version.id,
+        version.id,
+        same_text,
     )
-    return LabelImport(report=report, label_set=saved)
 
 
 def _check_counts(location: str, row: _Row) -> None:
@@ -146,30 +145,16 @@ def _labels(
     prompt, stored = store_prompt_and_completions(
         session, location, prompt_spec(SOURCE, row.prompt), responses, SOURCE, report
     )
-    labels = []
-    skipped = 0
-    for i, chosen in enumerate(row.chosen):
-        for j, rejected in enumerate(row.rejected):
-            if chosen == rejected:
-                skipped += 1
-                continue
-            labels.append(
-                pair_label(
-                    item_name(key, i, j),
-                    prompt,
-                    stored[completion_id(key, "chosen", i)],
-                    stored[completion_id(key, "rejected", j)],
-                    "first",
-                    LABELLER,
-                    [row.subset],
-                    location,
-                )
-            )
-    return labels, skipped
-
-
-def _number(value: float | int | list[float | int]) -> float:
-    return float(value[0] if isinstance(value, list) else value)
+    return chosen_over_rejected(
+        prompt,
+        row.chosen,
+        row.rejected,
+        lambda side, index: stored[completion_id(key, side, index)],
+        lambda i, j: item_name(key, i, j),
+        lambda i, j: [row.subset],
+        LABELLER,
+        location,
+    )
 
 
 def import_rewardbench2_verdicts(
@@ -193,23 +178,21 @@ def import_rewardbench2_verdicts(
         for (side, index), score in zip(_responses(row), row.scores, strict=True):
             external_id = completion_id(str(row.id), side, index)
             scored.append(
-                (location, external_id, _number(score), contents.get(external_id, external_id))
+                (location, external_id, score_value(score), contents.get(external_id, external_id))
             )
     lines, differing = scalar_lines(scored, str(path))
-    report = import_judge_verdicts(
+    return import_scalar_verdicts(
         session,
         path,
         judge,
+        lines,
         model=model,
-        rubric=rubric or resolve_version(session, RUBRIC).ref,
-        records=lines,
+        rubric=rubric,
+        default_rubric=RUBRIC,
+        differing=differing,
+        differing_note="responses repeat another's text under the same prompt with another "
+        "score: the first is kept (the platform holds one verdict per content)",
     )
-    if differing:
-        report.notes.append(
-            f"{differing} responses repeat another's text under the same prompt with another "
-            "score: the first is kept (the platform holds one verdict per content)"
-        )
-    return report
 
 
 def _responses(row: _Scores) -> list[tuple[str, int]]:

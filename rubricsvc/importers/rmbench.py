@@ -31,18 +31,20 @@ from rubricsvc.errors import ValidationFailed
 from rubricsvc.fileformats import read_items
 from rubricsvc.importers.common import ImportReport, parse, save_imported_rubric
 from rubricsvc.importers.judge_benchmarks import (
-    pair_label,
+    chosen_over_rejected,
+    import_scalar_verdicts,
     prompt_spec,
+    save_pair_labels,
     scalar_lines,
+    score_value,
     shared_rubric,
     store_prompt_and_completions,
     upstream_commit,
 )
-from rubricsvc.importers.judge_verdicts import VerdictImport, import_judge_verdicts
+from rubricsvc.importers.judge_verdicts import VerdictImport
 from rubricsvc.importers.labelled import LabelImport
-from rubricsvc.rubrics.repository import resolve_version
 from rubricsvc.validation.benchmarks.rmbench import STYLES, difficulty, item_name
-from rubricsvc.validation.labelsets import LabelInput, save_label_set
+from rubricsvc.validation.labelsets import LabelInput
 
 LABEL_SET = "rm-bench"
 RUBRIC = "rm-bench/general"
@@ -150,19 +152,16 @@ def import_rmbench(session: Session, path: Path, name: str = LABEL_SET) -> Label
             added, skipped = _labels(session, location, record, domain, report)
             labels += added
             same_text += skipped
-    if same_text:
-        report.notes.append(
-            f"{same_text} (chosen, rejected) pairs left out: the two responses are the same text"
-        )
-    saved = save_label_set(
+    return save_pair_labels(
         session,
+        report,
         name,
         f"{report.path}{upstream_commit(files[0].parent, REPOSITORY)}",
         DESCRIPTION,
         labels,
-        rubric_version_id=version.id,
+        version.id,
+        same_text,
     )
-    return LabelImport(report=report, label_set=saved)
 
 
 def _labels(
@@ -189,30 +188,16 @@ def _labels(
     prompt, stored = store_prompt_and_completions(
         session, location, prompt_spec(SOURCE, record.prompt), responses, SOURCE, report
     )
-    labels = []
-    skipped = 0
-    for i in range(3):
-        for j in range(3):
-            if record.chosen[i] == record.rejected[j]:
-                skipped += 1
-                continue
-            labels.append(
-                pair_label(
-                    item_name(domain, key, i, j),
-                    prompt,
-                    stored[completion_id(domain, key, "chosen", i)],
-                    stored[completion_id(domain, key, "rejected", j)],
-                    "first",
-                    LABELLER,
-                    [domain, difficulty(i, j)],
-                    location,
-                )
-            )
-    return labels, skipped
-
-
-def _number(value: float | int | list[float | int]) -> float:
-    return float(value[0] if isinstance(value, list) else value)
+    return chosen_over_rejected(
+        prompt,
+        record.chosen,
+        record.rejected,
+        lambda side, style: stored[completion_id(domain, key, side, style)],
+        lambda i, j: item_name(domain, key, i, j),
+        lambda i, j: [domain, difficulty(i, j)],
+        LABELLER,
+        location,
+    )
 
 
 def import_rmbench_verdicts(
@@ -237,19 +222,17 @@ def import_rmbench_verdicts(
                 external_id = completion_id(domain, key, side, style)
                 # One judgment per content: a text repeated within a record keeps its first score.
                 content = f"{record.prompt}\n{texts[style]}"
-                scored.append((location, external_id, _number(scores[style]), content))
+                scored.append((location, external_id, score_value(scores[style]), content))
     lines, differing = scalar_lines(scored, str(path))
-    report = import_judge_verdicts(
+    return import_scalar_verdicts(
         session,
         path,
         judge,
+        lines,
         model=model,
-        rubric=rubric or resolve_version(session, RUBRIC).ref,
-        records=lines,
+        rubric=rubric,
+        default_rubric=RUBRIC,
+        differing=differing,
+        differing_note="responses repeat a text of their record with another score: the "
+        "first is kept (the platform holds one verdict per content)",
     )
-    if differing:
-        report.notes.append(
-            f"{differing} responses repeat a text of their record with another score: the "
-            "first is kept (the platform holds one verdict per content)"
-        )
-    return report
