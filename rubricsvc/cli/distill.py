@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import typer
-from pydantic import ValidationError
 
 from rubricsvc.backends.provider import BackendProvider
-from rubricsvc.cli.context import console, db_session, err_console
-from rubricsvc.cli.progress import progress_bar
+from rubricsvc.cli.context import console
+from rubricsvc.cli.judge_training import read_settings_file, run_judge_training
 from rubricsvc.cli.render import build_table
 from rubricsvc.config import get_settings
 from rubricsvc.distill.examples import parse_split
 from rubricsvc.distill.pipeline import DistillRequest, distill
 from rubricsvc.distill.training import DistillSettings
-from rubricsvc.errors import ValidationFailed
-from rubricsvc.fileformats import describe_validation_error, read_records
 
 
 def judges_distill(
@@ -47,7 +43,7 @@ def judges_distill(
     split by prompt; register it with its lineage as a candidate, and gate it: it is approved
     as a reward only if, on the held-out prompts, it agrees with the teacher at least
     min_agreement and better than its base model."""
-    settings = _settings(config)
+    settings = read_settings_file(config, DistillSettings, "distillation settings")
     request = DistillRequest(
         into=into,
         base=base,
@@ -57,38 +53,14 @@ def judges_distill(
         teacher=teacher,
         labels=labels,
     )
-    backends = BackendProvider.from_settings(get_settings())
-    say = (lambda _: None) if as_json else (lambda text: err_console.print(text))
-    with (
-        backends,
-        db_session() as session,
-        progress_bar("distilling", enabled=not as_json, detail=True) as bar,
-    ):
-        report = distill(
-            session,
-            request,
-            backends.factory,
-            say=say,
-            progress=bar,
-            checkpoint=session.commit,
-        )
-    if as_json:
-        console.print_json(json.dumps(report))
-        return
-    _print(report)
-
-
-def _settings(path: Path | None) -> DistillSettings:
-    if path is None:
-        return DistillSettings()
-    records = list(read_records(path))
-    if len(records) != 1 or not isinstance(records[0][1], dict):
-        raise ValidationFailed(f"{path}: expected one mapping of distillation settings")
-    location, data = records[0]
-    try:
-        return DistillSettings.model_validate(data)
-    except ValidationError as err:
-        raise ValidationFailed(f"{location}: {describe_validation_error(err)}") from None
+    run_judge_training(
+        distill,
+        request,
+        BackendProvider.from_settings(get_settings()),
+        label="distilling",
+        as_json=as_json,
+        print_report=_print,
+    )
 
 
 def _figure(value: Any, interval: Any) -> str:

@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import typer
-from pydantic import ValidationError
 
 from rubricsvc.backends.provider import BackendProvider
-from rubricsvc.cli.context import console, db_session, err_console
+from rubricsvc.cli.context import console
 from rubricsvc.cli.distill import print_gate
-from rubricsvc.cli.progress import progress_bar
+from rubricsvc.cli.judge_training import read_settings_file, run_judge_training
 from rubricsvc.config import get_settings
 from rubricsvc.distill.examples import parse_split
 from rubricsvc.distill.grpo import ReinforceSettings
 from rubricsvc.distill.reinforce import ReinforceRequest, reinforce
-from rubricsvc.errors import ValidationFailed
-from rubricsvc.fileformats import describe_validation_error, read_records
 
 
 def judges_reinforce(
@@ -49,7 +45,7 @@ def judges_reinforce(
     judge, reward 1 for the labelled verdict and 0 otherwise); register the result with its
     lineage as a candidate, and gate it against the judge it started from on the held-out
     prompts: approved only if it agrees with the labels better, with 95% confidence."""
-    settings = _settings(config)
+    settings = read_settings_file(config, ReinforceSettings, "RL settings")
     app_settings = get_settings()
 
     def default_base() -> Path:
@@ -67,38 +63,14 @@ def judges_reinforce(
         labels=labels,
         train_share=parse_split(split) if split is not None else None,
     )
-    backends = BackendProvider.from_settings(app_settings)
-    say = (lambda _: None) if as_json else (lambda text: err_console.print(text))
-    with (
-        backends,
-        db_session() as session,
-        progress_bar("reinforcing", enabled=not as_json, detail=True) as bar,
-    ):
-        report = reinforce(
-            session,
-            request,
-            backends.factory,
-            say=say,
-            progress=bar,
-            checkpoint=session.commit,
-        )
-    if as_json:
-        console.print_json(json.dumps(report))
-        return
-    _print(report)
-
-
-def _settings(path: Path | None) -> ReinforceSettings:
-    if path is None:
-        return ReinforceSettings()
-    records = list(read_records(path))
-    if len(records) != 1 or not isinstance(records[0][1], dict):
-        raise ValidationFailed(f"{path}: expected one mapping of RL settings")
-    location, data = records[0]
-    try:
-        return ReinforceSettings.model_validate(data)
-    except ValidationError as err:
-        raise ValidationFailed(f"{location}: {describe_validation_error(err)}") from None
+    run_judge_training(
+        reinforce,
+        request,
+        BackendProvider.from_settings(app_settings),
+        label="reinforcing",
+        as_json=as_json,
+        print_report=_print,
+    )
 
 
 def _print(report: dict[str, Any]) -> None:

@@ -41,7 +41,7 @@ from rubricsvc.distill.training import (
 from rubricsvc.errors import ConflictError, ValidationFailed
 from rubricsvc.hashing import files_sha256
 from rubricsvc.judging.config import BUILTIN_JUDGES, JudgeSpec, VerdictMode
-from rubricsvc.models import JudgeConfig, JudgeGate, JudgeGateStatus
+from rubricsvc.models import JudgeConfig, JudgeGate, JudgeGateStatus, LabelSet
 from rubricsvc.scoring.judge_configs import ensure_judge_config, latest_judge_config, stored_spec
 from rubricsvc.validation.evaluation import EvaluationOptions
 from rubricsvc.validation.labelsets import get_label_set
@@ -135,10 +135,7 @@ def distill(
     data_hash = snapshot_hash(session, split, render_spec)
     run = _run_record(request, source, split, data_hash)
     open_run_dir(request.run_dir, run, split)
-    say(
-        f"{len(split.train)} training targets on {len(split.train_prompts)} prompts, "
-        f"{len(split.test)} held out on {len(split.test_prompts)} prompts; data {data_hash[:12]}"
-    )
+    say(split_summary(split, data_hash))
     model_dir = request.run_dir / "model"
     training = read_json(request.run_dir / "training.json")
     if training is None or not model_dir.is_dir():
@@ -175,19 +172,8 @@ def distill(
         }
     else:
         student = model_spec(request.into, model_dir)
-    row = ensure_judge_config(session, student, origin={"distilled": lineage})
-    if session.scalar(select(JudgeGate.id).where(JudgeGate.judge_config_id == row.id)) is None:
-        session.add(JudgeGate(judge_config_id=row.id, status=JudgeGateStatus.CANDIDATE, report={}))
-    session.flush()
-    if checkpoint is not None:
-        checkpoint()  # the candidate is stored before the gate's judging starts
-    held_out = held_out_label_set(
-        session,
-        f"distill/{request.into}/held-out",
-        f"{source.kind} {source.name}",
-        source.name,
-        split.test,
-    )
+    row = register_candidate(session, student, {"distilled": lineage}, checkpoint)
+    held_out = held_out_labels(session, f"distill/{request.into}/held-out", source, split)
     say(f"gate: {base.name} and {student.name} judge {len(split.test)} held-out items")
     gate = run_gate(
         session,
@@ -213,6 +199,54 @@ def distill(
     }
 
 
+def split_summary(split: Split, data_hash: str) -> str:
+    """The first thing a training run says: how its targets were split, on which data."""
+    return (
+        f"{len(split.train)} training targets on {len(split.train_prompts)} prompts, "
+        f"{len(split.test)} held out on {len(split.test_prompts)} prompts; data {data_hash[:12]}"
+    )
+
+
+def split_record(split: Split, train_share: float, seed: int) -> dict[str, Any]:
+    """The split as ``run.json`` records it, the same for every training run: a re-run of
+    the folder with another split is refused, and a later run compares its split to it."""
+    return {
+        "by": "prompt",
+        "train_share": train_share,
+        "seed": seed,
+        "train_prompts": len(split.train_prompts),
+        "test_prompts": len(split.test_prompts),
+        "train_targets": len(split.train),
+        "test_targets": len(split.test),
+    }
+
+
+def register_candidate(
+    session: Session,
+    spec: JudgeSpec,
+    origin: dict[str, Any],
+    checkpoint: Callable[[], None] | None,
+) -> JudgeConfig:
+    """A trained judge stored with its lineage (``origin``) and a candidate gate, both once
+    (a resumed run finds them), then checkpointed: the candidate is stored before the gate's
+    judging starts, so a run stopped there keeps it."""
+    row = ensure_judge_config(session, spec, origin=origin)
+    if session.scalar(select(JudgeGate.id).where(JudgeGate.judge_config_id == row.id)) is None:
+        session.add(JudgeGate(judge_config_id=row.id, status=JudgeGateStatus.CANDIDATE, report={}))
+    session.flush()
+    if checkpoint is not None:
+        checkpoint()
+    return row
+
+
+def held_out_labels(session: Session, name: str, source: Source, split: Split) -> LabelSet:
+    """The split's held-out targets as the label set ``name`` the gate judges, labelled by
+    the targets' source."""
+    return held_out_label_set(
+        session, name, f"{source.kind} {source.name}", source.name, split.test
+    )
+
+
 def phase_progress(progress: Callable[[int, int, str], None] | None, what: str) -> Progress | None:
     """``progress`` for one phase of the run, which it names (training steps, then verdicts)."""
     if progress is None:
@@ -235,15 +269,7 @@ def _run_record(
         "run_dir": str(request.run_dir),
         "source": source.lineage(),
         "data_snapshot": data_hash,
-        "split": {
-            "by": "prompt",
-            "train_share": request.train_share,
-            "seed": request.settings.seed,
-            "train_prompts": len(split.train_prompts),
-            "test_prompts": len(split.test_prompts),
-            "train_targets": len(split.train),
-            "test_targets": len(split.test),
-        },
+        "split": split_record(split, request.train_share, request.settings.seed),
         "student_mode": STUDENT_MODE.value,
         "settings": request.settings.recorded(),
     }

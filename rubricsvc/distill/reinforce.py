@@ -27,7 +27,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rubricsvc.backends.adapters import adapter_bytes
@@ -41,21 +40,24 @@ from rubricsvc.distill.examples import (
     split_by_prompt,
     teacher_targets,
 )
-from rubricsvc.distill.gate import FactoryOf, held_out_label_set, run_gate
+from rubricsvc.distill.gate import FactoryOf, run_gate
 from rubricsvc.distill.grpo import ReinforceSettings, VerdictPrompt, train_reinforced
 from rubricsvc.distill.pipeline import (
     STUDENT_MODE,
     check_new_judge,
+    held_out_labels,
     open_run_dir,
     phase_progress,
     read_json,
+    register_candidate,
+    split_record,
+    split_summary,
     weights_sha256,
 )
 from rubricsvc.distill.training import check_base_model, load_tokenizer, plot_metric
 from rubricsvc.errors import NotFoundError, ValidationFailed
 from rubricsvc.judging.config import JudgeSpec
-from rubricsvc.models import JudgeGate, JudgeGateStatus
-from rubricsvc.scoring.judge_configs import ensure_judge_config, latest_judge_config, stored_spec
+from rubricsvc.scoring.judge_configs import latest_judge_config, stored_spec
 from rubricsvc.validation.evaluation import EvaluationOptions
 from rubricsvc.validation.labelsets import get_label_set
 
@@ -178,15 +180,7 @@ def reinforce(
         "started_from": started_from,
         "source": source.lineage(),
         "data_snapshot": data_hash,
-        "split": {
-            "by": "prompt",
-            "train_share": share,
-            "seed": split_seed,
-            "train_prompts": len(split.train_prompts),
-            "test_prompts": len(split.test_prompts),
-            "train_targets": len(split.train),
-            "test_targets": len(split.test),
-        },
+        "split": split_record(split, share, split_seed),
         "method": "grpo",
         "student_mode": STUDENT_MODE.value,
         "settings": request.settings.model_dump(),
@@ -197,8 +191,7 @@ def reinforce(
     recorded = started_from["data_snapshot"]
     same_data = None if recorded is None else recorded == data_hash
     say(
-        f"{len(split.train)} training targets on {len(split.train_prompts)} prompts, "
-        f"{len(split.test)} held out on {len(split.test_prompts)} prompts; data {data_hash[:12]}"
+        split_summary(split, data_hash)
         + ("" if same_data else f" ({_data_note(start.spec.name, same_data)})")
     )
     model_dir = request.run_dir / "model"
@@ -243,19 +236,8 @@ def reinforce(
             "bytes": adapter_bytes(model_dir),
         },
     }
-    row = ensure_judge_config(session, trained, origin={"reinforced": lineage})
-    if session.scalar(select(JudgeGate.id).where(JudgeGate.judge_config_id == row.id)) is None:
-        session.add(JudgeGate(judge_config_id=row.id, status=JudgeGateStatus.CANDIDATE, report={}))
-    session.flush()
-    if checkpoint is not None:
-        checkpoint()  # the candidate is stored before the gate's judging starts
-    held_out = held_out_label_set(
-        session,
-        f"reinforce/{request.into}/held-out",
-        f"{source.kind} {source.name}",
-        source.name,
-        split.test,
-    )
+    row = register_candidate(session, trained, {"reinforced": lineage}, checkpoint)
+    held_out = held_out_labels(session, f"reinforce/{request.into}/held-out", source, split)
     say(f"gate: {start.spec.name} and {trained.name} judge {len(split.test)} held-out items")
     gate = run_gate(
         session,
