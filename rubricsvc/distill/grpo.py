@@ -29,7 +29,6 @@ test compares the override with TRL's own, so an upgrade that changes it fails t
 from __future__ import annotations
 
 import json
-import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,7 +37,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rubricsvc.backends.adapters import adapter_bytes
 from rubricsvc.backends.base import BackendError
 from rubricsvc.backends.tokens import ChoiceTokens, encode_chat
 from rubricsvc.backends.types import Chat
@@ -46,8 +44,11 @@ from rubricsvc.distill.examples import Target
 from rubricsvc.distill.training import (
     Progress,
     TrainingResult,
+    fitting,
     load_tokenizer,
     log_callback,
+    schedule_arguments,
+    train_and_save,
     training_imports,
 )
 from rubricsvc.errors import ValidationFailed, missing_extra
@@ -310,12 +311,7 @@ def train_reinforced(
         ) from None
     if settings.threads:
         torch.set_num_threads(settings.threads)
-    kept = [p for p in prompts if len(p.input_ids) <= settings.max_length]
-    if not kept:
-        raise ValidationFailed(
-            f"no training prompt fits max_length {settings.max_length} tokens (the shortest is "
-            f"{min(len(p.input_ids) for p in prompts)}): raise max_length in --config"
-        )
+    kept = fitting(prompts, settings.max_length, "training prompt")
     tokenizer = load_tokenizer(base)
     tokens = VerdictTokens.of(tokenizer)
     transformers.utils.logging.disable_progress_bar()
@@ -326,7 +322,7 @@ def train_reinforced(
     on_gpu = torch.cuda.is_available()
     checkpoints = run_dir / "checkpoints"
     config = trl.GRPOConfig(
-        output_dir=str(checkpoints),
+        **schedule_arguments(settings, checkpoints),
         num_generations=settings.num_generations,
         max_completion_length=1,  # the verdict token: all a criterion-prob judge reads
         temperature=settings.temperature,
@@ -335,28 +331,10 @@ def train_reinforced(
         # samples are together where shared_prompt_logps looks for them.
         per_device_train_batch_size=settings.num_generations * settings.labels_per_step,
         gradient_accumulation_steps=1,
-        num_train_epochs=settings.epochs,
-        max_steps=settings.max_steps,
-        learning_rate=settings.learning_rate,
-        lr_scheduler_type=settings.lr_scheduler,
-        warmup_steps=settings.warmup_ratio,  # a float below 1: a share of the steps
-        weight_decay=settings.weight_decay,
-        seed=settings.seed,
-        data_seed=settings.seed,
-        save_steps=settings.save_steps,
-        save_total_limit=2,
-        logging_steps=settings.logging_steps,
-        logging_first_step=True,
-        report_to=[],
-        disable_tqdm=True,
         log_completions=False,
         use_cpu=not on_gpu,
-        bf16=False,
-        fp16=False,
         # Recomputation saves GPU memory; on a CPU it only slows the backward pass.
         gradient_checkpointing=on_gpu,
-        remove_unused_columns=False,
-        dataloader_num_workers=0,
     )
     log_path = run_dir / "metrics.jsonl"
     # TRL warns that rollout_func is experimental; the trainer's version is pinned (pyproject).
@@ -371,27 +349,12 @@ def train_reinforced(
             callbacks=[log_callback(log_path, progress, transformers)],
             rollout_func=VerdictSampler(tokenizer, settings.temperature, settings.seed, torch),
         )
-    # Without tqdm the Trainer prints every log dict to stdout; they go to metrics.jsonl.
-    trainer.remove_callback(transformers.PrinterCallback)
-    last = (
-        transformers.trainer_utils.get_last_checkpoint(str(checkpoints))
-        if checkpoints.is_dir()
-        else None
-    )
-    started = time.monotonic()
-    output = trainer.train(resume_from_checkpoint=last)
-    seconds = time.monotonic() - started
-    model_dir = run_dir / "model"
-    trainer.save_model(str(model_dir))  # the adapter alone
-    tokenizer.save_pretrained(str(model_dir))
-    final_loss = output.training_loss if output is not None else None
-    return TrainingResult(
-        model_dir,
+    return train_and_save(
+        trainer,
+        tokenizer,
+        run_dir,
+        transformers,
         len(kept),
         len(prompts) - len(kept),
-        int(trainer.state.global_step),
-        seconds,
-        float(final_loss) if final_loss is not None else None,
-        last,
-        adapter_bytes(model_dir),
+        adapter=True,
     )

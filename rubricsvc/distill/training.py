@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -168,12 +168,7 @@ def train_student(
     torch, transformers, trl = training_imports()
     if settings.threads:
         torch.set_num_threads(settings.threads)
-    kept = [e for e in examples if len(e.input_ids) <= settings.max_length]
-    if not kept:
-        raise ValidationFailed(
-            f"no training example fits max_length {settings.max_length} tokens (the shortest "
-            f"is {min(len(e.input_ids) for e in examples)}): raise max_length in --config"
-        )
+    kept = fitting(examples, settings.max_length, "training example")
     tokenizer = load_tokenizer(base)
     yes_id, no_id = verdict_token_ids(tokenizer)
     transformers.utils.logging.disable_progress_bar()
@@ -198,30 +193,12 @@ def train_student(
     )
     checkpoints = run_dir / "checkpoints"
     config = trl.SFTConfig(
-        output_dir=str(checkpoints),
-        num_train_epochs=settings.epochs,
-        max_steps=settings.max_steps,
-        learning_rate=settings.learning_rate,
+        **schedule_arguments(settings, checkpoints),
         per_device_train_batch_size=settings.batch_size,
         gradient_accumulation_steps=settings.gradient_accumulation_steps,
-        warmup_steps=settings.warmup_ratio,  # a float below 1: a share of the steps
-        lr_scheduler_type=settings.lr_scheduler,
-        weight_decay=settings.weight_decay,
-        seed=settings.seed,
-        data_seed=settings.seed,
-        save_steps=settings.save_steps,
-        save_total_limit=2,
-        logging_steps=settings.logging_steps,
-        logging_first_step=True,
-        report_to=[],
-        disable_tqdm=True,
         use_cpu=not torch.cuda.is_available(),
-        bf16=False,
-        fp16=False,
         max_length=None,
-        remove_unused_columns=False,
         dataset_kwargs={"skip_prepare_dataset": True},
-        dataloader_num_workers=0,
     )
     log_path = run_dir / "metrics.jsonl"
     trainer = _verdict_trainer_class(trl.SFTTrainer, torch)(
@@ -233,8 +210,107 @@ def train_student(
         callbacks=[log_callback(log_path, progress, transformers)],
         verdict_ids=(yes_id, no_id),
     )
+    return train_and_save(
+        trainer,
+        tokenizer,
+        run_dir,
+        transformers,
+        len(kept),
+        len(examples) - len(kept),
+        adapter=settings.lora is not None,
+    )
+
+
+class Schedule(Protocol):
+    """The settings every judge-training run has (``DistillSettings``, ``ReinforceSettings``)."""
+
+    @property
+    def epochs(self) -> float: ...
+    @property
+    def max_steps(self) -> int: ...
+    @property
+    def learning_rate(self) -> float: ...
+    @property
+    def warmup_ratio(self) -> float: ...
+    @property
+    def lr_scheduler(self) -> str: ...
+    @property
+    def weight_decay(self) -> float: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def save_steps(self) -> int: ...
+    @property
+    def logging_steps(self) -> int: ...
+
+
+def schedule_arguments(settings: Schedule, checkpoints: Path) -> dict[str, Any]:
+    """The TRL config arguments every judge-training run shares: its schedule and seed from
+    ``settings``, checkpoints in ``checkpoints`` (the last two kept, for resuming), its log
+    to metrics.jsonl only (no tracker, no tqdm), no mixed precision, the dataset's columns
+    as the run made them. Shared so a distilled and an RL judge train on the same terms."""
+    return {
+        "output_dir": str(checkpoints),
+        "num_train_epochs": settings.epochs,
+        "max_steps": settings.max_steps,
+        "learning_rate": settings.learning_rate,
+        "warmup_steps": settings.warmup_ratio,  # a float below 1: a share of the steps
+        "lr_scheduler_type": settings.lr_scheduler,
+        "weight_decay": settings.weight_decay,
+        "seed": settings.seed,
+        "data_seed": settings.seed,
+        "save_steps": settings.save_steps,
+        "save_total_limit": 2,
+        "logging_steps": settings.logging_steps,
+        "logging_first_step": True,
+        "report_to": [],
+        "disable_tqdm": True,
+        "bf16": False,
+        "fp16": False,
+        "remove_unused_columns": False,
+        "dataloader_num_workers": 0,
+    }
+
+
+class Tokenized(Protocol):
+    """A training item encoded for the model: a distillation example or an RL prompt."""
+
+    @property
+    def input_ids(self) -> list[int]: ...
+
+
+TokenizedT = TypeVar("TokenizedT", bound=Tokenized)
+
+
+def fitting(items: Sequence[TokenizedT], max_length: int, noun: str) -> list[TokenizedT]:
+    """The items of at most ``max_length`` tokens, the rest left out (every judge-training
+    run counts them); none at all is refused, with the shortest's length to raise it to."""
+    kept = [item for item in items if len(item.input_ids) <= max_length]
+    if not kept:
+        raise ValidationFailed(
+            f"no {noun} fits max_length {max_length} tokens (the shortest is "
+            f"{min(len(item.input_ids) for item in items)}): raise max_length in --config"
+        )
+    return kept
+
+
+def train_and_save(
+    trainer: Any,
+    tokenizer: Any,
+    run_dir: Path,
+    transformers: Any,
+    examples: int,
+    left_out: int,
+    *,
+    adapter: bool,
+) -> TrainingResult:
+    """Run a judge's ``trainer`` (SFT or GRPO, its checkpoints in ``run_dir/checkpoints``)
+    from its last checkpoint if there is one, and save the model (``adapter``: a peft
+    model's adapter alone) and tokenizer in ``run_dir/model``: how every judge-training run
+    resumes, saves and reports, so a distilled and an RL judge's run folders read alike."""
     # Without tqdm the Trainer prints every log dict to stdout; they go to metrics.jsonl.
     trainer.remove_callback(transformers.PrinterCallback)
+    checkpoints = run_dir / "checkpoints"
     last = (
         transformers.trainer_utils.get_last_checkpoint(str(checkpoints))
         if checkpoints.is_dir()
@@ -250,13 +326,13 @@ def train_student(
     final_loss = output.training_loss if output is not None else None
     return TrainingResult(
         model_dir,
-        len(kept),
-        len(examples) - len(kept),
+        examples,
+        left_out,
         int(trainer.state.global_step),
         seconds,
         float(final_loss) if final_loss is not None else None,
         last,
-        adapter_bytes(model_dir) if settings.lora is not None else None,
+        adapter_bytes(model_dir) if adapter else None,
     )
 
 
