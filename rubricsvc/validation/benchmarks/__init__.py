@@ -12,13 +12,10 @@ or, for a judge that scores completions, the two scores. Modules: ``judgebench.p
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rubricsvc.validation.benchmarks import judgebench, rewardbench2, rmbench
-
-if TYPE_CHECKING:  # types only: the evaluation imports this package
-    from rubricsvc.validation.evaluation.common import EvaluationOptions
-    from rubricsvc.validation.evaluation.pairwise import PairObservation
+from rubricsvc.validation.benchmarks.observations import EvaluationOptions, PairObservation
 
 # A benchmark's figures from the pairs and the evaluation's options, by its items' prefix.
 BENCHMARKS: dict[str, Callable[[Sequence[PairObservation], EvaluationOptions], dict[str, Any]]] = {

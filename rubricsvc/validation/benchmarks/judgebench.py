@@ -17,13 +17,10 @@ counted that way here.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rubricsvc.validation import metrics as m
-
-if TYPE_CHECKING:  # types only: the evaluation imports this package
-    from rubricsvc.validation.evaluation.common import EvaluationOptions
-    from rubricsvc.validation.evaluation.pairwise import PairObservation
+from rubricsvc.validation.benchmarks.observations import EvaluationOptions, PairObservation
 
 PREFIX = "judgebench/"
 NAME = "JudgeBench"

@@ -21,13 +21,10 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rubricsvc.validation import metrics as m
-
-if TYPE_CHECKING:  # types only: the evaluation imports this package
-    from rubricsvc.validation.evaluation.common import EvaluationOptions
-    from rubricsvc.validation.evaluation.pairwise import PairObservation
+from rubricsvc.validation.benchmarks.observations import EvaluationOptions, PairObservation
 
 PREFIX = "rewardbench2/"
 NAME = "RewardBench 2"
