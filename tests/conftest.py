@@ -199,16 +199,12 @@ def _no_judge_providers_left_over(request: pytest.FixtureRequest) -> Iterator[No
     models, and a run's count of the models it loaded (``judge_loads``) would include them.
     Set RUBRICSVC_TEST_REPORT_LEAKS=1 to name the tests that leave one."""
     yield
-    scorers = sys.modules.get("trainer.scorers")
-    if scorers is None or not scorers._SHARED:
+    scorers = sys.modules.get("trainer.scorers")  # never imported here: trainer is optional
+    if scorers is None:
         return
-    with scorers._SHARED_LOCK:
-        left = list(scorers._SHARED.values())
-        scorers._SHARED.clear()
-    if os.environ.get("RUBRICSVC_TEST_REPORT_LEAKS"):
-        sys.stderr.write(f"\n{request.node.nodeid} left {len(left)} judge provider(s) open\n")
-    for provider, _users in left:
-        provider.close_all()
+    left = scorers.close_shared_providers()
+    if left and os.environ.get("RUBRICSVC_TEST_REPORT_LEAKS"):
+        sys.stderr.write(f"\n{request.node.nodeid} left {left} judge provider(s) open\n")
 
 
 @pytest.fixture(scope="session")

@@ -91,7 +91,9 @@ OUTCOMES: dict[str, tuple[str, Callable[[RunRecord], float | None]]] = {
 }
 
 
-def _quantiles(values: Sequence[float], level: float) -> tuple[float, float]:
+def percentile_interval(values: Sequence[float], level: float) -> tuple[float, float]:
+    """The central ``level`` interval of ``values`` (bootstrap statistics), by linear
+    interpolation between order statistics."""
     tail = (1 - level) / 2
     ordered = sorted(values)
     last = len(ordered) - 1
@@ -114,7 +116,7 @@ def mean_interval(
         return None
     rng = random.Random(seed)
     means = [statistics.fmean(rng.choices(values, k=len(values))) for _ in range(resamples)]
-    return _quantiles(means, level)
+    return percentile_interval(means, level)
 
 
 def difference_interval(
@@ -135,7 +137,7 @@ def difference_interval(
         - statistics.fmean(rng.choices(baseline, k=len(baseline)))
         for _ in range(resamples)
     ]
-    return _quantiles(differences, level)
+    return percentile_interval(differences, level)
 
 
 def verdict(interval: tuple[float, float] | None) -> str:

@@ -28,9 +28,9 @@ from trainer.arms import (
     SEED,
     TRAIN_GOLD,
     RunRecord,
-    _quantiles,
     arm_outcome,
     mean_interval,
+    percentile_interval,
 )
 
 PROXY = "rubric/reward"
@@ -79,14 +79,14 @@ def gold_recovered(
             shares.append((a - c) / (o - c))
         else:
             dropped += 1
-    oracle_gain = _quantiles(gains, level)
+    oracle_gain = percentile_interval(gains, level)
     if oracle_gain[0] <= 0:
         return Recovered(
             None, None, oracle_gain, dropped, "the oracle is not told apart from the control"
         )
     denominator = statistics.fmean(oracle) - statistics.fmean(control)
     share = (statistics.fmean(arm) - statistics.fmean(control)) / denominator
-    return Recovered(share, _quantiles(shares, level), oracle_gain, dropped)
+    return Recovered(share, percentile_interval(shares, level), oracle_gain, dropped)
 
 
 def _moving_means(values: Sequence[float], window: int) -> list[float]:

@@ -68,6 +68,18 @@ def release_provider(provider: BackendProvider) -> None:
     provider.close_all()
 
 
+def close_shared_providers() -> int:
+    """Close every shared provider still open (scorers made and never closed) and forget
+    them; return how many there were. For a process that starts afresh (a test harness
+    between tests): a later run then loads, and counts, only its own judges."""
+    with _SHARED_LOCK:
+        left = [entry[0] for entry in _SHARED.values()]
+        _SHARED.clear()
+    for provider in left:
+        provider.close_all()
+    return len(left)
+
+
 def judge_loads() -> int:
     """How many judge backends (models, for the in-process ones) the in-process scorers of
     this process have loaded so far."""

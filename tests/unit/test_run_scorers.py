@@ -24,3 +24,14 @@ def test_the_scorers_a_run_made_are_closed_when_it_ends(monkeypatch: pytest.Monk
     assert closed == [inner, reward, gold]
     assert outside not in closed
     assert scorers._RUN_SCORERS == []
+
+
+def test_providers_left_open_are_closed_and_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
+    closed: list[object] = []
+    from rubricsvc.backends.provider import BackendProvider
+
+    monkeypatch.setattr(BackendProvider, "close_all", lambda self: closed.append(self))
+    left = scorers.shared_provider(ScorerSettings(), None)  # a scorer's, never released
+    assert scorers.close_shared_providers() == 1
+    assert closed == [left] and scorers._SHARED == {} and scorers.judge_loads() == 0
+    assert scorers.close_shared_providers() == 0  # nothing left the second time
