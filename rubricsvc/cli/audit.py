@@ -79,7 +79,7 @@ def judges_audit(
         else:
             items, set_name = demo_items(), DEMO_SET
         backends = BackendProvider.from_settings(get_settings())
-        with backends, progress_bar("attacking", enabled=not as_json) as update:
+        with backends, progress_bar("attacking", enabled=not as_json, lines=True) as update:
             report = run_audit(
                 spec,
                 backends.factory(spec),
@@ -167,7 +167,7 @@ def judges_audit_generator(
     spec = load_generator_file(generator) if generator else EvolutionSettings().generator
     backends = BackendProvider.from_settings(get_settings())
     items = demo_items()
-    with backends, progress_bar("asking", enabled=not as_json) as update:
+    with backends, progress_bar("asking", enabled=not as_json, lines=True) as update:
         report = run_injection_audit(
             spec, backends.factory(spec), items, repeats=repeats, max_new=max_new, progress=update
         )

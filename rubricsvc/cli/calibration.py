@@ -63,7 +63,7 @@ def judges_calibrate(
         spec = find_judge(session, judge)
         _check_calibratable(spec, target)
         label_set = get_label_set(session, labels)
-        with progress_bar("judging", enabled=not as_json) as update:
+        with progress_bar("judging", enabled=not as_json, lines=True) as update:
             observations = pointwise_observations(
                 session,
                 spec,

@@ -46,7 +46,7 @@ def judges_evaluate(
     with backends, db_session() as session:
         spec = find_judge(session, judge, mode)
         label_set = get_label_set(session, labels)
-        with progress_bar("judging", enabled=not as_json) as update:
+        with progress_bar("judging", enabled=not as_json, lines=True) as update:
             report, row = evaluate(
                 session,
                 spec,
@@ -87,7 +87,7 @@ def judges_compare(
     with backends, db_session() as session:
         specs = [find_judge(session, name) for name in judges]
         label_set = get_label_set(session, labels)
-        with progress_bar("judging", enabled=not as_json) as update:
+        with progress_bar("judging", enabled=not as_json, lines=True) as update:
             report = compare(
                 session,
                 specs,

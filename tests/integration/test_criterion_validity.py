@@ -186,3 +186,21 @@ def test_refine_proposes_rewording_or_removing_it_and_changes_nothing(
         )
         is None
     )
+
+
+def test_a_piped_evaluation_reports_its_progress_in_lines(sqlite_url: str, tmp_path: Path) -> None:
+    """A long `judges evaluate` run into a log (no terminal) still says how far it is."""
+    add_examples(sqlite_url)
+    add_scripted_judge(sqlite_url, tmp_path)
+    path = tmp_path / "labels.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in _labels()), encoding="utf-8")
+    cli_ok(
+        "labels", "import", "jsonl", str(path), "--name", "demo-criteria", database_url=sqlite_url
+    )
+    result = cli_ok(
+        "judges", "evaluate", "--judge", "scripted", "--labels", "demo-criteria",
+        database_url=sqlite_url,
+    )  # fmt: skip
+    lines = [line for line in result.stderr.splitlines() if line.startswith("judging: ")]
+    assert lines and lines[-1].startswith("judging: ") and "(100%)" in lines[-1]
+    assert len(lines) <= 11  # one line per 10% step at most
