@@ -17,6 +17,8 @@
 #   RECORDS=docs/deepresearch/runs/warmstart   where the records go
 #   SAMPLES=4 TEMPERATURE=0.7                  the sampled evaluation
 #   THREADS=2                                  torch threads
+#   ONLY=base    the base policy's evaluations alone: they need no SFT, so they can run
+#                beside it (on another core); the full run then keeps them
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -38,6 +40,22 @@ timed() {  # timed STAGE COMMAND...: run it, and add its wall time to RECORDS/ti
   printf '%s\t%s\n' "$stage" "$((SECONDS - started))" >> "$records/times.tsv"
 }
 
+sampled=(--samples "$samples" --temperature "$temperature")
+evaluate() {  # evaluate NAME [OPTIONS...]: no --policy is train.yaml's, the embedded model
+  local name=$1
+  shift
+  if [ ! -f "$records/$name/evaluation.json" ]; then
+    timed "$name" nice -n 10 rubricsvc train eval-agent \
+      --config "$here/train.yaml" --split held-out --threads "$threads" \
+      -o "$records/$name" "$@" 2>&1 | tee "$work/$name.log"
+  fi
+}
+if [ "${ONLY:-}" = base ]; then
+  evaluate base-greedy
+  evaluate base-sampled "${sampled[@]}"
+  exit 0
+fi
+
 # 1. SFT on the demonstrations. The run refuses a non-empty directory: an unfinished one (no
 # policy saved) is removed and run again from the start.
 sft="$work/runs/sft"
@@ -52,16 +70,6 @@ cp -r "$sft/plots" "$records/sft/"
 [ -f "$work/sft.log" ] && cp "$work/sft.log" "$records/sft/train.log"
 
 # 2. Each policy on the held-out questions: greedy, then sampled.
-evaluate() {  # evaluate NAME [OPTIONS...]: no --policy is train.yaml's, the embedded model
-  local name=$1
-  shift
-  if [ ! -f "$records/$name/evaluation.json" ]; then
-    timed "$name" nice -n 10 rubricsvc train eval-agent \
-      --config "$here/train.yaml" --split held-out --threads "$threads" \
-      -o "$records/$name" "$@" 2>&1 | tee "$work/$name.log"
-  fi
-}
-sampled=(--samples "$samples" --temperature "$temperature")
 evaluate base-greedy
 evaluate sft-greedy --policy "$sft"
 evaluate base-sampled "${sampled[@]}"
