@@ -8,9 +8,9 @@
 # Usage: JUDGEBENCH=FILE RMBENCH=DIR bash examples/judge-benchmarks/run.sh [WORKDIR]
 #   JUDGEBENCH   JudgeBench's data/dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl
 #   RMBENCH      RM-Bench's data/ folder (its domain files)
-#   PER_DOMAIN=40 SEED=0   the RM-Bench sample (sample_rmbench.py)
+#   PER_DOMAIN=20 SEED=0   the RM-Bench sample (sample_rmbench.py): label set rm-bench-20-s0
 #   JUDGES="embedded genrm" THREADS=1 RESULTS=examples/judge-benchmarks/results
-#   SETS="judgebench-gpt-4o-2024-05-13 rm-bench-sample"   the label sets measured, in order
+#   SETS="judgebench rm-bench"   the benchmarks measured, in order
 # Resumable: a finished report is kept; verdicts already stored are reused.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,12 +30,18 @@ export RUBRICSVC_DATABASE_URL="sqlite:///$work/benchmarks.db" OMP_NUM_THREADS=${
 
 rubricsvc db upgrade
 rubricsvc labels import judgebench "$judgebench"
-python "$here/sample_rmbench.py" "$rmbench" "$work/rm-bench-sample" \
-  --per-domain "${PER_DOMAIN:-40}" --seed "${SEED:-0}"
-rubricsvc labels import rm-bench "$work/rm-bench-sample" --name rm-bench-sample
+sample="rm-bench-${PER_DOMAIN:-20}-s${SEED:-0}"
+python "$here/sample_rmbench.py" "$rmbench" "$work/$sample" \
+  --per-domain "${PER_DOMAIN:-20}" --seed "${SEED:-0}"
+rubricsvc labels import rm-bench "$work/$sample" --name "$sample"
 rubricsvc judges add "$repo/examples/genrm/judge.yaml"
 
-for labels in ${SETS:-judgebench-gpt-4o-2024-05-13 rm-bench-sample}; do
+for benchmark in ${SETS:-judgebench rm-bench}; do
+  case $benchmark in
+    judgebench) labels=judgebench-gpt-4o-2024-05-13 ;;
+    rm-bench) labels=$sample ;;
+    *) echo "unknown benchmark $benchmark (judgebench, rm-bench)" >&2; exit 2 ;;
+  esac
   for judge in $judges; do
     report="$results/${labels%%-2024*}-$judge"
     [ -f "$report/evaluation.json" ] && continue
