@@ -15,7 +15,7 @@
 # and learned from in micro-batches of 2, the gradients accumulated over 4 (the same step).
 #
 # Records (config, metrics, samples, report, plots, log; each evaluation) go to
-# RECORDS/<arm>-s<seed>/ and the comparisons to RECORDS/compare-*.md.
+# RECORDS/<arm>-s<seed>/ (the evaluations in <arm>-s<seed>-greedy and -sampled) and the comparisons to RECORDS/compare-*.md.
 #
 # Usage: bash examples/deepresearch/rl.sh [WORKDIR]   (default: .warmstart-run, warmstart.sh's)
 #   ARMS="genrm oracle" SEEDS="0 1 2" JOBS=2 THREADS=1 STEPS=20
@@ -74,9 +74,9 @@ one() {  # one ARM SEED: train, keep the records, evaluate
   for kind in greedy sampled; do
     local options=()
     [ "$kind" = sampled ] && options=(--samples 4 --temperature 0.7)
-    [ -f "$out/eval-$kind/evaluation.json" ] || nice -n 10 rubricsvc train eval-agent \
+    [ -f "$out/$name-$kind/evaluation.json" ] || nice -n 10 rubricsvc train eval-agent \
       --config "$here/train.yaml" --split held-out --threads "$threads" --policy "$run" \
-      -o "$out/eval-$kind" "${options[@]}" > "$work/$name-eval-$kind.log" 2>&1
+      -o "$out/$name-$kind" "${options[@]}" > "$work/$name-$kind.log" 2>&1
   done
 }
 
@@ -94,7 +94,7 @@ wait
 for kind in greedy sampled; do
   for arm in $arms; do
     evaluations=()
-    for seed in $seeds; do evaluations+=("$records/$arm-s$seed/eval-$kind"); done
+    for seed in $seeds; do evaluations+=("$records/$arm-s$seed/$arm-s$seed-$kind"); done
     rubricsvc train eval-agent-compare "$warmstart/sft-$kind" "${evaluations[@]}" \
       -o "$records/compare-$arm-$kind.md" > /dev/null
   done
