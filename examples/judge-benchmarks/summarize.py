@@ -26,28 +26,37 @@ def _platform(report: dict[str, Any]) -> str:
     return _share(report["agreement"], report.get("agreement_ci"))
 
 
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _table(header: list[str], body: list[list[str]]) -> list[str]:
+    return [_row(header), _row(["---"] * len(header)), *(_row(cells) for cells in body)]
+
+
 def judgebench_rows(reports: list[dict[str, Any]]) -> list[str]:
     categories = sorted({c for r in reports for c in r["benchmark"]["by_category"]})
-    rows = [
-        "| judge | pairs | JudgeBench accuracy | right / wrong / neither | "
-        + " | ".join(categories)
-        + " | platform agreement |",
-        "| --- | --- | --- | --- | " + " | ".join("---" for _ in categories) + " | --- |",
-    ]
+    header = ["judge", "pairs", "JudgeBench accuracy", "right / wrong / neither"]
+    body = []
     for report in reports:
         bench = report["benchmark"]
         by_category = bench["by_category"]
-        cells = [
-            f"{by_category[c]['correct']}/{by_category[c]['n']}" if c in by_category else "-"
-            for c in categories
-        ]
-        rows.append(
-            f"| {report['judge']} | {bench['n']} | {_share(bench['accuracy'], bench['accuracy_ci'])} "
-            f"| {bench['correct']} / {bench['incorrect']} / {bench['neither']} | "
-            + " | ".join(cells)
-            + f" | {_platform(report)} |"
+        body.append(
+            [
+                report["judge"],
+                str(bench["n"]),
+                _share(bench["accuracy"], bench["accuracy_ci"]),
+                f"{bench['correct']} / {bench['incorrect']} / {bench['neither']}",
+                *(
+                    f"{by_category[c]['correct']}/{by_category[c]['n']}"
+                    if c in by_category
+                    else "-"
+                    for c in categories
+                ),
+                _platform(report),
+            ]
         )
-    return rows
+    return _table([*header, *categories, "platform agreement"], body)
 
 
 def rmbench_rows(reports: list[dict[str, Any]]) -> list[str]:
@@ -56,28 +65,23 @@ def rmbench_rows(reports: list[dict[str, Any]]) -> list[str]:
         for d in ("chat", "math", "code", "safety")
         if any(d in r["benchmark"]["domains"] for r in reports)
     ]
-    rows = [
-        "| judge | prompts | average | hard | normal | easy | "
-        + " | ".join(domains)
-        + " | platform agreement |",
-        "| --- | --- | --- | --- | --- | --- | " + " | ".join("---" for _ in domains) + " | --- |",
-    ]
+    figures = ("average", "hard", "normal", "easy")
+    body = []
     for report in reports:
         bench = report["benchmark"]
-        figures = [
-            _share(bench[k], bench[f"{k}_ci"]) for k in ("average", "hard", "normal", "easy")
-        ]
-        cells = [
-            f"{bench['domains'][d]['average']:.3f}" if d in bench["domains"] else "-"
-            for d in domains
-        ]
-        rows.append(
-            f"| {report['judge']} | {bench['n_prompts']} | "
-            + " | ".join(figures)
-            + " | "
-            + " | ".join(cells)
-            + f" | {_platform(report)} |"
+        body.append(
+            [
+                report["judge"],
+                str(bench["n_prompts"]),
+                *(_share(bench[k], bench[f"{k}_ci"]) for k in figures),
+                *(
+                    f"{bench['domains'][d]['average']:.3f}" if d in bench["domains"] else "-"
+                    for d in domains
+                ),
+                _platform(report),
+            ]
         )
+    rows = _table(["judge", "prompts", *figures, *domains, "platform agreement"], body)
     missing = sorted({d for r in reports for d in r["benchmark"].get("domains_missing", [])})
     if missing:
         rows.append("")
