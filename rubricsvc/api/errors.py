@@ -35,7 +35,6 @@ from rubricsvc.errors import (
     first_line,
 )
 from rubricsvc.scoring.groups import GroupFailed, GroupGivenUp
-from rubricsvc.scoring.request_size import RequestTooLong
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +46,6 @@ _STATUS: list[tuple[type[RubricsvcError], int, str]] = [
     (ConflictError, 409, "conflict"),
     (ForbiddenError, 403, "forbidden"),
     (DependencyMissing, 503, "unavailable"),
-    # Judged text past the judge's max_request_chars, refused when the work is planned.
-    (RequestTooLong, 413, "too_large"),
     # A reward group given up unjudged may be judged if sent again; any other failure of a
     # group's judging (its backend's aside, answered as a BackendError) is the server's own.
     (GroupGivenUp, 503, "group_given_up"),

@@ -42,6 +42,7 @@ from rubricsvc.scoring.attribution import (
     record,
     run_probes,
 )
+from rubricsvc.scoring.request_size import TooLong, too_long
 
 
 @dataclass
@@ -101,7 +102,7 @@ class CallExecutor:
 
     def run(self, units: Sequence[tuple[CompletionView, list[Item]]]) -> dict[str, JudgeResult]:
         results: dict[str, JudgeResult] = {}
-        pending = [(completion, items) for completion, items in units if items]
+        pending = self._within_bound(units, results)
         items_by_key: dict[str, Item] = {}
         suspects: list[_Suspect] = []  # failed for good, perhaps because of what they showed
         attempt = 0
@@ -149,6 +150,46 @@ class CallExecutor:
         if suspects:
             self._attribute(suspects, items_by_key, results)
         return results
+
+    def _within_bound(
+        self,
+        units: Sequence[tuple[CompletionView, list[Item]]],
+        results: dict[str, JudgeResult],
+    ) -> list[tuple[CompletionView, list[Item]]]:
+        """The units' judgments whose requests fit the judge's ``max_request_chars``; each of
+        the others fails here, never sent, charged to its response when the response is why
+        (``scoring.request_size``). A group one of whose responses is too long is judged again
+        with only its culprits replaced by the canary, so the rest of it is still scored."""
+        within = []
+        regroup: list[tuple[CompletionView, Item, TooLong]] = []
+        for completion, items in units:
+            over = {found.key: found for found in too_long(self.spec, completion, items)}
+            for item in items:
+                found = over.get(item.key)
+                if found is None:
+                    continue
+                results[item.key] = JudgeResult(
+                    item.key,
+                    None,
+                    found.message(self.spec),
+                    0,  # never sent
+                    failure=FailureClass.RESPONSE if found.charged else FailureClass.INFRASTRUCTURE,
+                    detail=found.detail(),
+                )
+                if found.charged and len(found.innocent) > 1:  # a group, not a pair
+                    regroup.append((completion, item, found))
+            kept = [item for item in items if item.key not in over]
+            if kept:
+                within.append((completion, kept))
+        if regroup:
+            probes = [self._probe(c, [item], found.innocent) for c, item, found in regroup]
+            run_probes(probes, self._send, self.spec.config_hash(), True)
+            for (_, item, _), probe in zip(regroup, probes, strict=True):
+                if probe.parsed:
+                    (verdict,) = probe.verdicts.values()
+                    detail = results[item.key].detail or {}
+                    detail["attribution"]["rest"] = verdict.detail
+        return within
 
     # -- attribution (``scoring.attribution``) ------------------------------------------
 

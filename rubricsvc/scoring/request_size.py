@@ -1,90 +1,128 @@
-"""The bound on the text one judge request sends, checked when work is planned.
+"""The bound on the text one judge request sends, and who pays when a request passes it.
 
 A per-criterion mode sends the judged prompt and response whole with every criterion: a 16 MB
 response under 64 criteria is 64 requests of 16 MB each, tokenized and judged one by one. The
 judgment and evidence bounds count requests and what citation checks read, not how long each
-request is, so each planned request's judged text (the conversation, the response or the
-responses it compares, the reference answer it is shown, a trajectory's rendering, the
-criteria it asks about) is held to its judge's ``max_request_chars`` when its work is
-planned (``scorer.plan_cases``: a reward batch's admission, a score job's submission,
-``rubricsvc score``), before anything is stored or judged. Citation checks send a claim and
-passages of bounded size (their cost is the evidence bound's) and are not counted here.
-Characters, not tokens: nothing is tokenized before a judge is loaded (a token is about four
-characters of English text).
+request is, so each judgment's request (the conversation, the response or the responses it
+compares, the reference answer it is shown, a trajectory's rendering, the criteria it asks
+about) is held to its judge's ``max_request_chars`` before it is sent
+(``CallExecutor.run``, the one path every judgment takes). A request past it is never sent;
+its judgment fails at once, and is classed as a request the judge's context would refuse
+(``judging.failures``):
+
+- the response's doing when the same request with the judged text replaced by the canary
+  (``scoring.attribution``) fits: class ``response``, charged the criterion's worst value,
+  as a response that overflows the judge's context is. For a comparison (pairwise, group),
+  the culprits are the fewest, longest responses whose replacement makes it fit; a group is
+  judged again with only them replaced, so the rest of it is still scored;
+- else the conversation, reference and criteria alone pass it: the configuration's doing
+  (class ``infrastructure``, masked), named in the error.
+
+Not refused at admission: one over-long rollout among a batch's 64 must cost that rollout,
+not the batch; a refusal would let one response deny the reward to every other, and a trainer
+that drops a refused batch would mask it. Characters, not tokens: nothing is tokenized before
+a judge is loaded (a token is about four characters of English text). Citation checks send a
+claim and passages of bounded size (their cost is the evidence bound's) and are not counted.
+The bound is not in the judge's hash (it decides what is sent, not what a judge answers), so
+a judgment failed by it is never kept as settled: raising the bound judges it next time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from rubricsvc.errors import RubricsvcError
 from rubricsvc.judging.config import JudgeSpec
-from rubricsvc.judging.modes import Case, Item, Plan
+from rubricsvc.judging.modes import CompletionView, Item
 from rubricsvc.judging.modes.text import TRAJECTORY_TOTAL_CHARS
+from rubricsvc.scoring.attribution import CANARY_RESPONSE
+
+# Where a judgment's detail records that its request passed the bound (never settled).
+TOO_LONG = "request_too_long"
 
 
-class RequestTooLong(RubricsvcError):
-    """A planned judge request whose judged text passes its judge's ``max_request_chars``:
-    ``chars`` in one request, at most ``bound``. The API answers 413."""
+@dataclass(frozen=True)
+class TooLong:
+    """A judgment whose request passes its judge's bound: ``chars`` of judged text, at most
+    ``bound``. ``charged``: the judged text's doing; ``culprits``: for a comparison, the
+    response hashes whose replacement makes it fit."""
 
-    exit_code = 2
+    key: str
+    chars: int
+    bound: int
+    charged: bool
+    culprits: tuple[str, ...] = ()
+    innocent: frozenset[str] = frozenset()
 
-    def __init__(self, message: str, *, chars: int, bound: int) -> None:
-        super().__init__(message)
-        self.chars = chars
-        self.bound = bound
-
-
-def check_request_sizes(spec: JudgeSpec, planned: Sequence[tuple[Case, Plan]]) -> None:
-    """``RequestTooLong`` for the longest request of ``planned`` past ``spec``'s bound, naming
-    its size, how many of the case's requests send that text and the bound."""
-    bound = spec.max_request_chars
-    for case, plan in planned:
-        shared = _case_chars(case, spec.reference)
-        sizes = [_item_chars(case, item, shared) for item in plan.items]
-        longest = max(sizes, default=0)
-        if longest <= bound:
-            continue
-        sending = [size for size in sizes if size > 0]
-        raise RequestTooLong(
-            f"{longest:,} characters of judged text in one request to judge {spec.name!r} "
-            f"(mode {spec.mode}: the conversation, {_response_words(plan.items)} and what it "
-            f"asks; {len(sending)} such request(s) for this completion, {sum(sending):,} "
-            f"characters in all): at most {bound:,} a request (the judge's max_request_chars); "
-            "send a shorter response, or judge it with a judge whose context holds it",
-            chars=longest,
-            bound=bound,
+    def message(self, spec: JudgeSpec) -> str:
+        head = (
+            f"{self.chars:,} characters of judged text in one request to judge {spec.name!r} "
+            f"(mode {spec.mode}): at most {self.bound:,} a request (the judge's "
+            "max_request_chars); not sent"
         )
+        if not self.charged:
+            return (
+                f"{head}: the conversation, reference and criteria alone pass it; raise "
+                "max_request_chars, or judge with a judge whose context holds them"
+            )
+        if self.culprits:
+            return f"{head}: {len(self.culprits)} of the responses it compares are too long"
+        return f"{head}: the response is too long for this judge"
+
+    def detail(self) -> dict[str, Any]:
+        detail: dict[str, Any] = {TOO_LONG: {"chars": self.chars, "bound": self.bound}}
+        if self.culprits:  # what ``charged_to`` reads, as for a canary's culprits
+            detail["attribution"] = {"culprits": list(self.culprits)}
+        return detail
 
 
-def _case_chars(case: Case, reference: bool) -> int:
-    """What every request of ``case`` that shows its completion sends of it: the conversation,
-    the response and (with ``reference``) the prompt's reference answer."""
-    chars = _messages_chars(case.completion.messages) + len(case.completion.response)
-    if reference and case.completion.reference:
-        chars += len(case.completion.reference)
-    return chars
+def too_long(spec: JudgeSpec, completion: CompletionView, items: Sequence[Item]) -> list[TooLong]:
+    """The judgments among ``items`` (of ``completion``) whose request passes
+    ``spec.max_request_chars``, each with who caused it."""
+    bound = spec.max_request_chars
+    found = []
+    for item in items:
+        if item.citation is not None:
+            continue  # a claim and bounded passages: the evidence bound's
+        criteria = item.rubric or ((item.criterion,) if item.criterion is not None else ())
+        fixed = sum(len(c.text) + len(c.explanation or "") for c in criteria)
+        fixed += messages_chars(completion.messages)
+        if any(c.on_trajectory for c in criteria):
+            fixed += TRAJECTORY_TOTAL_CHARS  # its rendering is cut to this
+        if item.responses:  # compared completions: each response, the conversation once
+            found.extend(_compared(item, fixed, bound))
+            continue
+        if spec.reference and completion.reference:
+            fixed += len(completion.reference)
+        chars = fixed + len(completion.response)
+        if chars > bound:
+            fits_without = fixed + len(CANARY_RESPONSE) <= bound
+            found.append(TooLong(item.key, chars, bound, charged=fits_without))
+    return found
 
 
-def _item_chars(case: Case, item: Item, shared: int) -> int:
-    if item.citation is not None:
-        return 0  # a claim and bounded passages: the evidence bound's
-    criteria = item.rubric or ((item.criterion,) if item.criterion is not None else ())
-    chars = sum(len(c.text) + len(c.explanation or "") for c in criteria)
-    if item.responses:  # compared completions: each response, the conversation once
-        chars += _messages_chars(case.completion.messages)
-        chars += sum(len(r.response) for r in item.responses)
-    else:
-        chars += shared
-    if any(c.on_trajectory for c in criteria):
-        chars += TRAJECTORY_TOTAL_CHARS  # its rendering is cut to this
-    return chars
+def _compared(item: Item, fixed: int, bound: int) -> list[TooLong]:
+    lengths: dict[str, int] = {}
+    for response in item.responses:
+        lengths.setdefault(response.response_hash, len(response.response))
+    chars = fixed + sum(len(r.response) for r in item.responses)
+    if chars <= bound:
+        return []
+    # The longest first (ties by hash, so the choice is the same every time), until it fits.
+    culprits: list[str] = []
+    size = chars
+    for response_hash in sorted(lengths, key=lambda h: (-lengths[h], h)):
+        if size <= bound:
+            break
+        culprits.append(response_hash)
+        shown = sum(1 for r in item.responses if r.response_hash == response_hash)
+        size -= shown * (lengths[response_hash] - len(CANARY_RESPONSE))
+    if size > bound:
+        return [TooLong(item.key, chars, bound, charged=False)]
+    innocent = frozenset(lengths) - set(culprits)
+    return [TooLong(item.key, chars, bound, True, tuple(culprits), innocent)]
 
 
-def _messages_chars(messages: Sequence[dict[str, Any]]) -> int:
+def messages_chars(messages: Sequence[dict[str, Any]]) -> int:
     return sum(len(str(m.get("content") or "")) for m in messages)
-
-
-def _response_words(items: Sequence[Item]) -> str:
-    return "the responses it compares" if any(i.responses for i in items) else "the response"

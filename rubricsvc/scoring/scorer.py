@@ -60,7 +60,7 @@ from rubricsvc.models import (
 )
 from rubricsvc.scoring.executor import CallExecutor, JudgeResult
 from rubricsvc.scoring.judge_configs import ensure_judge_config
-from rubricsvc.scoring.request_size import check_request_sizes
+from rubricsvc.scoring.request_size import TOO_LONG
 from rubricsvc.scoring.selection import Selection, select_work, without_reasons
 from rubricsvc.scoring.store import (
     StoredVerdict,
@@ -379,9 +379,7 @@ def plan_cases(
     pairs: Sequence[tuple[int, int]] = (),
 ) -> list[tuple[Case, Plan]]:
     """Each unit's case and the judgments ``spec``'s mode plans for it, in order: with its
-    peers among ``work`` for a mode that compares (``comparison_groups``). Reads nothing.
-    ``RequestTooLong`` where a request would send more than the judge's
-    ``max_request_chars``."""
+    peers among ``work`` for a mode that compares (``comparison_groups``). Reads nothing."""
     mode = get_mode(spec.mode)
     peers: dict[tuple[int, int], tuple[int, ...]] = {}
     if mode.compares:
@@ -402,7 +400,6 @@ def plan_cases(
             tuple(views[p] for p in peers.get((unit.completion.id, version.id), ())),
         )
         planned.append((case, mode.plan(case)))
-    check_request_sizes(spec, planned)  # before any of it is stored or judged
     return planned
 
 
@@ -465,8 +462,12 @@ def plan_run(session: Session, spec: JudgeSpec, selection: Selection) -> RunPlan
 
 def _settled(judgment: StoredVerdict) -> bool:
     """Not worth judging again: a verdict, or a response that cannot fit this judge (the
-    same content overflows the same judge every time)."""
-    return judgment.status == JudgmentStatus.OK or judgment.failure == FailureClass.RESPONSE.value
+    same content overflows the same judge every time). Not one refused by the judge's
+    ``max_request_chars``: the bound is not hashed, and a raised one judges it."""
+    if judgment.status == JudgmentStatus.OK:
+        return True
+    too_long = TOO_LONG in (judgment.detail or {})
+    return judgment.failure == FailureClass.RESPONSE.value and not too_long
 
 
 def judge_failure_alarms(report: ScoreReport, threshold: float) -> list[str]:

@@ -10,9 +10,9 @@ jury counts each member (and sample). What the citation checks cost besides thei
 counted with them and bounded apart (``evidence_refusal``). A reward batch is planned as
 ``store_completions`` would store it: a completion already stored is reused, a new one is
 given the id the database will give it (which decides a compared group). Nothing is stored,
-no model loaded, no judge called. Planning also holds each judge request to its judge's
-``max_request_chars`` (``scoring.request_size``: the response a per-criterion mode sends with
-every criterion), refusing the request with ``RequestTooLong``.
+no model loaded, no judge called. A request past its judge's ``max_request_chars`` is not
+refused here: that judgment fails when it would be sent, charged to the response that made
+it too long (``scoring.request_size``), and the rest of the batch is judged.
 """
 
 from __future__ import annotations

@@ -320,6 +320,38 @@ def test_every_mode_charges_a_provoked_failure_to_its_response(database: str, mo
             assert result["failures"]["judge"] > 0 and result["failures"]["response"] == 0
 
 
+@pytest.mark.parametrize("mode", [*PER_RESPONSE_MODES, *COMPARING_MODES])
+def test_every_mode_charges_a_request_past_max_request_chars_to_its_response(
+    sqlite_url: str, mode: str
+) -> None:
+    """The judge's own bound on a request's judged text: the long response's judgments are never
+    sent and it is charged as if it had overflowed the judge's context; the healthy ones in the
+    same batch are judged (a group again without the long one) and score as they would."""
+    long_value, healthy_value = (PER_RESPONSE_MODES | COMPARING_MODES)[mode]
+    with serving(ScriptedJudge()) as server:
+        judge = openai_judge(server, "plain", model="scripted")
+        bounded = judge.model_copy(update={"name": "bounded", "max_request_chars": 2000})
+        approve_rubrics(sqlite_url, RUBRIC, judges=[bounded])
+        texts = (RESPONSES["ok"], "Keep a dark, cool bedroom.", RESPONSES["response"])
+        with api_client(sqlite_url, rubrics=[]) as (client, keys):
+            answer = client.post(
+                "/v1/rewards",
+                headers=bearer(keys["score"]),
+                json={"judge": "bounded", "mode": mode, "items": _items(*texts)},
+            )
+        assert answer.status_code == 200, answer.text
+        first, second, long = answer.json()["results"]
+        assert long["reward"] == pytest.approx(long_value), long
+        assert long["status"] != "masked"
+        assert long["failures"]["response"] > 0
+        assert long["failures"]["infrastructure"] == long["failures"]["judge"] == 0
+        for healthy in (first, second):
+            assert healthy["reward"] == pytest.approx(healthy_value), healthy
+            assert healthy["failures"] == {"infrastructure": 0, "judge": 0, "response": 0}
+        assert not [b for b in server.bodies if "Marker-long" in json.dumps(b)]
+        assert server.bodies  # the others were sent
+
+
 @pytest.mark.parametrize("overflow", OVERFLOW_ANSWERS)
 def test_an_overflowing_response_gets_the_worst_value_whatever_the_server_says(
     sqlite_url: str, overflow: str

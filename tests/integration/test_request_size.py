@@ -1,9 +1,13 @@
 """The judged text one judge request sends is bounded by its judge's ``max_request_chars``:
 a per-criterion mode sends the response whole with every criterion, so a long response under
-many criteria is refused when its work is planned, before anything is stored or a judge is
-called, naming the figure: 413 from the API (a reward request, a score job), a one-line error
-from ``rubricsvc score``, ``RequestTooLong`` in Python. The judge is scripted: what is tested
-is the admission, not a model."""
+many criteria would be many long requests. Such a request is never sent: its judgment fails
+at once, charged to the response when the response is why (its criteria's worst values, as a
+response that overflows a judge's context), and the rest of the batch is judged; a bound that
+the conversation and criteria alone pass is the configuration's fault (masked, named). On
+every surface: the API's reward route (with what the API answered before: 413 refused the whole
+batch), ``rubricsvc score``, Python. Every mode is covered with a real HTTP judge in
+tests/integration/test_failure_classes.py; the judge here is scripted: what is tested is the
+bound, not a model."""
 
 from __future__ import annotations
 
@@ -16,13 +20,12 @@ import pytest
 from rubricsvc import db
 from rubricsvc.backends.scripted import ScriptedBackend
 from rubricsvc.judging.config import JudgeSpec
-from rubricsvc.models import Completion, Judgment, Score, ScoreJob
-from rubricsvc.scoring.request_size import RequestTooLong
+from rubricsvc.models import Judgment
 from rubricsvc.scoring.rewards import RewardRequest, compute_rewards
 from rubricsvc.scoring.scorer import ScoreOptions
 from tests.api_harness import api_client, bearer
-from tests.cli_runner import cli_error, cli_ok
-from tests.helpers import approve_rubrics, table_counts
+from tests.cli_runner import cli_ok
+from tests.helpers import approve_rubrics
 
 PROMPT = "size-report"
 RUBRIC: dict[str, Any] = {
@@ -37,82 +40,113 @@ RUBRIC: dict[str, Any] = {
 }
 SHORT = JudgeSpec(name="short", backend="scripted", model="scripted", max_request_chars=4_000)
 LONG = "The finding holds. " * 500  # 9,500 characters, sent with each of 4 criteria
+FITS = "It holds."
 SENT = len("Summarize the report.") + len(LONG)  # the conversation and the response
-ROWS = (Completion, Judgment, Score, ScoreJob)
+# The scripted judge gives every criterion, the pitfall too, a probability of 0.9 of being
+# met (criterion-prob; rar: over the sum of the weights' sizes).
+ALL_YES = 0.9 * (3 + 2 + 1 - 2) / 8
+# None met, the pitfall present: the worst a response can be scored.
+WORST = (0 - 2) / 8
 
 
-def _figure(criterion: str) -> int:
-    return SENT + len(criterion)
+def _says_the_figure(error: str, criterion: str) -> None:
+    assert error.startswith(
+        f"{SENT + len(criterion):,} characters of judged text in one request to judge 'short'"
+    ), error
+    assert "at most 4,000 a request (the judge's max_request_chars); not sent" in error
+    assert error.endswith("the response is too long for this judge"), error
 
 
-def _refusal_says_the_figure(message: str) -> None:
-    longest = max(_figure(str(c["text"])) for c in RUBRIC["criteria"])
-    assert message.startswith(
-        f"{longest:,} characters of judged text in one request to judge 'short'"
-    ), message
-    assert "4 such request(s) for this completion" in message
-    assert "at most 4,000 a request (the judge's max_request_chars)" in message
-
-
-def test_a_reward_request_and_a_score_job_past_it_are_413_and_store_nothing(
+def test_a_reward_batch_charges_the_long_response_and_judges_the_rest(
     database_url: str,
 ) -> None:
     approve_rubrics(database_url, judges=[SHORT])
     with api_client(database_url, [RUBRIC]) as (client, keys):
-        before = table_counts(database_url, ROWS)
-        body = {"judge": "short", "items": [{"prompt_id": PROMPT, "completion": LONG}]}
+        body = {
+            "judge": "short",
+            "items": [
+                {"prompt_id": PROMPT, "completion": LONG},
+                {"prompt_id": PROMPT, "completion": FITS},
+            ],
+        }
         response = client.post("/v1/rewards", json=body, headers=bearer(keys["score"]))
-        assert response.status_code == 413, response.text
-        error = response.json()["error"]
-        assert error["code"] == "too_large"
-        _refusal_says_the_figure(error["message"])
-        assert table_counts(database_url, ROWS) == before
-
-        # A response that fits is judged.
-        fits = {"judge": "short", "items": [{"prompt_id": PROMPT, "completion": "It holds."}]}
-        answered = client.post("/v1/rewards", json=fits, headers=bearer(keys["score"]))
-        assert answered.status_code == 200, answered.text
-        assert answered.json()["rewards"][0] is not None
-
-        record = {"prompt_external_id": PROMPT, "text": LONG}
-        added = client.post("/v1/completions", json=[record], headers=bearer(keys["author"]))
-        assert added.status_code == 200, added.text
-        before = table_counts(database_url, ROWS)
-        job = {"judge": "short", "prompt_ids": [PROMPT]}
-        refused = client.post("/v1/score-jobs", json=job, headers=bearer(keys["score"]))
-        assert refused.status_code == 413, refused.text
-        _refusal_says_the_figure(refused.json()["error"]["message"])
-        assert table_counts(database_url, ROWS) == before
+        assert response.status_code == 200, response.text
+        long, fits = response.json()["results"]
+        assert long["reward"] == pytest.approx(WORST) and long["status"] != "masked"
+        assert long["failures"] == {"infrastructure": 0, "judge": 0, "response": 4}
+        for criterion in long["criteria"]:
+            assert criterion["status"] == "unjudgeable"
+            _says_the_figure(criterion["error"], criterion["text"])
+        assert fits["reward"] == pytest.approx(ALL_YES)
+        assert fits["failures"] == {"infrastructure": 0, "judge": 0, "response": 0}
 
 
-def test_the_cli_and_python_refuse_it_before_a_judge_is_called(
-    sqlite_url: str, tmp_path: Path
-) -> None:
+def test_never_sent_and_judged_once_the_bound_is_raised(sqlite_url: str, tmp_path: Path) -> None:
+    """The bound is not in the judge's hash, so what it refused is not kept as settled: the
+    same judge with a larger bound judges it (its stored failure replaced by a verdict)."""
     approve_rubrics(sqlite_url, RUBRIC, judges=[SHORT])
     backend = ScriptedBackend()
+    wider = SHORT.model_copy(update={"max_request_chars": 20_000})
+    assert wider.config_hash() == SHORT.config_hash()
     engine = db.make_engine(sqlite_url)
     try:
-        with pytest.raises(RequestTooLong) as refused, db.session_scope(engine) as session:
-            compute_rewards(
-                session,
-                SHORT,
-                [RewardRequest(LONG, prompt_id=PROMPT)],
-                ScoreOptions(),
-                lambda _: lambda: backend,
-            )
-        _refusal_says_the_figure(str(refused.value))
-        longest = max(_figure(str(c["text"])) for c in RUBRIC["criteria"])
-        assert (refused.value.chars, refused.value.bound) == (longest, 4_000)
-        assert backend.requests == []
-        # Rolled back with the refusal: the completion it stored first is gone.
-        assert table_counts(sqlite_url, ROWS)["completions"] == 0
+        for spec, expected in ((SHORT, WORST), (wider, ALL_YES)):
+            with db.session_scope(engine) as session:
+                batch = compute_rewards(
+                    session,
+                    spec,
+                    [RewardRequest(LONG, prompt_id=PROMPT), RewardRequest(FITS, prompt_id=PROMPT)],
+                    ScoreOptions(),
+                    lambda _: lambda: backend,
+                )
+            assert batch.rewards == pytest.approx([expected, ALL_YES])
+            sent = [r for r in backend.requests if LONG in json.dumps(r.chat)]
+            assert len(sent) == (0 if spec is SHORT else 4), spec.max_request_chars
+        with db.session_scope(engine) as session:
+            judgments = session.query(Judgment).all()
+            assert len(judgments) == 8 and all(j.status == "ok" for j in judgments)
     finally:
         engine.dispose()
 
+    # The CLI's ``score``: the run goes through, the long one charged, the failure named.
     records = tmp_path / "completions.jsonl"
-    records.write_text(json.dumps({"prompt_external_id": PROMPT, "text": LONG}) + "\n")
+    records.write_text(
+        "".join(
+            json.dumps({"external_id": name, "prompt_external_id": PROMPT, "text": text}) + "\n"
+            for name, text in (("long-2", LONG + " Again."), ("fits-2", FITS + " Again."))
+        )
+    )
     cli_ok("completions", "add", str(records), database_url=sqlite_url)
-    error = cli_error("score", "--judge", "short", "--via", "inprocess", database_url=sqlite_url)
-    assert len(error.splitlines()) == 1, error
-    _refusal_says_the_figure(error.removeprefix("error: "))
-    assert table_counts(sqlite_url, ROWS)["judgments"] == 0
+    report = cli_ok(
+        "score", "--judge", "short", "--via", "inprocess", "--json", database_url=sqlite_url
+    ).json()
+    scores = {s["completion_external_id"]: s for s in report["scores"]}
+    assert scores["long-2"]["value"] == pytest.approx(WORST)
+    assert scores["long-2"]["failures"]["response"] == 4
+    assert scores["fits-2"]["value"] == pytest.approx(ALL_YES)
+
+
+def test_a_bound_the_prompt_and_criteria_pass_alone_is_masked_and_named(sqlite_url: str) -> None:
+    """Not the response's doing: nothing charged, nothing sent, the error says what to change."""
+    tight = SHORT.model_copy(update={"max_request_chars": 30})
+    approve_rubrics(sqlite_url, RUBRIC, judges=[tight])
+    backend = ScriptedBackend()
+    engine = db.make_engine(sqlite_url)
+    try:
+        with db.session_scope(engine) as session:
+            batch = compute_rewards(
+                session,
+                tight,
+                [RewardRequest(FITS, prompt_id=PROMPT)],
+                ScoreOptions(),
+                lambda _: lambda: backend,
+            )
+        (result,) = batch.results
+        assert result.reward is None and result.status == "masked"
+        assert result.failures == {"infrastructure": 4, "judge": 0, "response": 0}
+        error = result.criteria[0]["error"]
+        assert "the conversation, reference and criteria alone pass it" in error, error
+        assert "raise max_request_chars" in error
+        assert backend.requests == []
+    finally:
+        engine.dispose()
