@@ -82,6 +82,22 @@ def _slopes(cells: _Cells, orders: np.ndarray) -> np.ndarray:
         return np.asarray(sxy / sxx)
 
 
+def _exact_slope(cells: _Cells, times: np.ndarray) -> float:
+    """``_slopes`` for the observed order, each sum correctly rounded (``math.fsum``): the
+    value a run logs is then the same on every processor. A BLAS product sums in an order its
+    kernel for the processor picks (a recorded run and its re-run on another AMD EPYC logged
+    slopes that differed in the 16th digit, everything else equal). The step times and
+    answer counts are whole numbers, so the sums of squares are exact."""
+    x = times[cells.step_of]
+    weighted = x * cells.answers
+    per_prompt = np.add.reduceat(weighted, cells.prompt_starts)
+    sxy = math.fsum((x * cells.y_sums).tolist())
+    sxx = math.fsum((weighted * x).tolist()) - math.fsum(
+        (per_prompt**2 / cells.prompt_answers).tolist()
+    )
+    return sxy / sxx if sxx else math.nan
+
+
 def trend(
     observations: Iterable[Observation], seed: int = 0, permutations: int = PERMUTATIONS
 ) -> Trend | None:
@@ -103,7 +119,7 @@ def trend(
     y = scores - (np.bincount(prompt_of, weights=scores) / counts)[prompt_of]
     times = np.array(list(step_index), dtype=float)
     cells = _Cells.of(prompt_of, step_of, y, len(times))
-    observed = _slopes(cells, times[None, :])[0]
+    observed = _exact_slope(cells, times)
     if not math.isfinite(observed):
         return None  # no prompt was seen at two steps: nothing varies within a prompt
     if math.factorial(len(times)) <= permutations:

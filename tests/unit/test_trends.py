@@ -4,6 +4,7 @@ noise that moves a whole step at once."""
 from __future__ import annotations
 
 import random
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -96,3 +97,40 @@ def test_a_real_rise_is_found() -> None:
     rows = [(p, s, y + 0.004 * s) for p, s, y in _null_run(chance)]
     found = trend(rows)
     assert found is not None and found.p_rising < 0.001 and found.p_falling > 0.999
+
+
+def test_the_logged_slope_is_the_same_on_every_processor() -> None:
+    """Each of the slope's sums is correctly rounded, so no BLAS kernel's order of summing (it
+    differs between processors) reaches the value a run logs: here it equals the same sums
+    done in exact rational arithmetic, on scores whose magnitudes differ enough that summing
+    in another order changes the last digits."""
+    chance = random.Random(7)
+    rows: list[Observation] = [
+        (f"p{prompt}", step, chance.choice((1e-9, 1.0, 1e9)) * chance.random())
+        for prompt in range(40)
+        for step in range(30)
+        if chance.random() < 0.8
+    ]
+    found = trend(rows)
+    assert found is not None
+    # The same centring and per-cell sums as the trend (sequential, like numpy's bincount).
+    prompt_sum: dict[str, float] = {}
+    prompt_count: dict[str, int] = {}
+    for prompt, _, score in rows:
+        prompt_sum[str(prompt)] = prompt_sum.get(str(prompt), 0.0) + score
+        prompt_count[str(prompt)] = prompt_count.get(str(prompt), 0) + 1
+    cells: dict[tuple[str, float], list[float]] = {}
+    for prompt, step, score in rows:
+        centred = score - prompt_sum[str(prompt)] / prompt_count[str(prompt)]
+        cell = cells.setdefault((str(prompt), float(step)), [0.0, 0.0])
+        cell[0] += centred
+        cell[1] += 1
+    sxy = sum(Fraction(step * total) for (_, step), (total, _) in cells.items())
+    per_prompt: dict[str, Fraction] = {}
+    sxx = Fraction(0)
+    for (prompt, step), (_, answers) in cells.items():
+        sxx += Fraction(step * step * answers)
+        per_prompt[prompt] = per_prompt.get(prompt, Fraction(0)) + Fraction(step * answers)
+    # Each prompt's square over its answers is divided in floating point, as the trend does.
+    sxx -= sum(Fraction(float(total**2) / prompt_count[p]) for p, total in per_prompt.items())
+    assert found.slope == float(sxy) / float(sxx)
