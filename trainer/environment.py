@@ -41,6 +41,7 @@ def describe_environment() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "processor": processor_name(),
+        "processor_id": processor_id(),
         "cores": os.cpu_count(),
         "packages": {name: _version(name) for name in PACKAGES if _version(name)},
         "source_commit": source_commit(),
@@ -71,6 +72,10 @@ def numerics_differences(recorded: dict[str, Any], rerun: dict[str, Any]) -> lis
             lines.append(f"{key} {before} -> {after}")
     if recorded.get("processor") != rerun.get("processor"):
         lines.append(f"processor {recorded.get('processor')} -> {rerun.get('processor')}")
+    # Recorded since the round-3 runs: absent from older records, compared where both have it.
+    before_id, after_id = recorded.get("processor_id"), rerun.get("processor_id")
+    if before_id and after_id and before_id != after_id:
+        lines.append(f"processor_id {before_id} -> {after_id}")
     return lines
 
 
@@ -83,6 +88,26 @@ def processor_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def processor_id() -> str | None:
+    """The processor's family, model and stepping (Linux: /proc/cpuinfo), None elsewhere.
+    Hosts that name themselves alike ("AMD EPYC") may be different generations, whose
+    libraries pick different kernels (a BLAS sums in another order on each)."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key in ("cpu family", "model", "stepping") and key not in fields:
+                fields[key] = value.strip()
+            if not line.strip() and fields:
+                break  # the first processor's block
+    except OSError:
+        return None
+    if not fields:
+        return None
+    return " ".join(f"{k} {fields[k]}" for k in ("cpu family", "model", "stepping") if k in fields)
 
 
 def source_commit() -> str | None:

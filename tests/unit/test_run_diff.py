@@ -84,6 +84,16 @@ def test_numerics_differences_name_library_versions_but_not_rubricsvcs_own() -> 
     assert numerics_differences(before, after) == ["transformers 5.18.0 -> 5.19.0"]
 
 
+def test_numerics_differences_name_another_generation_of_a_like_named_processor() -> None:
+    before = {"processor": "AMD EPYC", "processor_id": "cpu family 25 model 17 stepping 1"}
+    after = {"processor": "AMD EPYC", "processor_id": "cpu family 25 model 1 stepping 1"}
+    assert numerics_differences(before, after) == [
+        "processor_id cpu family 25 model 17 stepping 1 -> cpu family 25 model 1 stepping 1"
+    ]
+    # A record made before the id was kept says nothing about it.
+    assert numerics_differences({"processor": "AMD EPYC"}, after) == []
+
+
 def test_the_command_exits_1_on_a_difference_and_2_on_a_folder_that_is_no_run(
     tmp_path: Path, sqlite_url: str
 ) -> None:
