@@ -84,8 +84,13 @@ class TrainResult:
 
 def policy_path(config: TrainConfig | SftConfig) -> str:
     """The policy's model folder: the config's, else the embedded model's."""
-    if config.policy:
-        return config.policy
+    return policy_folder(config.policy)
+
+
+def policy_folder(policy: str | None) -> str:
+    """``policy`` (a model folder), else the embedded model's folder."""
+    if policy:
+        return policy
     from rubricsvc.backends.embedded import embedded_model_dir
     from rubricsvc.config import get_settings
 

@@ -11,6 +11,9 @@ environment.json  the machine and software it ran on (trainer/environment.py)
 metrics.jsonl     one line per logged step (loss, grad_norm, learning_rate, ...)
 plots/*.png       the loss and the next-token accuracy on the trained tokens
 policy/           the fine-tuned policy and its tokenizer: the ``policy`` of the RL run
+adapter/          with ``lora``: the trained LoRA adapter (peft's format); ``policy/`` is the
+                  base with it merged, and ``rubricsvc train merge-adapter`` makes the same
+                  folder again from the adapter and the base (trainer/merge.py)
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 from rubricsvc.errors import ValidationFailed
 from trainer.environment import describe_environment
 from trainer.grpo import policy_path
+from trainer.merge import save_merged
 from trainer.plots import SFT_FIGURES, draw_plots
 from trainer.rundir import METRICS, RunDirectory
 from trainer.sft_config import SftConfig
@@ -43,12 +47,14 @@ log = logging.getLogger(__name__)
 SFT_ARGS = "sft_args.json"
 DATA_RECORD = "data.json"
 POLICY = "policy"
+ADAPTER = "adapter"
 
 
 @dataclass(frozen=True)
 class SftResult:
     run_dir: Path
     policy_dir: Path
+    adapter_dir: Path | None  # with ``lora``: the adapter alone
     rows: int  # trained on
     left_out: int  # longer than max_length
     steps: int
@@ -148,6 +154,7 @@ def train_sft(config: SftConfig, say: Callable[[str], None] = log.info) -> SftRe
         train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=[_metrics_callback(run, transformers)],
+        peft_config=lora_config(config),
     )
     # Without tqdm the Trainer prints every log dict to stdout; they go to metrics.jsonl.
     trainer.remove_callback(transformers.PrinterCallback)
@@ -156,7 +163,13 @@ def train_sft(config: SftConfig, say: Callable[[str], None] = log.info) -> SftRe
     seconds = time.monotonic() - started
     draw_plots(run, SFT_FIGURES)
     policy_dir = run.path / POLICY
-    trainer.save_model(str(policy_dir))
+    adapter_dir = None
+    if config.lora is None:
+        trainer.save_model(str(policy_dir))
+    else:
+        adapter_dir = run.path / ADAPTER
+        trainer.model.save_pretrained(str(adapter_dir))
+        save_merged(trainer.model, policy_dir)
     # The policy's own tokenizer, its chat template unchanged: the RL run gives it the tool
     # format the same way it gives the base policy one (trainer/grpo.py).
     transformers.AutoTokenizer.from_pretrained(policy).save_pretrained(str(policy_dir))
@@ -164,6 +177,7 @@ def train_sft(config: SftConfig, say: Callable[[str], None] = log.info) -> SftRe
     return SftResult(
         run.path,
         policy_dir,
+        adapter_dir,
         len(tokenized.input_ids),
         tokenized.left_out,
         int(trainer.state.global_step),
@@ -171,6 +185,15 @@ def train_sft(config: SftConfig, say: Callable[[str], None] = log.info) -> SftRe
         losses[0] if losses else None,
         losses[-1] if losses else None,
     )
+
+
+def lora_config(config: SftConfig) -> Any:
+    """peft's ``LoraConfig`` for ``config.lora`` (None without it)."""
+    if config.lora is None:
+        return None
+    import peft
+
+    return peft.LoraConfig(task_type="CAUSAL_LM", **config.lora.model_dump())
 
 
 def _write_record(

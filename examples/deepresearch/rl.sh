@@ -20,11 +20,15 @@
 # Usage: bash examples/deepresearch/rl.sh [WORKDIR]   (default: .warmstart-run, warmstart.sh's)
 #   ARMS="genrm oracle" SEEDS="0 1 2" JOBS=2 THREADS=1 STEPS=20
 #   RECORDS=docs/deepresearch/runs/rl   WARMSTART=docs/deepresearch/runs/warmstart
+#   WARM=sft-lora   start from warmstart.sh's SFT=sft-lora warm start (default: sft): its
+#                   policy in WORKDIR/runs/sft-lora, or, where there is none, made from the
+#                   adapter kept in WARMSTART/sft-lora/adapter (rubricsvc train merge-adapter)
 # Resumable: a finished run (its policy saved) and a finished evaluation are kept.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 work=${1:-.warmstart-run}
+mkdir -p "$work"
 work=$(cd "$work" && pwd)
 cd "$repo"
 records=${RECORDS:-docs/deepresearch/runs/rl}
@@ -34,10 +38,15 @@ seeds=${SEEDS:-0 1 2}
 jobs=${JOBS:-2}
 threads=${THREADS:-1}
 steps=${STEPS:-20}
-policy="$work/runs/sft/policy"
+warm=${WARM:-sft}
+policy="$work/runs/$warm/policy"
+[ -x "$repo/.venv/bin/rubricsvc" ] && export PATH="$repo/.venv/bin:$PATH"
+if [ ! -f "$policy/config.json" ] && [ -f "$warmstart/$warm/adapter/adapter_config.json" ]; then
+  rm -rf "$policy"
+  rubricsvc train merge-adapter "$warmstart/$warm/adapter" --output "$policy"
+fi
 [ -f "$policy/config.json" ] || { echo "no warm-started policy at $policy: run warmstart.sh first" >&2; exit 1; }
 mkdir -p "$records"
-[ -x "$repo/.venv/bin/rubricsvc" ] && export PATH="$repo/.venv/bin:$PATH"
 export RUBRICSVC_DATABASE_URL="sqlite:///$work/rl.sqlite"
 rubricsvc db upgrade
 rubricsvc rubrics add "$here/rubrics.yaml" > /dev/null
@@ -70,6 +79,8 @@ one() {  # one ARM SEED: train, keep the records, evaluate
     [ -f "$run/$file" ] && cp "$run/$file" "$out/"
   done
   [ -d "$run/plots" ] && cp -r "$run/plots" "$out/"
+  # A policy made from a kept adapter: which adapter, on which base.
+  [ -f "$policy/merged_from.json" ] && cp "$policy/merged_from.json" "$out/policy_merged_from.json"
   cp "$work/$name.log" "$out/train.log"
   for kind in greedy sampled; do
     local options=()
@@ -95,7 +106,7 @@ for kind in greedy sampled; do
   for arm in $arms; do
     evaluations=()
     for seed in $seeds; do evaluations+=("$records/$arm-s$seed/$arm-s$seed-$kind"); done
-    rubricsvc train eval-agent-compare "$warmstart/sft-$kind" "${evaluations[@]}" \
+    rubricsvc train eval-agent-compare "$warmstart/$warm-$kind" "${evaluations[@]}" \
       -o "$records/compare-$arm-$kind.md" > /dev/null
   done
 done

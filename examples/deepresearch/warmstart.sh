@@ -19,6 +19,9 @@
 #   THREADS=2                                  torch threads
 #   ONLY=base    the base policy's evaluations alone: they need no SFT, so they can run
 #                beside it (on another core); the full run then keeps them
+#   SFT=sft-lora the warm start of sft-lora.yaml (a LoRA adapter, kept in RECORDS/sft-lora/
+#                adapter) instead of sft.yaml's; its stages and records are named after it
+#                (sft-lora, sft-lora-greedy, ..., greedy-sft-lora.md), the base's are shared
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -30,6 +33,8 @@ records=${RECORDS:-docs/deepresearch/runs/warmstart}
 samples=${SAMPLES:-4}
 temperature=${TEMPERATURE:-0.7}
 threads=${THREADS:-2}
+stage=${SFT:-sft}  # the warm start's config (HERE/STAGE.yaml), run and records
+[ -f "$here/$stage.yaml" ] || { echo "no $here/$stage.yaml (SFT=sft or sft-lora)" >&2; exit 1; }
 mkdir -p "$records"
 [ -x "$repo/.venv/bin/rubricsvc" ] && export PATH="$repo/.venv/bin:$PATH"
 
@@ -58,26 +63,31 @@ fi
 
 # 1. SFT on the demonstrations. The run refuses a non-empty directory: an unfinished one (no
 # policy saved) is removed and run again from the start.
-sft="$work/runs/sft"
+sft="$work/runs/$stage"
 if [ ! -f "$sft/policy/config.json" ]; then
   rm -rf "$sft"
-  timed sft nice -n 10 rubricsvc train sft "$here/sft.yaml" \
-    --set "output_dir=$work/runs" --set "threads=$threads" 2>&1 | tee "$work/sft.log"
+  timed "$stage" nice -n 10 rubricsvc train sft "$here/$stage.yaml" \
+    --set "output_dir=$work/runs" --set "threads=$threads" 2>&1 | tee "$work/$stage.log"
 fi
-mkdir -p "$records/sft"
-cp "$sft"/{config.yaml,sft_args.json,data.json,environment.json,metrics.jsonl} "$records/sft/"
-cp -r "$sft/plots" "$records/sft/"
-[ -f "$work/sft.log" ] && cp "$work/sft.log" "$records/sft/train.log"
+mkdir -p "$records/$stage"
+cp "$sft"/{config.yaml,sft_args.json,data.json,environment.json,metrics.jsonl} "$records/$stage/"
+cp -r "$sft/plots" "$records/$stage/"
+# A LoRA warm start's adapter is kept: rl.sh makes the policy from it (train merge-adapter).
+[ -d "$sft/adapter" ] && rm -rf "$records/$stage/adapter" && cp -r "$sft/adapter" "$records/$stage/"
+[ -f "$work/$stage.log" ] && cp "$work/$stage.log" "$records/$stage/train.log"
 
 # 2. Each policy on the held-out questions: greedy, then sampled.
 evaluate base-greedy
-evaluate sft-greedy --policy "$sft"
+evaluate "$stage-greedy" --policy "$sft"
 evaluate base-sampled "${sampled[@]}"
-evaluate sft-sampled --policy "$sft" "${sampled[@]}"
+evaluate "$stage-sampled" --policy "$sft" "${sampled[@]}"
 
-# 3. Side by side: the fine-tuned policy minus the base, paired over the questions.
-rubricsvc train eval-agent-compare "$records/base-greedy" "$records/sft-greedy" \
-  -o "$records/greedy.md" > /dev/null
-rubricsvc train eval-agent-compare "$records/base-sampled" "$records/sft-sampled" \
-  -o "$records/sampled.md" > /dev/null
-cat "$records/greedy.md" "$records/sampled.md"
+# 3. Side by side: the fine-tuned policy minus the base, paired over the questions (sft.yaml's
+# as greedy.md and sampled.md, as first recorded; another's as greedy-STAGE.md, ...).
+suffix=""
+[ "$stage" = sft ] || suffix="-$stage"
+for kind in greedy sampled; do
+  rubricsvc train eval-agent-compare "$records/base-$kind" "$records/$stage-$kind" \
+    -o "$records/$kind$suffix.md" > /dev/null
+  cat "$records/$kind$suffix.md"
+done

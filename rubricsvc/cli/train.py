@@ -131,6 +131,42 @@ def sft_command(
     console.print(
         f"{result.steps} step(s) on {result.rows} row(s) in {result.seconds:.0f} s{losses}; "
         f"the policy is in {result.policy_dir} (the `policy` of the RL run's config)"
+        + (
+            f"; its LoRA adapter in {result.adapter_dir} (`rubricsvc train merge-adapter` "
+            "makes the policy again from it)"
+            if result.adapter_dir is not None
+            else ""
+        )
+    )
+
+
+@train_app.command("merge-adapter")
+def merge_adapter_command(
+    adapter: Path = typer.Argument(
+        ..., help="A LoRA adapter folder: a warm start's RUN/adapter, or one kept elsewhere."
+    ),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="The policy folder to write (must be empty or new)."
+    ),
+    policy: str | None = typer.Option(
+        None, help="The base model folder; default: the embedded SmolLM2-135M-Instruct."
+    ),
+    threads: int | None = typer.Option(None, help="torch threads."),
+) -> None:
+    """A policy folder from a LoRA adapter and its base: the folder a warm start with `lora`
+    wrote as RUN/policy, made again from its adapter (what a repository can keep)."""
+    try:
+        from trainer import merge
+        from trainer.grpo import policy_folder
+    except ImportError as err:
+        raise missing_extra(
+            err, "merging needs the trainer extra", "trainer,transformers"
+        ) from None
+    base = policy_folder(policy)
+    result = merge.merge_adapter(adapter, output, base, threads)
+    console.print(
+        f"{result.output}: {base} with the adapter {adapter} merged "
+        f"(adapter sha256 {result.adapter_sha256[:12]}, {result.parameters:,} parameters)"
     )
 
 

@@ -110,3 +110,68 @@ def test_a_recorded_config_refuses_other_data(sqlite_url: str, tmp_path: Path) -
     assert result.code == 2
     assert f"its sha256 is {hashlib.sha256(data.read_bytes()).hexdigest()}" in result.stderr
     assert not (tmp_path / "runs" / "sft").exists()  # no run directory left behind
+
+
+@pytest.mark.slow(seconds=60)
+def test_a_lora_warm_start_keeps_its_adapter_and_merge_adapter_makes_the_same_policy(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """With ``lora``: only the adapter is trained; RUN/adapter holds it, RUN/policy the base
+    with it merged, and ``train merge-adapter`` makes that policy again, weight for weight,
+    from the adapter and the base (what a repository keeps instead of the policy)."""
+    require_module("trl", "trainer")
+    require_module("peft", "trainer")
+    data = tmp_path / "rows.jsonl"
+    rows = [
+        {"messages": [{"role": "user", "content": f"Count to {n}."},
+                      {"role": "assistant", "content": " ".join(map(str, range(1, n + 1)))}]}
+        for n in range(2, 6)
+    ]  # fmt: skip
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    policy = tiny_model_dir()
+    config = {
+        "name": "lora",
+        "policy": str(policy),
+        "data": str(data),
+        "sft": {"max_steps": 2, "per_device_train_batch_size": 4, "learning_rate": 5e-3},
+        "lora": {"r": 4, "lora_alpha": 8},
+        "output_dir": "runs",
+        "threads": 1,
+    }
+    config_file = tmp_path / "sft.yaml"
+    config_file.write_text(yaml.safe_dump(config), encoding="utf-8")
+    trained = run_cli("train", "sft", str(config_file), database_url=sqlite_url, timeout=900)
+    assert trained.code == 0, trained.stderr[-3000:]
+    run = tmp_path / "runs" / "lora"
+    assert "its LoRA adapter in" in " ".join(trained.stdout.split())
+    adapter = json.loads((run / "adapter" / "adapter_config.json").read_text(encoding="utf-8"))
+    assert (adapter["r"], adapter["lora_alpha"], adapter["peft_type"]) == (4, 8, "LORA")
+    recorded = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
+    assert recorded["lora"]["target_modules"] == "all-linear"
+
+    # The merged policy: the base's tensors (no adapter's), some of them moved.
+    before, merged = _weights(policy), _weights(run / "policy")
+    assert set(merged) == set(before)
+    assert any(not bool((merged[k].float() == before[k].float()).all()) for k in before)
+
+    made = tmp_path / "made"
+    again = run_cli(
+        "train", "merge-adapter", str(run / "adapter"), "--output", str(made),
+        "--policy", str(policy), database_url=sqlite_url, timeout=300,
+    )  # fmt: skip
+    assert again.code == 0, again.stderr[-3000:]
+    remade = _weights(made)
+    assert set(remade) == set(merged)
+    assert all(bool((remade[k] == merged[k]).all()) for k in merged)
+    provenance = json.loads((made / "merged_from.json").read_text(encoding="utf-8"))
+    assert provenance["base"] == str(policy) and len(provenance["adapter_sha256"]) == 64
+    assert (made / "tokenizer_config.json").exists()
+
+    # A folder that is no adapter, and an output that is not empty: refused, nothing written.
+    for adapter_dir, output in ((policy, tmp_path / "other"), (run / "adapter", made)):
+        refused = run_cli(
+            "train", "merge-adapter", str(adapter_dir), "--output", str(output),
+            "--policy", str(policy), database_url=sqlite_url,
+        )  # fmt: skip
+        assert refused.code == 2, refused.stdout + refused.stderr
+    assert not (tmp_path / "other").exists()
