@@ -285,25 +285,36 @@ PER_RESPONSE_MODES = {
 COMPARING_MODES = {"pairwise": (0.0, 0.75), "group": (0.0, 0.5)}
 
 
+HEALTHY = (RESPONSES["ok"], "Keep a dark, cool bedroom.")
+
+
+def _charged_beside_two_healthy(client: Any, key: str, judge: str, mode: str, odd: str) -> None:
+    """``odd`` rewarded in ``mode`` beside two healthy responses: it is charged (its value in
+    PER_RESPONSE_MODES or COMPARING_MODES, a response failure, never masked), and the two
+    healthy ones score as they would alone, with no failure."""
+    charged_value, healthy_value = (PER_RESPONSE_MODES | COMPARING_MODES)[mode]
+    answer = client.post(
+        "/v1/rewards",
+        headers=bearer(key),
+        json={"judge": judge, "mode": mode, "items": _items(*HEALTHY, odd)},
+    )
+    assert answer.status_code == 200, answer.text
+    first, second, charged = answer.json()["results"]
+    assert charged["reward"] == pytest.approx(charged_value), charged
+    assert charged["status"] != "masked"
+    assert charged["failures"]["response"] > 0
+    assert charged["failures"]["infrastructure"] == charged["failures"]["judge"] == 0
+    for healthy in (first, second):
+        assert healthy["reward"] == pytest.approx(healthy_value), healthy
+        assert healthy["failures"] == {"infrastructure": 0, "judge": 0, "response": 0}
+
+
 @pytest.mark.parametrize("mode", [*PER_RESPONSE_MODES, *COMPARING_MODES])
 def test_every_mode_charges_a_provoked_failure_to_its_response(database: str, mode: str) -> None:
-    provoked_value, healthy_value = (PER_RESPONSE_MODES | COMPARING_MODES)[mode]
-    texts = (RESPONSES["ok"], "Keep a dark, cool bedroom.", RESPONSES["provoked"])
     with api_client(database, rubrics=[]) as (client, keys):
-        answer = client.post(
-            "/v1/rewards",
-            headers=bearer(keys["score"]),
-            json={"judge": "scripted-http", "mode": mode, "items": _items(*texts)},
+        _charged_beside_two_healthy(
+            client, keys["score"], "scripted-http", mode, RESPONSES["provoked"]
         )
-        assert answer.status_code == 200, answer.text
-        first, second, provoked = answer.json()["results"]
-        assert provoked["reward"] == pytest.approx(provoked_value)
-        assert provoked["status"] != "masked"
-        assert provoked["failures"]["response"] > 0
-        assert provoked["failures"]["judge"] == 0
-        for healthy in (first, second):
-            assert healthy["reward"] == pytest.approx(healthy_value), healthy
-            assert healthy["failures"] == {"infrastructure": 0, "judge": 0, "response": 0}
         # On a prompt the judge cannot answer about at all, nothing is charged: masked.
         broken = client.post(
             "/v1/rewards",
@@ -311,7 +322,7 @@ def test_every_mode_charges_a_provoked_failure_to_its_response(database: str, mo
             json={
                 "judge": "scripted-http",
                 "mode": mode,
-                "items": _items(RESPONSES["ok"], texts[1], prompt_id="p-broken"),
+                "items": _items(*HEALTHY, prompt_id="p-broken"),
             },
         )
         assert broken.status_code == 200, broken.text
@@ -327,27 +338,14 @@ def test_every_mode_charges_a_request_past_max_request_chars_to_its_response(
     """The judge's own bound on a request's judged text: the long response's judgments are never
     sent and it is charged as if it had overflowed the judge's context; the healthy ones in the
     same batch are judged (a group again without the long one) and score as they would."""
-    long_value, healthy_value = (PER_RESPONSE_MODES | COMPARING_MODES)[mode]
     with serving(ScriptedJudge()) as server:
         judge = openai_judge(server, "plain", model="scripted")
         bounded = judge.model_copy(update={"name": "bounded", "max_request_chars": 2000})
         approve_rubrics(sqlite_url, RUBRIC, judges=[bounded])
-        texts = (RESPONSES["ok"], "Keep a dark, cool bedroom.", RESPONSES["response"])
         with api_client(sqlite_url, rubrics=[]) as (client, keys):
-            answer = client.post(
-                "/v1/rewards",
-                headers=bearer(keys["score"]),
-                json={"judge": "bounded", "mode": mode, "items": _items(*texts)},
+            _charged_beside_two_healthy(
+                client, keys["score"], "bounded", mode, RESPONSES["response"]
             )
-        assert answer.status_code == 200, answer.text
-        first, second, long = answer.json()["results"]
-        assert long["reward"] == pytest.approx(long_value), long
-        assert long["status"] != "masked"
-        assert long["failures"]["response"] > 0
-        assert long["failures"]["infrastructure"] == long["failures"]["judge"] == 0
-        for healthy in (first, second):
-            assert healthy["reward"] == pytest.approx(healthy_value), healthy
-            assert healthy["failures"] == {"infrastructure": 0, "judge": 0, "response": 0}
         assert not [b for b in server.bodies if "Marker-long" in json.dumps(b)]
         assert server.bodies  # the others were sent
 

@@ -33,6 +33,16 @@ def _weights(folder: Path) -> dict[str, Any]:
     return weights
 
 
+def _train_sft(tmp_path: Path, config: dict[str, Any], database_url: str) -> tuple[Path, str]:
+    """``config`` written to TMP/sft.yaml and ``train sft`` run on it (it must succeed): the
+    file, and what the command printed with its lines joined."""
+    config_file = tmp_path / "sft.yaml"
+    config_file.write_text(yaml.safe_dump(config), encoding="utf-8")
+    result = run_cli("train", "sft", str(config_file), database_url=database_url, timeout=900)
+    assert result.code == 0, result.stderr[-3000:]
+    return config_file, " ".join(result.stdout.split())
+
+
 @pytest.mark.slow(seconds=60)
 def test_a_warm_start_on_an_exported_set_learns_records_and_reruns(
     sqlite_url: str, tmp_path: Path
@@ -56,12 +66,8 @@ def test_a_warm_start_on_an_exported_set_learns_records_and_reruns(
         "output_dir": "runs",
         "threads": 1,
     }
-    config_file = tmp_path / "sft.yaml"
-    config_file.write_text(yaml.safe_dump(config), encoding="utf-8")
-
-    first = run_cli("train", "sft", str(config_file), database_url=sqlite_url, timeout=900)
-    assert first.code == 0, first.stderr[-3000:]
-    assert "4 row(s) to train on, 0 left out" in " ".join(first.stdout.split())
+    config_file, said = _train_sft(tmp_path, config, sqlite_url)
+    assert "4 row(s) to train on, 0 left out" in said
     run = tmp_path / "runs" / "warm"
 
     recorded = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
@@ -138,12 +144,9 @@ def test_a_lora_warm_start_keeps_its_adapter_and_merge_adapter_makes_the_same_po
         "output_dir": "runs",
         "threads": 1,
     }
-    config_file = tmp_path / "sft.yaml"
-    config_file.write_text(yaml.safe_dump(config), encoding="utf-8")
-    trained = run_cli("train", "sft", str(config_file), database_url=sqlite_url, timeout=900)
-    assert trained.code == 0, trained.stderr[-3000:]
+    _, said = _train_sft(tmp_path, config, sqlite_url)
     run = tmp_path / "runs" / "lora"
-    assert "its LoRA adapter in" in " ".join(trained.stdout.split())
+    assert "its LoRA adapter in" in said
     adapter = json.loads((run / "adapter" / "adapter_config.json").read_text(encoding="utf-8"))
     assert (adapter["r"], adapter["lora_alpha"], adapter["peft_type"]) == (4, 8, "LORA")
     recorded = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
