@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rubricsvc.distill.training import with_lora_adapter
 from rubricsvc.errors import ValidationFailed
 from trainer.environment import describe_environment
 from trainer.grpo import policy_path
@@ -147,6 +148,8 @@ def train_sft(config: SftConfig, say: Callable[[str], None] = log.info) -> SftRe
     transformers.set_seed(config.sft.seed)
     dtype = torch.float32  # bf16 on a GPU comes from the mixed-precision setting
     model = transformers.AutoModelForCausalLM.from_pretrained(policy, dtype=dtype)
+    if config.lora is not None:  # the base frozen under a fresh adapter, as a LoRA student's
+        model = with_lora_adapter(model, config.lora, trainable=None)
     dataset = Dataset.from_dict({"input_ids": tokenized.input_ids, "labels": tokenized.labels})
     trainer = trl.SFTTrainer(
         model=model,
@@ -154,7 +157,6 @@ def train_sft(config: SftConfig, say: Callable[[str], None] = log.info) -> SftRe
         train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=[_metrics_callback(run, transformers)],
-        peft_config=lora_config(config),
     )
     # Without tqdm the Trainer prints every log dict to stdout; they go to metrics.jsonl.
     trainer.remove_callback(transformers.PrinterCallback)
@@ -185,15 +187,6 @@ def train_sft(config: SftConfig, say: Callable[[str], None] = log.info) -> SftRe
         losses[0] if losses else None,
         losses[-1] if losses else None,
     )
-
-
-def lora_config(config: SftConfig) -> Any:
-    """peft's ``LoraConfig`` for ``config.lora`` (None without it)."""
-    if config.lora is None:
-        return None
-    import peft
-
-    return peft.LoraConfig(task_type="CAUSAL_LM", **config.lora.model_dump())
 
 
 def _write_record(

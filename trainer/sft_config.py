@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
 
+from rubricsvc.distill.training import LoraSettings
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.fileformats import describe_validation_error
 from trainer.config import Strict, read_config_data
@@ -48,19 +49,6 @@ class SftSettings(Strict):
         return self
 
 
-class SftLoraSettings(Strict):
-    """A LoRA adapter trained in place of every weight (peft's ``LoraConfig``; names are
-    peft's): the run keeps the adapter (small enough to commit) beside the merged policy, and
-    ``rubricsvc train merge-adapter`` rebuilds the policy from the adapter and the base."""
-
-    r: int = Field(default=16, ge=1)
-    lora_alpha: int = Field(default=32, ge=1)
-    lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
-    # Every linear layer but the output head, as QLoRA does: on attention alone a small model
-    # learns a new format more slowly.
-    target_modules: str | list[str] = "all-linear"
-
-
 class SftAgentSettings(Strict):
     """The tool environment's options (the GRPO config's ``agent.options``): only what
     building its tools needs."""
@@ -83,7 +71,9 @@ class SftConfig(Strict):
     environment: str | None = None
     agent: SftAgentSettings = Field(default_factory=SftAgentSettings)
     sft: SftSettings = Field(default_factory=SftSettings)
-    lora: SftLoraSettings | None = None  # None: every weight is trained
+    # A LoRA adapter trained instead of every weight, with the settings of a LoRA judge
+    # student (``judges distill``): r, alpha, dropout, target_modules. None: every weight.
+    lora: LoraSettings | None = None
     output_dir: Path = Path("runs")  # the run directory is OUTPUT_DIR/NAME
     threads: int | None = Field(default=None, ge=1)  # torch threads; None: torch's default
 

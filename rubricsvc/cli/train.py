@@ -163,7 +163,7 @@ def merge_adapter_command(
             err, "merging needs the trainer extra", "trainer,transformers"
         ) from None
     base = policy_folder(policy)
-    result = merge.merge_adapter(adapter, output, base, threads)
+    result = merge.merge_into_policy(adapter, output, base, threads)
     console.print(
         f"{result.output}: {base} with the adapter {adapter} merged "
         f"(adapter sha256 {result.adapter_sha256[:12]}, {result.parameters:,} parameters)"

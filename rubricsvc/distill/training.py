@@ -175,7 +175,7 @@ def train_student(
     transformers.set_seed(settings.seed)
     model = transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     if settings.lora is not None:
-        model = _with_adapter(model, settings.lora, settings.trainable_layers)
+        model = with_lora_adapter(model, settings.lora, settings.trainable_layers)
     else:
         _freeze_lower_layers(model, settings.trainable_layers)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -336,7 +336,7 @@ def train_and_save(
     )
 
 
-def _with_adapter(model: Any, lora: LoraSettings, trainable: int | None) -> Any:
+def with_lora_adapter(model: Any, lora: LoraSettings, trainable: int | None) -> Any:
     """``model`` frozen under a fresh LoRA adapter (only on the top ``trainable`` decoder
     layers when given: the backward pass then stops there, as with a full student)."""
     try:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from rubricsvc.distill.training import LLAMA_PROJECTIONS
 from tests.cli_runner import cli_ok, run_cli
 from tests.integration.test_sft_export import _seeded
 from tests.requirements import require_module
@@ -140,7 +141,7 @@ def test_a_lora_warm_start_keeps_its_adapter_and_merge_adapter_makes_the_same_po
         "policy": str(policy),
         "data": str(data),
         "sft": {"max_steps": 2, "per_device_train_batch_size": 4, "learning_rate": 5e-3},
-        "lora": {"r": 4, "lora_alpha": 8},
+        "lora": {"r": 4, "alpha": 8, "dropout": 0.0},
         "output_dir": "runs",
         "threads": 1,
     }
@@ -150,7 +151,7 @@ def test_a_lora_warm_start_keeps_its_adapter_and_merge_adapter_makes_the_same_po
     adapter = json.loads((run / "adapter" / "adapter_config.json").read_text(encoding="utf-8"))
     assert (adapter["r"], adapter["lora_alpha"], adapter["peft_type"]) == (4, 8, "LORA")
     recorded = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
-    assert recorded["lora"]["target_modules"] == "all-linear"
+    assert recorded["lora"]["target_modules"] == list(LLAMA_PROJECTIONS)
 
     # The merged policy: the base's tensors (no adapter's), some of them moved.
     before, merged = _weights(policy), _weights(run / "policy")
