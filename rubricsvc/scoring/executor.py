@@ -176,7 +176,7 @@ class CallExecutor:
                     failure=FailureClass.RESPONSE if found.charged else FailureClass.INFRASTRUCTURE,
                     detail=found.detail(),
                 )
-                if found.charged and len(found.innocent) > 1:  # a group, not a pair
+                if found.innocent and len(item.responses) > 2:  # a group, as attribution does
                     regroup.append((completion, item, found))
             kept = [item for item in items if item.key not in over]
             if kept:

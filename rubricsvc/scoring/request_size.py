@@ -12,9 +12,10 @@ its judgment fails at once, and is classed as a request the judge's context woul
 
 - the response's doing when the same request with the judged text replaced by the canary
   (``scoring.attribution``) fits: class ``response``, charged the criterion's worst value,
-  as a response that overflows the judge's context is. For a comparison (pairwise, group),
-  the culprits are the fewest, longest responses whose replacement makes it fit; a group is
-  judged again with only them replaced, so the rest of it is still scored;
+  as a response that overflows the judge's context is. A comparison (pairwise, group) is
+  attributed as a failed one is: each response tried alone among canaries, the culprits are
+  those that pass the bound so, and all of them when none does (they passed it together); a
+  group is judged again with only its culprits replaced, so the rest of it is still scored;
 - else the conversation, reference and criteria alone pass it: the configuration's doing
   (class ``infrastructure``, masked), named in the error.
 
@@ -81,20 +82,20 @@ def too_long(spec: JudgeSpec, completion: CompletionView, items: Sequence[Item])
     """The judgments among ``items`` (of ``completion``) whose request passes
     ``spec.max_request_chars``, each with who caused it."""
     bound = spec.max_request_chars
+    conversation = messages_chars(completion.messages)
+    reference = len(completion.reference or "") if spec.reference else 0
     found = []
     for item in items:
         if item.citation is not None:
             continue  # a claim and bounded passages: the evidence bound's
         criteria = item.rubric or ((item.criterion,) if item.criterion is not None else ())
-        fixed = sum(len(c.text) + len(c.explanation or "") for c in criteria)
-        fixed += messages_chars(completion.messages)
+        fixed = conversation + sum(len(c.text) + len(c.explanation or "") for c in criteria)
         if any(c.on_trajectory for c in criteria):
             fixed += TRAJECTORY_TOTAL_CHARS  # its rendering is cut to this
         if item.responses:  # compared completions: each response, the conversation once
             found.extend(_compared(item, fixed, bound))
             continue
-        if spec.reference and completion.reference:
-            fixed += len(completion.reference)
+        fixed += reference
         chars = fixed + len(completion.response)
         if chars > bound:
             fits_without = fixed + len(CANARY_RESPONSE) <= bound
@@ -103,24 +104,25 @@ def too_long(spec: JudgeSpec, completion: CompletionView, items: Sequence[Item])
 
 
 def _compared(item: Item, fixed: int, bound: int) -> list[TooLong]:
-    lengths: dict[str, int] = {}
-    for response in item.responses:
-        lengths.setdefault(response.response_hash, len(response.response))
-    chars = fixed + sum(len(r.response) for r in item.responses)
+    """As ``scoring.attribution`` attributes a failed comparison: each response alone among
+    canaries; the culprits are those too long so, all of them when none is."""
+    canary = len(CANARY_RESPONSE)
+    hashes = [r.response_hash for r in item.responses]
+    lengths = {r.response_hash: len(r.response) for r in item.responses}
+    chars = fixed + sum(lengths[h] for h in hashes)
     if chars <= bound:
         return []
-    # The longest first (ties by hash, so the choice is the same every time), until it fits.
-    culprits: list[str] = []
-    size = chars
-    for response_hash in sorted(lengths, key=lambda h: (-lengths[h], h)):
-        if size <= bound:
-            break
-        culprits.append(response_hash)
-        shown = sum(1 for r in item.responses if r.response_hash == response_hash)
-        size -= shown * (lengths[response_hash] - len(CANARY_RESPONSE))
-    if size > bound:
+    if fixed + canary * len(hashes) > bound:  # too long whatever the responses say
         return [TooLong(item.key, chars, bound, charged=False)]
-    innocent = frozenset(lengths) - set(culprits)
+
+    def size(kept: set[str]) -> int:  # with every response but ``kept`` replaced
+        return fixed + sum(lengths[h] if h in kept else canary for h in hashes)
+
+    shown = list(dict.fromkeys(hashes))
+    culprits = [h for h in shown if size({h}) > bound] or shown
+    innocent = frozenset(shown) - set(culprits)
+    if size(set(innocent)) > bound:
+        innocent = frozenset()  # the rest is too long together: nothing to judge again
     return [TooLong(item.key, chars, bound, True, tuple(culprits), innocent)]
 
 

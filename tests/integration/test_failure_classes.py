@@ -350,6 +350,28 @@ def test_every_mode_charges_a_request_past_max_request_chars_to_its_response(
         assert server.bodies  # the others were sent
 
 
+def test_a_group_too_long_only_together_charges_every_member(sqlite_url: str) -> None:
+    """Three answers each of which fits beside two canaries, and together pass the bound: as
+    attribution reads a group that fails only whole, each is a culprit (the worst score, 0),
+    not the longest alone; nothing is sent."""
+    answers = [f"Marker-long {n}: " + "rest well " * 100 for n in range(3)]  # ~1,015 each
+    with serving(ScriptedJudge()) as server:
+        judge = openai_judge(server, "plain", model="scripted")
+        bounded = judge.model_copy(update={"name": "bounded", "max_request_chars": 2000})
+        approve_rubrics(sqlite_url, RUBRIC, judges=[bounded])
+        with api_client(sqlite_url, rubrics=[]) as (client, keys):
+            answer = client.post(
+                "/v1/rewards",
+                headers=bearer(keys["score"]),
+                json={"judge": "bounded", "mode": "group", "items": _items(*answers)},
+            )
+        assert answer.status_code == 200, answer.text
+        for result in answer.json()["results"]:
+            assert result["reward"] == 0.0 and result["status"] != "masked", result
+            assert result["failures"]["response"] > 0
+        assert server.bodies == []
+
+
 @pytest.mark.parametrize("overflow", OVERFLOW_ANSWERS)
 def test_an_overflowing_response_gets_the_worst_value_whatever_the_server_says(
     sqlite_url: str, overflow: str
