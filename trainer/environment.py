@@ -81,33 +81,34 @@ def numerics_differences(recorded: dict[str, Any], rerun: dict[str, Any]) -> lis
 
 def processor_name() -> str:
     """The processor's model name (Linux: /proc/cpuinfo), else what ``platform`` says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _first_cpu().get("model name") or platform.processor() or platform.machine()
 
 
 def processor_id() -> str | None:
     """The processor's family, model and stepping (Linux: /proc/cpuinfo), None elsewhere.
     Hosts that name themselves alike ("AMD EPYC") may be different generations, whose
     libraries pick different kernels (a BLAS sums in another order on each)."""
+    cpu = _first_cpu()
+    fields = [f"{key} {cpu[key]}" for key in ("cpu family", "model", "stepping") if key in cpu]
+    return " ".join(fields) or None
+
+
+def _first_cpu() -> dict[str, str]:
+    """The first processor's block of /proc/cpuinfo, field by field (empty where there is
+    none)."""
     fields: dict[str, str] = {}
     try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            key, _, value = line.partition(":")
-            key = key.strip()
-            if key in ("cpu family", "model", "stepping") and key not in fields:
-                fields[key] = value.strip()
-            if not line.strip() and fields:
-                break  # the first processor's block
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
     except OSError:
-        return None
-    if not fields:
-        return None
-    return " ".join(f"{k} {fields[k]}" for k in ("cpu family", "model", "stepping") if k in fields)
+        return fields
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields
 
 
 def source_commit() -> str | None:
