@@ -67,8 +67,7 @@ def api_client(
             headers[scope.value] = secret
         for data in rubrics if rubrics is not None else [WORD_RUBRIC]:
             approve(session, save_rubric(session, RubricSpec.model_validate(data)).version)
-    extra = {} if build_backend is None else {"build_backend": build_backend}
-    app = create_app(settings_for(database_url, **api), engine, **extra)
+    app = create_app(settings_for(database_url, **api), engine, build_backend=build_backend)
     with TestClient(wrap(app) if wrap else app) as client:
         yield client, headers
 

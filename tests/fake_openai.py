@@ -43,7 +43,7 @@ def logprobs_completion(probs: dict[str, float], model: str = "fake") -> dict[st
         {"token": token, "logprob": math.log(p), "bytes": None}
         for token, p in sorted(probs.items(), key=lambda kv: -kv[1])
     ]
-    payload = chat_completion(top[0]["token"], model)
+    payload = chat_completion(str(top[0]["token"]), model)
     payload["choices"][0]["logprobs"] = {"content": [{**top[0], "top_logprobs": top}]}
     return payload
 

@@ -10,26 +10,14 @@ serving then costs what the base costs.
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
+from rubricsvc.backends.weights_hash import kept_files_sha256
 from rubricsvc.errors import ValidationFailed, missing_extra
-from rubricsvc.hashing import files_sha256
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
-
-# Hashes by the files' paths, inodes, sizes and change times: a spec is validated on every
-# lookup of its judge (a reward request's gate check among them), and an adapter is megabytes.
-# The change time (ctime), unlike the modification time, no copy or ``touch`` can set back:
-# every write sets it to the clock.
-_HASHED: dict[tuple[Any, ...], str] = {}
-_LOCK = threading.Lock()
-# A file changed this recently is hashed anew each time: a rewrite within the clock's tick (a
-# few milliseconds) could keep every figure an earlier hash was keyed by.
-RECENT_SECONDS = 2.0
 
 
 def adapter_files(folder: Path) -> list[Path]:
@@ -50,22 +38,9 @@ def adapter_files(folder: Path) -> list[Path]:
 
 
 def adapter_sha256(folder: Path) -> str:
-    """The sha256 over the adapter's config and weight files' names and bytes."""
-    files = adapter_files(folder)
-    stats = [(str(path.resolve()), path.stat()) for path in files]
-    key = tuple(
-        (name, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
-        for name, stat in stats
-    )
-    with _LOCK:
-        known = _HASHED.get(key)
-    if known is not None:
-        return known
-    hashed = files_sha256(files)
-    if time.time() - max(stat.st_ctime for _, stat in stats) > RECENT_SECONDS:
-        with _LOCK:
-            _HASHED[key] = hashed
-    return hashed
+    """The sha256 over the adapter's config and weight files' names and bytes (read once per
+    machine while they stay as they are: ``weights_hash``)."""
+    return kept_files_sha256(adapter_files(folder))
 
 
 def adapter_bytes(folder: Path) -> int:

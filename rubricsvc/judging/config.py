@@ -17,6 +17,7 @@ from rubricsvc.backends import (
 )
 from rubricsvc.backends.adapters import adapter_sha256
 from rubricsvc.backends.placement import check_options
+from rubricsvc.backends.weights_hash import local_model_sha256
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.hashing import content_hash
 from rubricsvc.judging.calibration import CalibrationMap
@@ -92,6 +93,7 @@ class JudgeSpec(BaseModel):
     calibration: CalibrationMap | None = None
     _template: PromptTemplate = PrivateAttr()
     _adapter_sha256: str | None = PrivateAttr(default=None)
+    _model_sha256: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -137,6 +139,16 @@ class JudgeSpec(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _model_folder_is_hashed(self) -> JudgeSpec:
+        # A model given as a local folder is hashed by its files, as an adapter is: weights
+        # retrained or replaced at the same path are another judge.
+        try:
+            self._model_sha256 = local_model_sha256(self.backend, self.model)
+        except ValidationFailed as err:
+            raise ValueError(str(err)) from None
+        return self
+
+    @model_validator(mode="after")
     def _calibrates_probabilities(self) -> JudgeSpec:
         if self.calibration is not None and not get_mode(self.mode).gives_probability:
             raise ValueError(
@@ -173,6 +185,11 @@ class JudgeSpec(BaseModel):
         """The sha256 of the adapter's files when the spec was validated (None: no adapter)."""
         return self._adapter_sha256
 
+    def model_sha256(self) -> str | None:
+        """The sha256 of the model folder's files when the spec was validated (None: the model
+        is the embedded one, a hub id, or served by a backend that does not load it here)."""
+        return self._model_sha256
+
     def hashed_settings(self) -> dict[str, Any]:
         """What determines a verdict: the config hash covers exactly this."""
         if self.jury is not None:
@@ -205,6 +222,9 @@ class JudgeSpec(BaseModel):
             **({"reference": True} if self.reference else {}),
             # The adapter's contents, not its path: what it makes the model say.
             **({"adapter_sha256": self.adapter_sha256()} if self.adapter else {}),
+            # A local model folder's contents too (only then: a hub id or the embedded model
+            # keeps the hash it always had).
+            **({"model_sha256": self._model_sha256} if self._model_sha256 else {}),
         }
 
     def sampling(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from rubricsvc.backends import hashed_backend_options
+from rubricsvc.backends.weights_hash import local_model_sha256
 from rubricsvc.errors import ValidationFailed
 from rubricsvc.fileformats import describe_validation_error, read_records
 from rubricsvc.hashing import content_hash
@@ -58,6 +59,7 @@ class GeneratorSpec(BaseModel):
     # Read once, when the configuration is validated: the hash and every rendered request of
     # a run come from the same read of the file.
     _template: PromptTemplate = PrivateAttr()
+    _model_sha256: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _consistent(self) -> GeneratorSpec:
@@ -77,6 +79,12 @@ class GeneratorSpec(BaseModel):
         if not self.themes or len(set(self.themes)) != len(self.themes):
             raise ValueError("themes must be a non-empty list of distinct names")
         self._template = load_template(self.template)
+        # A local model folder is hashed by its files (as a judge's is): another model at the
+        # same path is another generator.
+        try:
+            self._model_sha256 = local_model_sha256(self.backend, self.model)
+        except ValidationFailed as err:
+            raise ValueError(str(err)) from None
         return self
 
     def prompt_template(self) -> PromptTemplate:
@@ -107,6 +115,8 @@ class GeneratorSpec(BaseModel):
             "structured_output": self.structured_output,
             # Operational options left out; device and dtype as they resolve here.
             "backend_options": hashed_backend_options(self.backend, self.backend_options),
+            # Only for a local model folder: a hub id or the embedded model keeps its hash.
+            **({"model_sha256": self._model_sha256} if self._model_sha256 else {}),
         }
 
     def config_hash(self) -> str:

@@ -16,6 +16,7 @@ from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
 from rubricsvc.backends import backends_that
+from rubricsvc.backends.weights_hash import is_local_folder
 from rubricsvc.errors import ConflictError, NotFoundError, RubricsvcError, ValidationFailed
 from rubricsvc.fileformats import describe_validation_error, read_records
 from rubricsvc.judging.config import BUILTIN_JUDGES, JURY_BACKEND, JudgeSpec
@@ -149,7 +150,7 @@ def _same_weights(spec: JudgeSpec) -> list[ColumnElement[bool]]:
     loads_here = spec.backend in in_process
     backends = set(in_process) if loads_here else {spec.backend}
     models = {_model_label(spec)}
-    if loads_here and spec.model and Path(spec.model).exists():
+    if loads_here and spec.model and is_local_folder(spec.model):
         models.add(_model_label(spec, str(Path(spec.model).resolve())))  # a student's is resolved
     where: list[ColumnElement[bool]] = [
         JudgeConfig.backend.in_(sorted(backends)),

@@ -70,7 +70,7 @@ def test_an_adapter_rewritten_alike_on_disk_is_hashed_anew(
     # The same size, inode and times: a rewrite within one tick of the clock. A hash is kept
     # only for files that have not changed for a while, so this one is read again.
     stat = weights.stat()
-    monkeypatch.setattr("rubricsvc.backends.adapters.files_sha256", lambda files: "read again")
+    monkeypatch.setattr("rubricsvc.backends.weights_hash.files_sha256", lambda files: "read again")
     assert adapter_sha256(folder) == "read again" != first
     assert weights.stat().st_ctime_ns == stat.st_ctime_ns
 
