@@ -198,6 +198,16 @@ def _seeds(outcome: ArmOutcome, signed: bool = True) -> str:
     return ", ".join(f"s{seed} {show(value)}" for seed, value in outcome.values)
 
 
+def format_outcome_rows(outcomes: Mapping[str, ArmOutcome], signed: bool = True) -> list[str]:
+    """Markdown table rows, an arm each: its seeds, mean [interval], and each seed's value."""
+    show = _number if signed else _plain
+    return [
+        f"| {arm} | {len(outcome.present)} | {show(outcome.mean)}"
+        f"{_interval(outcome.interval, signed)} | {_seeds(outcome, signed)} |"
+        for arm, outcome in outcomes.items()
+    ]
+
+
 def arms_section(
     groups: Mapping[str, Sequence[RunRecord]], baseline: str | None = "baseline"
 ) -> list[str]:
@@ -219,21 +229,16 @@ def arms_section(
         "",
     ]
     for key, (title, _) in OUTCOMES.items():
-        signed = key != "agreement"
         lines += [
             f"**{title}**",
             "",
             "| arm | seeds | mean [interval] | each seed |",
             "| --- | --- | --- | --- |",
+            *format_outcome_rows(
+                {arm: found[key] for arm, found in outcomes.items()}, signed=key != "agreement"
+            ),
+            "",
         ]
-        for arm, found in outcomes.items():
-            outcome = found[key]
-            show = _number if signed else _plain
-            lines.append(
-                f"| {arm} | {len(outcome.present)} | {show(outcome.mean)}"
-                f"{_interval(outcome.interval, signed)} | {_seeds(outcome, signed)} |"
-            )
-        lines.append("")
     lines += ["**Gold monitor alarms** (its test rule, replayed from the logs)", ""]
     lines += ["| arm | runs that alarm | alarms |", "| --- | --- | --- |"]
     for arm, runs in groups.items():

@@ -11,13 +11,17 @@ brackets every arm between a ``control`` arm (random rewards: the floor) and an 
 - *Over-optimization onset* of a run: the step of its first gold-monitor alarm, and the step
   at which training gold's moving mean peaks while the proxy's keeps rising after it.
 - The proxy's within-group agreement with gold in windows of 10 steps, per arm over seeds.
+- A secondary outcome, declared by round 3's second setup before its runs: held-out gold as
+  the mean of the last 3 evaluations minus the first, the plan's primary outcome read with a
+  third of one evaluation's noise (each greedy answer moves its prompt's score by a quarter or
+  a third).
 """
 
 from __future__ import annotations
 
 import random
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from trainer.agreement import group_agreement
@@ -29,6 +33,7 @@ from trainer.arms import (
     TRAIN_GOLD,
     RunRecord,
     arm_outcome,
+    format_outcome_rows,
     mean_interval,
     percentile_interval,
 )
@@ -36,6 +41,28 @@ from trainer.arms import (
 PROXY = "rubric/reward"
 WINDOW = 5  # steps in the moving means of the onset
 AGREEMENT_WINDOW = 10  # steps per window of the proxy's agreement with gold
+LATE = 3  # evaluations averaged at the end of the secondary held-out outcome
+
+
+def held_out_gold_late_change(run: RunRecord, last: int = LATE) -> float | None:
+    """Held-out gold, the mean of the run's last ``last`` evaluations minus its first; None
+    with fewer than ``last + 1`` evaluations (the first would be among the last)."""
+    gold = [p.gold for p in run.held_out if p.gold is not None]
+    if len(gold) < last + 1:
+        return None
+    return statistics.fmean(gold[-last:]) - gold[0]
+
+
+# Round 3's outcomes read between the brackets: the plan's two gold outcomes, then the
+# secondary one its second setup declared.
+BRACKETED: dict[str, tuple[str, Callable[[RunRecord], float | None]]] = {
+    "held_out_gold": OUTCOMES["held_out_gold"],
+    "training_gold": OUTCOMES["training_gold"],
+    "held_out_gold_late": (
+        f"held-out gold, mean of the last {LATE} evaluations - start (secondary)",
+        held_out_gold_late_change,
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -134,7 +161,16 @@ def bracketed_section(groups: Mapping[str, Sequence[RunRecord]]) -> list[str]:
     brackets are among the arms."""
     if CONTROL not in groups or ORACLE not in groups:
         return []
+    title, measure = BRACKETED["held_out_gold_late"]
     lines = [
+        f"**{title}**: declared as a secondary outcome by round 3's second setup before its "
+        "runs (docs/overoptimization.md); the mean over seeds with a "
+        f"{LEVEL:.0%} interval resampling seeds, and each seed's value.",
+        "",
+        "| arm | seeds | mean [interval] | each seed |",
+        "| --- | --- | --- | --- |",
+        *format_outcome_rows({arm: arm_outcome(runs, measure) for arm, runs in groups.items()}),
+        "",
         "## Gold recovered",
         "",
         f"Each arm's share of the oracle's gain over the control, (arm - {CONTROL}) / "
@@ -146,8 +182,7 @@ def bracketed_section(groups: Mapping[str, Sequence[RunRecord]]) -> list[str]:
         "| arm | outcome | share [interval] | oracle - control [interval] | resamples left out |",
         "| --- | --- | --- | --- | --- |",
     ]
-    for key in ("held_out_gold", "training_gold"):
-        title, measure = OUTCOMES[key]
+    for title, measure in BRACKETED.values():
         control = arm_outcome(groups[CONTROL], measure).present
         oracle = arm_outcome(groups[ORACLE], measure).present
         for arm, runs in groups.items():

@@ -37,6 +37,7 @@
 #   SEEDS="0"    the seeds of each run (default: "0 1", round 2: "0 1 2 3")
 #   RUNS="baseline dropout"  a subset of the runs (default: all of the round's)
 #   JOBS=1       runs at a time (default: 2, for two cores; each uses one torch thread)
+#   SETUP=2      round 3 under its second setup (80 steps; default: 1, the frozen setup)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -58,7 +59,6 @@ case $round in
     round_args=(--set "monitors.gold.prompts=[$held_out]")
     ;;
   3)
-    work=${1:-.overopt-run-3}
     seeds=${SEEDS:-0 1 2 3}
     runs=${RUNS:-control oracle baseline genrm}
     held_out=overopt-stress,overopt-seasons,overopt-cooking,overopt-summary,overopt-cold
@@ -68,6 +68,14 @@ case $round in
     # before any proxy run: completions up to 128 tokens, the rest as round 2. The pilot's own
     # runs (pilot-*) set their setup themselves.
     round3_setup=(--set grpo.max_completion_length=128)
+    # SETUP=2 (docs/overoptimization.md, "Round 3: the oracle under the frozen setup, and the
+    # setup tried next"): the oracle did not raise held-out gold at four seeds under the frozen
+    # setup, so the plan's next candidate, 80 steps, the rest as the frozen setup.
+    case ${SETUP:-1} in
+      1) work=${1:-.overopt-run-3} ;;
+      2) work=${1:-.overopt-run-3-setup2}; round3_setup+=(--set grpo.max_steps=80) ;;
+      *) echo "unknown SETUP=$SETUP (round 3: 1, the frozen setup, or 2)" >&2; exit 1 ;;
+    esac
     ;;
   *) echo "unknown ROUND=$round (1, 2 or 3)" >&2; exit 1 ;;
 esac

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from trainer.recovered import bracketed_section, gold_peak_step, gold_recovered
+from trainer.recovered import (
+    bracketed_section,
+    gold_peak_step,
+    gold_recovered,
+    held_out_gold_late_change,
+)
 from trainer.report import Point, RunRecord
 
 
@@ -100,3 +105,20 @@ def test_agreement_is_tabled_by_ten_step_window() -> None:
     assert "| arm | steps 1-10 | steps 11-12 |" in lines
     assert "| control | 1.000 [1.000, 1.000] | 0.000 [0.000, 0.000] |" in lines
     assert "| oracle | - | - |" in lines  # no samples: no pair to order
+
+
+def test_the_secondary_outcome_is_the_mean_of_the_last_three_evaluations() -> None:
+    # Start 0.3; the last three evaluations 0.5, 0.2, 0.5 (mean 0.4): +0.1, where the primary
+    # outcome (the last evaluation alone) reads +0.2.
+    noisy = run("oracle", 0, [0.3, 0.9, 0.5, 0.2, 0.5])
+    assert held_out_gold_late_change(noisy) == pytest.approx(0.1)
+    assert held_out_gold_late_change(run("oracle", 1, [0.3, 0.5, 0.2])) is None  # 3: too few
+    groups = {
+        "control": [run("control", s, [0.3, 0.3, 0.3, 0.3]) for s in (0, 1)],
+        "oracle": [run("oracle", s, [0.3, 0.6, 0.7, 0.8]) for s in (0, 1)],  # late +0.4
+        "genrm": [run("genrm", s, [0.3, 0.4, 0.4, 0.4]) for s in (0, 1)],  # late +0.1
+    }
+    lines = bracketed_section(groups)
+    assert "| oracle | 2 | +0.400 [+0.400, +0.400] | s0 +0.400, s1 +0.400 |" in lines
+    row = next(line for line in lines if line.startswith("| genrm | held-out gold, mean of"))
+    assert "(secondary)" in row and "0.25 [0.25, 0.25]" in row
